@@ -1,0 +1,253 @@
+"""kmon's one typed configuration.
+
+Every key is declared once here, with its type, default, bounds and meaning, beside the
+section it belongs to. `load_config` reads a TOML file (conf/kmon.toml by default),
+applies `KMON__SECTION__KEY=value` environment overrides, and validates everything
+before anything starts: an unknown key, a wrong type or a value out of range stops
+start-up with a `ConfigError` that names the key and where it came from.
+
+Secrets are never read from the file as plain values: keys that end in `_env` name an
+environment variable and keys that end in `_file` name a file holding the secret.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_FILE = REPO_ROOT / "conf" / "kmon.toml"
+ENV_PREFIX = "KMON__"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key and its source."""
+
+
+def _key(doc: str, default: Any, *, min: float | None = None, max: float | None = None,
+         choices: tuple | None = None) -> Any:
+    meta = {"doc": doc, "min": min, "max": max, "choices": choices}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class KmonSection:
+    work_dir: str = _key("Working area for the venv, jars, local clusters and the embedded lake; "
+                         "relative paths are taken from the repository root", ".kmon")
+    log_level: str = _key("Log level of kmon's own logs", "INFO",
+                          choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+@dataclass(frozen=True)
+class SparkSection:
+    master: str = _key("Spark master: local[N] embedded, or spark://, yarn, k8s://... on a fleet",
+                       "local[2]")
+    app_name: str = _key("Spark application name", "kmon")
+    storage_root: str = _key("Root of the Delta lake and checkpoints; empty means <work_dir>/lake. "
+                             "On a fleet: s3a://bucket/kmon, abfss://..., hdfs://...", "")
+    shuffle_partitions: int = _key("spark.sql.shuffle.partitions", 4, min=1, max=100000)
+    driver_memory: str = _key("spark.driver.memory (local mode: the whole Spark heap)", "2g")
+    ui_enabled: bool = _key("Start the Spark UI (off by default in the embedded mode)", False)
+    log_level: str = _key("Spark's own log level", "WARN",
+                          choices=("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"))
+    extra_conf: dict = _key("Extra Spark settings passed as-is, e.g. "
+                            "{\"spark.hadoop.fs.s3a.endpoint\" = \"...\"}", {})
+
+
+@dataclass(frozen=True)
+class JvmSection:
+    maven_repo: str = _key("Maven repository the JVM jars come from (a mirror URL works too)",
+                           "https://repo.maven.apache.org/maven2")
+    offline: bool = _key("Never download: use only jars already in the working area", False)
+    java_home: str = _key("JAVA_HOME for Spark and the local brokers; empty means the java on PATH",
+                          "")
+
+
+@dataclass(frozen=True)
+class LocalClusterSection:
+    name: str = _key("Name of the embedded cluster (its folder under <work_dir>/clusters)", "local")
+    brokers: int = _key("Number of KRaft nodes (each broker and controller)", 3, min=1, max=9)
+    base_port: int = _key("First port to use; 0 allocates free loopback ports", 0, min=0, max=65535)
+    heap: str = _key("Java heap per broker (-Xmx and -Xms)", "512m")
+    ready_timeout_s: float = _key("How long to wait for the cluster to be ready", 120.0,
+                                  min=5, max=3600)
+    extra_broker_config: dict = _key("Extra server.properties entries for every broker", {})
+
+
+SECTIONS: dict[str, type] = {
+    "kmon": KmonSection,
+    "spark": SparkSection,
+    "jvm": JvmSection,
+    "local_cluster": LocalClusterSection,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    kmon: KmonSection = field(default_factory=KmonSection)
+    spark: SparkSection = field(default_factory=SparkSection)
+    jvm: JvmSection = field(default_factory=JvmSection)
+    local_cluster: LocalClusterSection = field(default_factory=LocalClusterSection)
+    source: str = "<defaults>"
+
+    @property
+    def work_dir(self) -> Path:
+        p = Path(self.kmon.work_dir).expanduser()
+        return p if p.is_absolute() else REPO_ROOT / p
+
+    @property
+    def storage_root(self) -> str:
+        return self.spark.storage_root or str(self.work_dir / "lake")
+
+    def with_overrides(self, **sections: dict[str, Any]) -> "Config":
+        """A copy with some keys replaced, validated like the file (tests use this)."""
+        raw = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        for name, values in sections.items():
+            if name not in SECTIONS:
+                raise ConfigError(f"{self.source}: unknown section [{name}]")
+            raw[name].update(values)
+        return _build(raw, self.source)
+
+
+def _coerce(value: Any, typ: type, where: str) -> Any:
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if typ is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ConfigError(f"{where}: expected a table, got {value!r}")
+    if typ is list:
+        if isinstance(value, list):
+            return list(value)
+        raise ConfigError(f"{where}: expected a list, got {value!r}")
+    raise ConfigError(f"{where}: unsupported type {typ}")
+
+
+def _build_section(cls: type, values: dict[str, Any], source: str, section: str) -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key '{section}.{unknown[0]}' "
+            f"(known keys in [{section}]: {', '.join(sorted(known))})")
+    kwargs = {}
+    for name, value in values.items():
+        where = f"{source}: key '{section}.{name}'"
+        v = _coerce(value, hints[name], where)
+        meta = known[name].metadata
+        if meta.get("min") is not None and v < meta["min"]:
+            raise ConfigError(f"{where} must be >= {meta['min']}, got {v!r}")
+        if meta.get("max") is not None and v > meta["max"]:
+            raise ConfigError(f"{where} must be <= {meta['max']}, got {v!r}")
+        if meta.get("choices") and v not in meta["choices"]:
+            raise ConfigError(f"{where} must be one of {', '.join(meta['choices'])}, got {v!r}")
+        kwargs[name] = v
+    return cls(**kwargs)
+
+
+def _build(raw: dict[str, Any], source: str) -> Config:
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown section [{unknown[0]}] "
+                          f"(known sections: {', '.join(SECTIONS)})")
+    built = {}
+    for name, cls in SECTIONS.items():
+        values = raw.get(name, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table")
+        built[name] = _build_section(cls, values, source, name)
+    return Config(**built, source=source)
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for k, v in environ.items():
+        if not k.startswith(ENV_PREFIX):
+            continue
+        parts = k[len(ENV_PREFIX):].lower().split("__")
+        if len(parts) != 2:
+            raise ConfigError(f"environment variable {k}: expected {ENV_PREFIX}SECTION__KEY")
+        out.setdefault(parts[0], {})[parts[1]] = v
+    return out
+
+
+def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Read, override from the environment, validate. Raises ConfigError naming the key."""
+    environ = dict(os.environ if environ is None else environ)
+    if path is None:
+        path = environ.get("KMON_CONFIG") or DEFAULT_CONFIG_FILE
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: configuration file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    for section, values in _env_overrides(environ).items():
+        if section not in SECTIONS:
+            raise ConfigError(f"environment: unknown section in {ENV_PREFIX}{section.upper()}__...")
+        raw.setdefault(section, {}).update(values)
+    if _env_overrides(environ):
+        source = f"{source} (+ {ENV_PREFIX}* environment)"
+    return _build(raw, source)
+
+
+def describe_keys() -> str:
+    """Every key with its default and meaning, as TOML comments (for docs and --help)."""
+    lines = []
+    for name, cls in SECTIONS.items():
+        lines.append(f"[{name}]")
+        for f in fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"# {f.metadata['doc']}")
+            lines.append(f"{f.name} = {_toml_value(default)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + " }" if v else "{}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
