@@ -212,5 +212,5 @@ class JvmDeps:
 def _artifact_name(jar_file: str) -> str:
     """'kafka-clients-4.1.0.jar' -> 'kafka-clients' (the name without its version)."""
     stem = jar_file[:-4] if jar_file.endswith(".jar") else jar_file
-    m = re.match(r"^(.*?)-\d[\w.\-]*$", stem)
+    m = re.match(r"^(.*?)-\d+(?:\.\d+)+(?:[.-][A-Za-z0-9]+)*$", stem)
     return m.group(1) if m else stem

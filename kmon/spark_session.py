@@ -64,6 +64,7 @@ def build_spark_session(config: Config, jvm_deps: JvmDeps | None = None):
         os.environ["JAVA_HOME"] = config.jvm.java_home
     if config.spark.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pandas-on-Spark warns otherwise
     deps = jvm_deps or JvmDeps(config.work_dir, config.jvm.maven_repo, config.jvm.offline)
     jars = deps.ensure("spark")
     builder = SparkSession.builder

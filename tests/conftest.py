@@ -1,0 +1,65 @@
+"""Shared fixtures: one real local Kafka cluster and one SparkSession per test run.
+
+Tiers are marked by folder: tests/unit (pure Python), tests/spark (a local SparkSession
+with Delta), tests/integration (a real KRaft cluster started from the Apache jars).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kmon.config import load_config
+
+TIER_BY_FOLDER = {"unit": "unit", "spark": "spark", "integration": "integration"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        if folder in TIER_BY_FOLDER:
+            item.add_marker(getattr(pytest.mark, TIER_BY_FOLDER[folder]))
+
+
+@pytest.fixture(scope="session")
+def kmon_config(tmp_path_factory):
+    """The repository's default configuration with the lake in a temporary folder."""
+    lake = tmp_path_factory.mktemp("lake")
+    return load_config().with_overrides(spark={"storage_root": str(lake), "shuffle_partitions": 2})
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(kmon_config):
+    """A real 3-broker KRaft cluster, stopped and deleted at the end even when tests fail."""
+    from kmon.local_cluster import LocalCluster
+
+    cluster = LocalCluster(kmon_config, name=f"pytest-{os.getpid()}", brokers=3, owner_bound=True)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def spark(kmon_config):
+    from kmon.spark_session import build_spark_session
+
+    session = build_spark_session(kmon_config)
+    yield session
+    session.stop()
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.5):
+    """Poll `predicate` until it returns a truthy value; fail with `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")

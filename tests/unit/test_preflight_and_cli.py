@@ -1,0 +1,56 @@
+"""Start-up checks say what to do in one line; every command has help with an example."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmon import preflight
+from kmon.cli import build_parser, main
+
+
+@pytest.mark.parametrize("out,major", [
+    ('openjdk version "17.0.15" 2025-04-15', 17),
+    ('openjdk version "21" 2023-09-19', 21),
+    ('java version "1.8.0_392"', 8),
+    ("garbage", None),
+])
+def test_java_major(out, major):
+    assert preflight.java_major(out) == major
+
+
+def test_old_python_is_one_line_with_a_fix():
+    with pytest.raises(preflight.PreflightError) as e:
+        preflight.check_python((3, 9))
+    assert "3.11" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_java_home_says_what_to_install(tmp_path):
+    with pytest.raises(preflight.PreflightError, match="openjdk-17"):
+        preflight.check_java(str(tmp_path))
+
+
+def test_not_enough_disk_says_where(tmp_path):
+    with pytest.raises(preflight.PreflightError, match="GB free under"):
+        preflight.check_disk(tmp_path, min_free_gb=1e9)
+
+
+@pytest.mark.parametrize("command", ["setup", "config", "cluster", "demo"])
+def test_every_command_has_help_with_example(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([command, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "example:" in out and f"kmon {command}" in out
+
+
+def test_bad_config_stops_with_key_and_file(tmp_path, capsys):
+    f = tmp_path / "bad.toml"
+    f.write_text("[local_cluster]\nbase_port = -1\n")
+    assert main(["--config", str(f), "config"]) == 2
+    err = capsys.readouterr().err
+    assert "local_cluster.base_port" in err and str(f) in err
+
+
+def test_per_node_action_needs_a_node(capsys):
+    assert main(["cluster", "pause"]) == 2
+    assert "which node" in capsys.readouterr().err
