@@ -1,0 +1,35 @@
+"""Prometheus metrics every agent reports about itself (registry passed in)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+NAMESPACE = "kmon"
+SUBSYSTEM = "agent"
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry, agent: str):
+        self.agent = agent
+        self.records = Counter("records", "Records an agent published, by stream and outcome "
+                               "(published or quarantined)", ["agent", "stream", "outcome"],
+                               namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry)
+        self.dropped = Counter("dropped_records", "Records an agent could not keep, by reason",
+                               ["agent", "reason"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
+                               registry=registry)
+        self.flush_failures = Counter("flush_failures", "Flushes to the sink that failed; the "
+                                      "source position was kept", ["agent"], namespace=NAMESPACE,
+                                      subsystem=SUBSYSTEM, registry=registry)
+        self.last_flush = Gauge("last_successful_flush_timestamp_seconds",
+                                "Unix time of the last flush that made records durable",
+                                ["agent"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
+                                registry=registry)
+        self.lag_bytes = Gauge("source_lag_bytes", "Bytes of a source file not yet published",
+                               ["agent", "source"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
+                               registry=registry)
+
+    def published(self, stream: str, n: int = 1) -> None:
+        self.records.labels(self.agent, stream, "published").inc(n)
+
+    def quarantined(self, stream: str, n: int = 1) -> None:
+        self.records.labels(self.agent, stream, "quarantined").inc(n)
