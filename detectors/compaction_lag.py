@@ -1,0 +1,416 @@
+"""Compaction lag: the log cleaner falls behind, stalls or dies.
+
+Why it matters: compacted topics only stay bounded while the cleaner keeps up. When it
+does not, they grow without limit; for __consumer_offsets that means every coordinator
+move (a broker restart, a leader change) loads an ever longer log before it can serve
+offsets, and consumers meanwhile see stale offsets or none (the LinkedIn incident where
+a dead cleaner left __consumer_offsets at hundreds of GB).
+
+Signal (typed below; the adapter collects the last `lookback` of each):
+- `CleanerGauges`: one scrape of a broker's cleaner gauges (kafka.log:type=LogCleanerManager
+  max-dirty-percent, time-since-last-run-ms, uncleanable-partitions-count,
+  uncleanable-bytes, summed over log directories; kafka.log:type=LogCleaner
+  max-compaction-delay-secs, DeadThreadCount). A gauge missing from a scrape is None.
+- `CleanerRun`: one "Log cleaner thread N cleaned log <tp>" event from log-cleaner.log.
+- `CompactedTopicConfig`: a compacted topic's min.cleanable.dirty.ratio and
+  max.compaction.lag.ms (None when left at the broker default).
+- `PartitionSize`: a compacted partition's size on disk over time (kafka.log:type=Log,
+  name=Size); the adapter passes compacted partitions only.
+
+Facts about the gauges the rules rely on (apache/kafka LogCleanerManager):
+- time-since-last-run-ms is live: "now - the last time a cleaner thread looked for a log
+  to clean". An idle cleaner looks every log.cleaner.backoff.ms (15 s), so it stays small
+  unless the threads are dead, stuck, or busy on one huge log.
+- max-dirty-percent and max-compaction-delay-secs are computed when a thread picks a log,
+  so they freeze when the threads stop: never read them alone as "all is well".
+- max-compaction-delay-secs is already the delay beyond each log's max.compaction.lag.ms
+  (0 while every log is within its limit, and always 0 for logs left at the default
+  infinite lag); any positive value means the cleaner misses a topic's contract.
+
+Rules, per broker, in order of severity; the first that holds names the finding's cause,
+and the evidence lists every rule's result:
+1. cleaner_dead: DeadThreadCount > 0. A thread died on an exception (often a corrupt
+   segment or an unsupported message format) and is never restarted until the broker is.
+2. cleaner_stalled: time-since-last-run > max(stall_floor_s, stall_factor x the median of
+   the broker's earlier samples) (the median only once min_history_samples exist). Catches
+   hung threads and a cleaner stuck on one enormous log.
+3. uncleanable_partitions: uncleanable-partitions-count > 0: logs the cleaner gave up on
+   (marked uncleanable after an error); they grow until an operator intervenes.
+4. falling_behind: max-dirty-percent non-decreasing over the last rising_observations
+   samples with a net rise, AND behind its contract: max-compaction-delay-secs above
+   compaction_delay_tolerance_s, or max-dirty-percent above the most lenient
+   min.cleanable.dirty.ratio of the compacted topics (x100) plus dirty_margin_pct (for
+   clusters that never set max.compaction.lag.ms, where the delay gauge stays 0).
+Per compacted partition:
+5. compacted_partition_growing: over at least growth_window_s with growth_min_samples
+   samples, the size never dropped by more than growth_drop_tolerance between samples,
+   and grew by growth_min_ratio or more; and no cleaner run on that partition in the
+   window (a partition that is cleaned but still grows has a growing key space, which is
+   not lag). __consumer_offsets gets its own cause (consumer_offsets_not_compacted) and
+   severity high: slow coordinator loads, stale offsets.
+
+Scoring: dead and stalled high; uncleanable and falling behind warning; a growing
+compacted partition warning, __consumer_offsets high. Unfixable by kmon: every finding
+suggests page_human (a dead cleaner thread comes back only with a broker restart; an
+uncleanable log needs its bad segment dealt with).
+
+Config keys ([compaction_lag] section, `CompactionLagSection`), defaults:
+stall_floor_s = 1800, stall_factor = 5.0, min_history_samples = 6,
+rising_observations = 4, dirty_margin_pct = 20.0, default_min_cleanable_dirty_ratio = 0.5,
+compaction_delay_tolerance_s = 0.0, growth_window_s = 7200, growth_min_ratio = 0.25,
+growth_drop_tolerance = 0.02, growth_min_samples = 6.
+
+Output: `Detection`s of type compaction_lag, entity "broker:<id>" (rules 1-4) or
+"<topic>-<p>" (rule 5).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
+                                broker_entity, partition_entity)
+from kmon.config import _key
+
+CONSUMER_OFFSETS = "__consumer_offsets"
+
+
+@dataclass(frozen=True)
+class CompactionLagSection:
+    stall_floor_s: float = _key("time-since-last-run above this (and above stall_factor x its "
+                                "median) is a stalled cleaner", 1800.0, min=1, max=30 * 86400)
+    stall_factor: float = _key("time-since-last-run above this many times its trailing median "
+                               "(and above stall_floor_s) is a stalled cleaner", 5.0, min=1,
+                               max=1000)
+    min_history_samples: int = _key("Earlier samples needed before the trailing median is "
+                                    "trusted", 6, min=1, max=100000)
+    rising_observations: int = _key("Consecutive samples over which max-dirty-percent must keep "
+                                    "rising to count as falling behind", 4, min=2, max=10000)
+    dirty_margin_pct: float = _key("Percentage points above the most lenient "
+                                   "min.cleanable.dirty.ratio at which dirty data counts as "
+                                   "behind", 20.0, min=0, max=100)
+    default_min_cleanable_dirty_ratio: float = _key("min.cleanable.dirty.ratio of topics that do "
+                                                    "not set it (the broker's "
+                                                    "log.cleaner.min.cleanable.ratio)", 0.5,
+                                                    min=0, max=1)
+    compaction_delay_tolerance_s: float = _key("max-compaction-delay-secs above this means the "
+                                               "cleaner misses a topic's max.compaction.lag.ms",
+                                               0.0, min=0, max=30 * 86400)
+    growth_window_s: float = _key("A compacted partition must grow for at least this long "
+                                  "(several cleaner cycles) to count as not compacted", 7200.0,
+                                  min=60, max=30 * 86400)
+    growth_min_ratio: float = _key("Growth over the window, as a fraction of the first size, "
+                                   "that counts", 0.25, min=0, max=1000)
+    growth_drop_tolerance: float = _key("A shrink smaller than this fraction between two samples "
+                                        "is noise, not a clean", 0.02, min=0, max=1)
+    growth_min_samples: int = _key("Size samples needed in the window", 6, min=2, max=100000)
+
+
+@dataclass(frozen=True)
+class CleanerGauges:
+    cluster: str
+    broker: int
+    observed_ms: int
+    max_dirty_percent: float | None = None
+    time_since_last_run_ms: float | None = None
+    max_compaction_delay_secs: float | None = None
+    dead_thread_count: int | None = None
+    uncleanable_partitions_count: int | None = None
+    uncleanable_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class CleanerRun:
+    cluster: str
+    broker: int
+    topic: str
+    partition: int
+    end_ms: int
+    duration_s: float | None = None
+    size_reduction_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class CompactedTopicConfig:
+    cluster: str
+    topic: str
+    min_cleanable_dirty_ratio: float | None = None
+    max_compaction_lag_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionSize:
+    cluster: str
+    topic: str
+    partition: int
+    observed_ms: int
+    size_bytes: float
+    broker: int | None = None
+
+
+@dataclass(frozen=True)
+class CleanerAssessment:
+    """Every rule's result for one broker at its latest scrape."""
+    broker: int
+    latest: CleanerGauges
+    cleaner_dead: bool
+    cleaner_stalled: bool
+    stall_limit_ms: float
+    uncleanable_partitions: bool
+    dirty_rising: bool
+    behind_contract: bool
+    falling_behind: bool
+    cause: str | None            # the first rule that holds, None when healthy
+    since_ms: int                # when the condition the cause names began
+
+
+@dataclass(frozen=True)
+class GrowthAssessment:
+    topic: str
+    partition: int
+    window_ms: int
+    samples: int
+    first_bytes: float
+    last_bytes: float
+    largest_drop: float          # the largest shrink between two samples, as a fraction
+    cleaned_in_window: bool
+    growing: bool
+
+
+# --- broker rules ----------------------------------------------------------------------
+
+def cleaner_dead(g: CleanerGauges) -> bool:
+    """A cleaner thread died; Kafka does not restart it."""
+    return (g.dead_thread_count or 0) > 0
+
+
+def stall_limit_ms(history: Sequence[CleanerGauges], config: CompactionLagSection) -> float:
+    """How long since the last run is too long: the floor, or far above the usual."""
+    floor = config.stall_floor_s * 1000
+    earlier = [g.time_since_last_run_ms for g in history if g.time_since_last_run_ms is not None]
+    if len(earlier) < config.min_history_samples:
+        return floor
+    return max(floor, config.stall_factor * statistics.median(earlier))
+
+
+def cleaner_stalled(g: CleanerGauges, limit_ms: float) -> bool:
+    """No cleaner thread has looked for work for far longer than usual."""
+    return g.time_since_last_run_ms is not None and g.time_since_last_run_ms > limit_ms
+
+
+def has_uncleanable_partitions(g: CleanerGauges) -> bool:
+    """The cleaner gave up on some logs; they grow until someone intervenes."""
+    return (g.uncleanable_partitions_count or 0) > 0
+
+
+def dirty_rising(series: Sequence[CleanerGauges], n: int) -> bool:
+    """max-dirty-percent never fell over the last n samples and rose overall."""
+    values = [g.max_dirty_percent for g in series if g.max_dirty_percent is not None][-n:]
+    if len(values) < n:
+        return False
+    return all(b >= a for a, b in zip(values, values[1:])) and values[-1] > values[0]
+
+
+def cleanable_point_pct(configs: Iterable[CompactedTopicConfig],
+                        config: CompactionLagSection) -> float:
+    """The dirty percentage above which every compacted topic is due for cleaning."""
+    ratios = [c.min_cleanable_dirty_ratio if c.min_cleanable_dirty_ratio is not None
+              else config.default_min_cleanable_dirty_ratio for c in configs]
+    return 100 * max(ratios, default=config.default_min_cleanable_dirty_ratio)
+
+
+def behind_contract(g: CleanerGauges, cleanable_pct: float, config: CompactionLagSection) -> bool:
+    """Dirty data older than a topic's max.compaction.lag.ms, or far above the cleaning point."""
+    late = (g.max_compaction_delay_secs or 0) > config.compaction_delay_tolerance_s
+    dirty = (g.max_dirty_percent is not None
+             and g.max_dirty_percent > cleanable_pct + config.dirty_margin_pct)
+    return late or dirty
+
+
+def _streak_start(series: Sequence[CleanerGauges], holds) -> int:
+    """observed_ms of the first sample of the run of samples, ending at the latest, where
+    `holds` is true."""
+    start = series[-1].observed_ms
+    for g in reversed(series):
+        if not holds(g):
+            break
+        start = g.observed_ms
+    return start
+
+
+def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
+                   config: CompactionLagSection) -> CleanerAssessment:
+    """Apply rules 1-4 to one broker's time-ordered scrapes.
+
+    Order: a dead thread explains a stall and frozen gauges, so it comes first; a stall
+    explains why dirty data piles up, so it comes before falling_behind; uncleanable logs
+    are a specific, actionable cause, so they come before the general falling_behind.
+    """
+    latest = series[-1]
+    limit = stall_limit_ms(series[:-1], config)
+    dead = cleaner_dead(latest)
+    stalled = cleaner_stalled(latest, limit)
+    uncleanable = has_uncleanable_partitions(latest)
+    rising = dirty_rising(series, config.rising_observations)
+    behind = behind_contract(latest, cleanable_pct, config)
+    falling = rising and behind
+    if dead:
+        cause, since = "cleaner_dead", _streak_start(series, cleaner_dead)
+    elif stalled:
+        cause, since = "cleaner_stalled", int(latest.observed_ms - latest.time_since_last_run_ms)
+    elif uncleanable:
+        cause, since = "uncleanable_partitions", _streak_start(series, has_uncleanable_partitions)
+    elif falling:
+        dirty = [g for g in series if g.max_dirty_percent is not None]
+        cause, since = "cleaner_falling_behind", dirty[-config.rising_observations].observed_ms
+    else:
+        cause, since = None, latest.observed_ms
+    return CleanerAssessment(
+        broker=latest.broker, latest=latest, cleaner_dead=dead, cleaner_stalled=stalled,
+        stall_limit_ms=limit, uncleanable_partitions=uncleanable, dirty_rising=rising,
+        behind_contract=behind, falling_behind=falling, cause=cause, since_ms=since)
+
+
+# --- partition rule --------------------------------------------------------------------
+
+def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
+                  config: CompactionLagSection) -> GrowthAssessment:
+    """Rule 5 for one compacted partition's time-ordered sizes."""
+    window_start = series[-1].observed_ms - config.growth_window_s * 1000
+    in_window = [s for s in series if s.observed_ms >= window_start]
+    # The window must really span growth_window_s: start from the last sample at or before
+    # its start when there is one.
+    earlier = [s for s in series if s.observed_ms < window_start]
+    if earlier:
+        in_window = [earlier[-1]] + in_window
+    first, last = in_window[0], in_window[-1]
+    drops = [max(0.0, (a.size_bytes - b.size_bytes) / a.size_bytes)
+             for a, b in zip(in_window, in_window[1:]) if a.size_bytes > 0]
+    largest_drop = max(drops, default=0.0)
+    cleaned = any(first.observed_ms <= r.end_ms <= last.observed_ms for r in runs)
+    span_ms = last.observed_ms - first.observed_ms
+    growing = (span_ms >= config.growth_window_s * 1000
+               and len(in_window) >= config.growth_min_samples
+               and largest_drop <= config.growth_drop_tolerance
+               and first.size_bytes > 0
+               and last.size_bytes >= first.size_bytes * (1 + config.growth_min_ratio)
+               and not cleaned)
+    return GrowthAssessment(topic=last.topic, partition=last.partition, window_ms=span_ms,
+                            samples=len(in_window), first_bytes=first.size_bytes,
+                            last_bytes=last.size_bytes, largest_drop=largest_drop,
+                            cleaned_in_window=cleaned, growing=growing)
+
+
+# --- detections ------------------------------------------------------------------------
+
+_BROKER_CAUSES = {
+    "cleaner_dead": (Severity.HIGH, "{n} log cleaner thread(s) died and will not restart until "
+                                    "the broker does; compacted topics now grow unbounded"),
+    "cleaner_stalled": (Severity.HIGH, "the log cleaner has not looked for work for {idle} "
+                                       "(limit {limit})"),
+    "uncleanable_partitions": (Severity.WARNING, "the log cleaner gave up on {n} partition(s) "
+                                                 "({bytes} bytes uncleanable)"),
+    "cleaner_falling_behind": (Severity.WARNING, "dirty data keeps rising ({dirty:.0f}% dirty, "
+                                                 "{delay:.0f} s past max.compaction.lag.ms)"),
+}
+
+
+def _duration(ms: float) -> str:
+    s = ms / 1000
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
+
+
+def broker_detection(cluster: str, a: CleanerAssessment,
+                     last_run: CleanerRun | None) -> Detection:
+    g = a.latest
+    severity, template = _BROKER_CAUSES[a.cause]
+    text = template.format(n=g.dead_thread_count if a.cause == "cleaner_dead"
+                           else g.uncleanable_partitions_count,
+                           idle=_duration(g.time_since_last_run_ms or 0),
+                           limit=_duration(a.stall_limit_ms), bytes=g.uncleanable_bytes,
+                           dirty=g.max_dirty_percent or 0, delay=g.max_compaction_delay_secs or 0)
+    return Detection(
+        cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=severity,
+        entity_kind=EntityKind.BROKER, entity=broker_entity(a.broker),
+        first_seen_ms=min(a.since_ms, g.observed_ms), last_seen_ms=g.observed_ms,
+        cause=a.cause, explanation=f"Broker {a.broker}: {text}.",
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"broker": a.broker,
+                  "rules": {"cleaner_dead": a.cleaner_dead, "cleaner_stalled": a.cleaner_stalled,
+                            "uncleanable_partitions": a.uncleanable_partitions,
+                            "dirty_rising": a.dirty_rising, "behind_contract": a.behind_contract,
+                            "falling_behind": a.falling_behind},
+                  "dead_thread_count": g.dead_thread_count,
+                  "time_since_last_run_ms": g.time_since_last_run_ms,
+                  "stall_limit_ms": a.stall_limit_ms,
+                  "max_dirty_percent": g.max_dirty_percent,
+                  "max_compaction_delay_secs": g.max_compaction_delay_secs,
+                  "uncleanable_partitions_count": g.uncleanable_partitions_count,
+                  "uncleanable_bytes": g.uncleanable_bytes,
+                  "last_cleaned": None if last_run is None else
+                  {"topic": last_run.topic, "partition": last_run.partition,
+                   "end_ms": last_run.end_ms}})
+
+
+def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detection:
+    offsets_topic = a.topic == CONSUMER_OFFSETS
+    growth = a.last_bytes / a.first_bytes - 1
+    what = (f"{a.topic}-{a.partition} grew {growth:.0%} over {_duration(a.window_ms)} with no "
+            f"compaction")
+    if offsets_topic:
+        explanation = (f"{what}: the group coordinator that loads it after a move will take "
+                       f"ever longer, and consumers will see stale offsets meanwhile.")
+    else:
+        explanation = f"{what}: the log cleaner is not keeping up with this partition."
+    return Detection(
+        cluster=cluster, type=AnomalyType.COMPACTION_LAG,
+        severity=Severity.HIGH if offsets_topic else Severity.WARNING,
+        entity_kind=EntityKind.PARTITION, entity=partition_entity(a.topic, a.partition),
+        first_seen_ms=last_ms - a.window_ms, last_seen_ms=last_ms,
+        cause="consumer_offsets_not_compacted" if offsets_topic else "compacted_partition_growing",
+        explanation=explanation, suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
+                  "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
+                  "window_ms": a.window_ms, "samples": a.samples,
+                  "largest_drop": round(a.largest_drop, 4)})
+
+
+def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
+                          runs: Iterable[CleanerRun] = (),
+                          topic_configs: Iterable[CompactedTopicConfig] = (),
+                          sizes: Iterable[PartitionSize] = (),
+                          config: CompactionLagSection | None = None) -> list[Detection]:
+    """compaction_lag detections: one per unhealthy broker, one per growing partition."""
+    config = config or CompactionLagSection()
+    gauges_by_broker: dict[tuple[str, int], list[CleanerGauges]] = defaultdict(list)
+    for g in gauges:
+        gauges_by_broker[(g.cluster, g.broker)].append(g)
+    runs = list(runs)
+    configs_by_cluster: dict[str, list[CompactedTopicConfig]] = defaultdict(list)
+    for c in topic_configs:
+        configs_by_cluster[c.cluster].append(c)
+    detections = []
+    for (cluster, broker), series in sorted(gauges_by_broker.items()):
+        series.sort(key=lambda g: g.observed_ms)
+        a = assess_cleaner(series, cleanable_point_pct(configs_by_cluster[cluster], config),
+                           config)
+        if a.cause is None:
+            continue
+        mine = [r for r in runs if r.cluster == cluster and r.broker == broker]
+        last_run = max(mine, key=lambda r: r.end_ms, default=None)
+        detections.append(broker_detection(cluster, a, last_run))
+
+    sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
+    for s in sizes:
+        sizes_by_tp[(s.cluster, s.topic, s.partition)].append(s)
+    for (cluster, topic, partition), series in sorted(sizes_by_tp.items()):
+        series.sort(key=lambda s: s.observed_ms)
+        tp_runs = [r for r in runs
+                   if (r.cluster, r.topic, r.partition) == (cluster, topic, partition)]
+        a = assess_growth(series, tp_runs, config)
+        if a.growing:
+            detections.append(growth_detection(cluster, a, series[-1].observed_ms))
+    return detections

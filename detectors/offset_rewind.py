@@ -1,0 +1,519 @@
+"""Offset rewind and offset reset: a consumer group's position moving where it should not.
+
+Signal. The committed offsets of every group on every partition, in commit order, from
+__consumer_offsets (`OffsetCommit`); the partitions' end and start offsets over time
+(`PartitionOffsets`); the clients' own reset lines (`ClientOffsetReset`); samples of each
+group's member count (`GroupMembership`); log truncations (`LogTruncation`). All typed in
+detectors/partition_signals.py. The adapter passes the last `lookback` of each (the
+detector is stateless: it re-derives everything from what it is given, as Burrow's
+evaluator does from its stored window of offsets).
+
+Algorithm, per group and partition:
+
+1. `find_rewinds`: a commit lower than the previous commit starts a rewind. It stays
+   active until the group commits at or past the highest offset it had committed before
+   (its old position); further drops while active deepen the same rewind. Unlike Burrow's
+   first rule, zero lag earlier in the window does not clear the partition (Burrow #714:
+   a rebalance or a broker bug sends healthy, caught-up consumers back to the beginning),
+   and a rewind that recovered between two evaluations is still reported, because its
+   duplicates were delivered.
+2. Against the broker's offsets, not only at commit time (Burrow's lag only moves when
+   the group commits, so a consumer that stops after a rewind looks frozen): the end and
+   start offsets at the rewind bound the messages re-read; an old position past the end
+   offset means the log was truncated under the group; the latest end offset gives the
+   lag now, even if the group never committed again. Only a sample taken after the old
+   position was committed counts as "at the rewind": an older one predates the old
+   position and would make it look truncated.
+3. Classify, first match wins:
+   - operator_reset: the group had no members when the rewind was committed. Only an
+     admin tool commits for an empty group (kafka-consumer-groups --reset-offsets refuses
+     an active one). Checked first because it explains the commit itself; consumers that
+     join later and reset again produce their own commits. Groups that never show a
+     member in the input (standalone consumers using assign(), e.g. Flink) always commit
+     while "empty", so for them membership proves nothing and this rule is skipped.
+   - auto_reset_after_out_of_range: a client reset line on the partition within
+     `evidence_window_s` of the rewind, or a truncation of the partition shortly before
+     it, or an old position past the end offset (the position no longer existed).
+   - stale_offset_after_coordinator_move: members were active and nothing reset them: a
+     stale process (a zombie of an old generation, a standalone committer with an old
+     position) or a coordinator that served stale state after moving, committed an old
+     offset over a newer one.
+   - unknown: no membership and no event to go by.
+4. Size: duplicates = messages re-read = min(old, end) - max(new, log start). The old
+   position is evidence, not a guess: it is the group's highest commit before the drop.
+
+Resets. Client reset lines (after `pair_reset_events`) become offset_reset findings
+unless benign (reason no_committed_offset: a new group; or an unexplained reset of a
+partition the group had never committed). A reset forward skips messages the group never
+read: skipped = to - from (possible loss); a reset backward re-reads. An empty group's
+forward commit (an operator's reset to latest or to a later offset) is an offset_reset
+too: cause operator_reset_forward.
+
+Scoring and actions:
+
+- rewind: operator_reset info/none; auto_reset high, restore_group_offsets when the old
+  position is still in the log (the reset was spurious, e.g. KAFKA-9543-style bugs, and
+  restoring stops the re-read), else page_human; stale offset high/restore_group_offsets
+  (restore to the old position); unknown warning/page_human. A rewind that already
+  recovered suggests none: there is nothing left to restore.
+- reset: truncation or out-of-range high; unexplained warning; skipped > 0 adds "possible
+  loss" and suggests restore_group_offsets to the pre-reset position when it is still in
+  the log; operator_reset_forward warning/none.
+- Unfixable: a rewind or reset caused by truncation (the old position is gone) pages a
+  human; offsets are never restored past the log end.
+
+Config keys ([offset_rewind] section, `OffsetRewindSection`):
+
+- evidence_window_s = 120: a client reset line this close to the rewind (either side),
+  or a truncation this long before it, explains it.
+- membership_max_age_s = 300: a membership sample older than this at the commit counts
+  as unknown.
+- min_rewind_messages = 1: drops smaller than this are ignored.
+- reset_pair_window_s = 5: how far apart a Java client's cause and position lines may be.
+
+Output: `Detection`s of type offset_rewind and offset_reset, entity
+"group:<group>/<topic>-<p>" (or "<topic>-<p>" for a reset whose group is unknown); the
+evidence always carries topic, partition and group (correlation links on them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
+                                group_partition_entity, partition_entity)
+from detectors.partition_signals import (ClientOffsetReset, GroupMembership, LogTruncation,
+                                         OffsetCommit, PartitionOffsets, ResetReason,
+                                         ResetTarget, at_or_before, by_partition,
+                                         messages_reread, offsets_at, offsets_past_log_end,
+                                         pair_reset_events, reset_target_of)
+from kmon.config import _key
+
+
+@dataclass(frozen=True)
+class OffsetRewindSection:
+    evidence_window_s: float = _key("A client reset line this close to a rewind (either side), "
+                                    "or a truncation this long before it, explains the rewind",
+                                    120.0, min=1, max=86400)
+    membership_max_age_s: float = _key("A group membership sample older than this at a commit "
+                                       "counts as unknown", 300.0, min=1, max=86400)
+    min_rewind_messages: int = _key("Ignore rewinds smaller than this many offsets", 1,
+                                    min=1, max=10**12)
+    reset_pair_window_s: float = _key("Longest gap between a Java client's reset-cause line and "
+                                      "its new-position line", 5.0, min=0, max=600)
+
+
+class RewindCause:
+    OPERATOR_RESET = "operator_reset"
+    AUTO_RESET_AFTER_OUT_OF_RANGE = "auto_reset_after_out_of_range"
+    STALE_OFFSET_AFTER_COORDINATOR_MOVE = "stale_offset_after_coordinator_move"
+    UNKNOWN = "unknown"
+
+
+class ResetCause:
+    AUTO_RESET_AFTER_OUT_OF_RANGE = "auto_reset_after_out_of_range"
+    AUTO_RESET_AFTER_TRUNCATION = "auto_reset_after_truncation"
+    RESET_UNKNOWN_REASON = "reset_unknown_reason"
+    OPERATOR_RESET_FORWARD = "operator_reset_forward"
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """One backwards move of a group's committed offset on a partition, and its outcome."""
+    previous_commit: OffsetCommit   # the last commit before the drop
+    rewind_commit: OffsetCommit     # the first commit below it
+    old_position: int               # the highest offset committed before the drop
+    new_position: int               # the lowest offset committed while the rewind lasted
+    drops: int                      # commits that went down while it lasted
+    recovered_commit: OffsetCommit | None  # the first commit back at the old position
+
+    @property
+    def active(self) -> bool:
+        return self.recovered_commit is None
+
+
+@dataclass(frozen=True)
+class RewindAssessment:
+    """Every rule's result for one rewind, kept so tests and evidence can show each."""
+    rewind: Rewind
+    member_count: int | None         # at the rewind commit; None when unknown
+    group_has_members_ever: bool     # any sample in the input shows a member
+    admin_commit: bool               # rule: committed while the group was empty
+    reset_event: ClientOffsetReset | None
+    truncation: LogTruncation | None
+    offsets_at_rewind: PartitionOffsets | None
+    past_log_end: int                # old position beyond the end offset at the rewind
+    duplicates: int
+    cause: str
+    lag_now: int | None
+
+
+# --- rules -----------------------------------------------------------------------------
+
+def find_rewinds(commits: Sequence[OffsetCommit], min_messages: int = 1) -> list[Rewind]:
+    """Rewinds in one group/partition's time-ordered commits.
+
+    A commit lower than the previous one starts a rewind; it stays active until a commit
+    reaches the old position (the highest commit before the drop). Lower commits while it
+    is active deepen it rather than starting another one.
+    """
+    rewinds: list[Rewind] = []
+    high: int | None = None
+    prev: OffsetCommit | None = None
+    current: dict | None = None
+    for c in commits:
+        if current is not None:
+            if c.offset >= current["old_position"]:
+                rewinds.append(Rewind(recovered_commit=c, **current))
+                current = None
+            elif c.offset < prev.offset:
+                current["new_position"] = min(current["new_position"], c.offset)
+                current["drops"] += 1
+        elif prev is not None and c.offset < prev.offset and high - c.offset >= min_messages:
+            current = {"previous_commit": prev, "rewind_commit": c, "old_position": high,
+                       "new_position": c.offset, "drops": 1}
+        high = c.offset if high is None else max(high, c.offset)
+        prev = c
+    if current is not None:
+        rewinds.append(Rewind(recovered_commit=None, **current))
+    return rewinds
+
+
+def members_at(samples: Sequence[GroupMembership], t_ms: int, max_age_ms: int) -> int | None:
+    """The group's member count at t_ms, from the last sample no older than max_age."""
+    s = at_or_before(samples, t_ms, lambda m: m.observed_ms)
+    if s is None or t_ms - s.observed_ms > max_age_ms:
+        return None
+    return s.member_count
+
+
+def group_uses_membership(samples: Sequence[GroupMembership]) -> bool:
+    """A group that never shows a member commits through assign(): "empty" means nothing."""
+    return any(s.member_count > 0 for s in samples)
+
+
+def is_admin_commit(member_count: int | None, uses_membership: bool) -> bool:
+    """Committed while the group had no members: only an admin tool does that."""
+    return uses_membership and member_count == 0
+
+
+def reset_event_near(resets: Sequence[ClientOffsetReset], group: str, t_ms: int,
+                     window_ms: int) -> ClientOffsetReset | None:
+    """The client reset line closest to t_ms on this partition from this group (or from a
+    client whose group the line does not name), within the window, benign ones aside."""
+    near = [e for e in resets
+            if abs(e.event_ms - t_ms) <= window_ms and e.group in (None, group)
+            and e.reason is not ResetReason.NO_COMMITTED_OFFSET]
+    return min(near, key=lambda e: abs(e.event_ms - t_ms), default=None)
+
+
+def truncation_before(truncations: Sequence[LogTruncation], t_ms: int,
+                      window_ms: int) -> LogTruncation | None:
+    """The latest truncation of the partition in the window before t_ms (a client meets the
+    truncated log a few fetches later, so the reset follows the truncation)."""
+    near = [t for t in truncations if t_ms - window_ms <= t.event_ms <= t_ms + 1000]
+    return max(near, key=lambda t: t.event_ms, default=None)
+
+
+def classify_rewind(admin_commit: bool, reset_event: ClientOffsetReset | None,
+                    truncation: LogTruncation | None, past_log_end: int,
+                    member_count: int | None) -> str:
+    """First match wins; see the module docstring for why this order."""
+    if admin_commit:
+        return RewindCause.OPERATOR_RESET
+    if reset_event is not None or truncation is not None or past_log_end > 0:
+        return RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
+    if member_count is not None and member_count > 0:
+        return RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE
+    return RewindCause.UNKNOWN
+
+
+def is_benign_reset(e: ClientOffsetReset, had_commit_before: bool) -> bool:
+    """A new group (or partition) picking its first position: auto.offset.reset's job."""
+    if e.reason is ResetReason.NO_COMMITTED_OFFSET:
+        return True
+    return e.reason is ResetReason.UNKNOWN and not had_commit_before
+
+
+def resolved_target_offset(e: ClientOffsetReset, at: PartitionOffsets | None) -> int | None:
+    """The new position: as logged, else the symbolic target read from the broker offsets."""
+    if e.to_offset is not None:
+        return e.to_offset
+    if at is None:
+        return None
+    if e.target is ResetTarget.LATEST:
+        return at.end_offset
+    if e.target is ResetTarget.EARLIEST:
+        return at.log_start_offset
+    return None
+
+
+def offsets_during_rewind(series: Sequence[PartitionOffsets], r: Rewind,
+                          slack_ms: int) -> PartitionOffsets | None:
+    """The broker's offsets at the rewind, from a sample taken after the old position was
+    committed and at most slack_ms after the rewind: an older sample predates the old
+    position and would make it look truncated; None when no sample qualifies."""
+    since, t = r.previous_commit.commit_ms, r.rewind_commit.commit_ms
+    usable = [o for o in series if since <= o.observed_ms <= t + slack_ms]
+    before = [o for o in usable if o.observed_ms <= t]
+    return before[-1] if before else (usable[0] if usable else None)
+
+
+def still_in_log(position: int, at: PartitionOffsets | None) -> bool:
+    """Whether a consumer could still be put back at this position."""
+    if at is None:
+        return False
+    start = at.log_start_offset if at.log_start_offset is not None else 0
+    return start <= position <= at.end_offset
+
+
+# --- assessment ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PartitionInputs:
+    """What the broker and the clients say about one partition, each sorted by time."""
+    offsets: Sequence[PartitionOffsets]
+    resets: Sequence[ClientOffsetReset]
+    truncations: Sequence[LogTruncation]
+
+
+def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMembership],
+                  config: OffsetRewindSection) -> RewindAssessment:
+    t = r.rewind_commit.commit_ms
+    window_ms = int(config.evidence_window_s * 1000)
+    member_count = members_at(members, t, int(config.membership_max_age_s * 1000))
+    uses_membership = group_uses_membership(members)
+    admin = is_admin_commit(member_count, uses_membership)
+    event = reset_event_near(inputs.resets, r.rewind_commit.group, t, window_ms)
+    truncation = truncation_before(inputs.truncations, t, window_ms)
+    at = offsets_during_rewind(inputs.offsets, r, window_ms)
+    past_end = offsets_past_log_end(r.old_position, at)
+    latest = inputs.offsets[-1] if inputs.offsets else None
+    last_commit = (r.recovered_commit or r.rewind_commit).offset
+    return RewindAssessment(
+        rewind=r, member_count=member_count, group_has_members_ever=uses_membership,
+        admin_commit=admin, reset_event=event, truncation=truncation, offsets_at_rewind=at,
+        past_log_end=past_end, duplicates=messages_reread(r.old_position, r.new_position, at),
+        cause=classify_rewind(admin, event, truncation, past_end, member_count),
+        lag_now=None if latest is None else max(0, latest.end_offset - last_commit))
+
+
+def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKind]:
+    if a.cause == RewindCause.OPERATOR_RESET:
+        return Severity.INFO, ActionKind.NONE
+    if a.cause == RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE:
+        restorable = a.past_log_end == 0 and a.truncation is None and still_in_log(
+            a.rewind.old_position, a.offsets_at_rewind)
+        action = ActionKind.RESTORE_GROUP_OFFSETS if restorable else ActionKind.PAGE_HUMAN
+        severity = Severity.HIGH
+    elif a.cause == RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE:
+        severity, action = Severity.HIGH, ActionKind.RESTORE_GROUP_OFFSETS
+    else:
+        severity, action = Severity.WARNING, ActionKind.PAGE_HUMAN
+    if not a.rewind.active and action is ActionKind.RESTORE_GROUP_OFFSETS:
+        action = ActionKind.NONE
+    return severity, action
+
+
+_REWIND_WHY = {
+    RewindCause.OPERATOR_RESET: "committed while the group had no members (an operator's reset)",
+    RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE: "an automatic reset after the position fell "
+                                               "out of range",
+    RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE: "an old offset committed over a newer one "
+                                                     "while members were active, with no reset",
+    RewindCause.UNKNOWN: "cause unknown (no membership or client evidence)",
+}
+
+
+def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
+    r = a.rewind
+    c = r.rewind_commit
+    severity, action = _rewind_severity_and_action(a)
+    evidence = {
+        "group": c.group, "topic": c.topic, "partition": c.partition,
+        "old_position": r.old_position, "new_position": r.new_position,
+        "previous_commit_offset": r.previous_commit.offset,
+        "previous_commit_ms": r.previous_commit.commit_ms, "rewind_commit_ms": c.commit_ms,
+        "drops": r.drops, "duplicates": a.duplicates, "active": r.active,
+        "recovered_ms": None if r.active else r.recovered_commit.commit_ms,
+        "member_count": a.member_count, "group_has_members_ever": a.group_has_members_ever,
+        "reset_target": reset_target_of(r.new_position, a.offsets_at_rewind).value,
+        "old_position_past_log_end": a.past_log_end, "lag_now": a.lag_now,
+        "end_offset_at_rewind": a.offsets_at_rewind.end_offset if a.offsets_at_rewind else None,
+        "log_start_at_rewind": a.offsets_at_rewind.log_start_offset if a.offsets_at_rewind
+        else None,
+        "restore_to": r.old_position if action is ActionKind.RESTORE_GROUP_OFFSETS else None,
+    }
+    if a.reset_event is not None:
+        evidence["reset_event"] = {"event_ms": a.reset_event.event_ms,
+                                   "client_id": a.reset_event.client_id,
+                                   "reason": a.reset_event.reason.value,
+                                   "from_offset": a.reset_event.from_offset,
+                                   "to_offset": a.reset_event.to_offset}
+    if a.truncation is not None:
+        evidence["truncation"] = {"event_ms": a.truncation.event_ms,
+                                  "broker": a.truncation.broker,
+                                  "truncated_to": a.truncation.truncated_to,
+                                  "high_watermark": a.truncation.high_watermark}
+    state = "still active" if r.active else "since recovered"
+    explanation = (f"Group {c.group} moved back on {c.topic}-{c.partition} from offset "
+                   f"{r.old_position} to {r.new_position} ({a.duplicates} messages re-read, "
+                   f"{state}): {_REWIND_WHY[a.cause]}.")
+    return Detection(
+        cluster=c.cluster, type=AnomalyType.OFFSET_REWIND, severity=severity,
+        entity_kind=EntityKind.GROUP, entity=group_partition_entity(c.group, c.topic, c.partition),
+        first_seen_ms=c.commit_ms,
+        last_seen_ms=max(c.commit_ms, now_ms) if r.active else r.recovered_commit.commit_ms,
+        cause=a.cause, explanation=explanation, suggested_action=action, evidence=evidence)
+
+
+def _last_commit_before(commits: Sequence[OffsetCommit], t_ms: int) -> OffsetCommit | None:
+    return at_or_before(commits, t_ms, lambda c: c.commit_ms)
+
+
+def reset_detection(e: ClientOffsetReset, commits: Sequence[OffsetCommit],
+                    offsets: Sequence[PartitionOffsets]) -> Detection | None:
+    """An offset_reset finding for one client reset line, or None when it is benign."""
+    before = _last_commit_before(commits, e.event_ms) if e.group else None
+    if is_benign_reset(e, before is not None):
+        return None
+    at = offsets_at(offsets, e.event_ms)
+    from_offset = e.from_offset if e.from_offset is not None else (
+        before.offset if before else None)
+    to_offset = resolved_target_offset(e, at)
+    skipped = (to_offset - from_offset
+               if None not in (from_offset, to_offset) and to_offset > from_offset else 0)
+    reread = (messages_reread(from_offset, to_offset, at)
+              if None not in (from_offset, to_offset) and to_offset < from_offset else 0)
+    if e.reason is ResetReason.TRUNCATION:
+        cause, severity = ResetCause.AUTO_RESET_AFTER_TRUNCATION, Severity.HIGH
+    elif e.reason is ResetReason.OUT_OF_RANGE:
+        cause, severity = ResetCause.AUTO_RESET_AFTER_OUT_OF_RANGE, Severity.HIGH
+    else:
+        cause, severity = ResetCause.RESET_UNKNOWN_REASON, Severity.WARNING
+    if skipped > 0:
+        severity = Severity.HIGH
+    truncated = e.reason is ResetReason.TRUNCATION or offsets_past_log_end(
+        from_offset or 0, at) > 0
+    if skipped > 0 and not truncated and still_in_log(from_offset, at):
+        action = ActionKind.RESTORE_GROUP_OFFSETS
+    else:
+        action = ActionKind.PAGE_HUMAN
+    target = e.target if e.target is not ResetTarget.UNKNOWN else (
+        reset_target_of(to_offset, at) if to_offset is not None else ResetTarget.UNKNOWN)
+    if e.group:
+        kind, entity = EntityKind.GROUP, group_partition_entity(e.group, e.topic, e.partition)
+    else:
+        kind, entity = EntityKind.PARTITION, partition_entity(e.topic, e.partition)
+    who = f"Group {e.group}" if e.group else f"Client {e.client_id or '(unknown)'}"
+    if skipped:
+        size = f"skipping {skipped} unread messages (possible loss)"
+    elif reread:
+        size = f"re-reading {reread} messages"
+    else:
+        size = "size unknown" if None in (from_offset, to_offset) else "no messages skipped"
+    explanation = (f"{who} reset its position on {e.topic}-{e.partition} from "
+                   f"{from_offset if from_offset is not None else '?'} to "
+                   f"{to_offset if to_offset is not None else target.value} "
+                   f"({e.reason.value}), {size}.")
+    return Detection(
+        cluster=e.cluster, type=AnomalyType.OFFSET_RESET, severity=severity, entity_kind=kind,
+        entity=entity, first_seen_ms=e.event_ms, last_seen_ms=e.event_ms, cause=cause,
+        explanation=explanation, suggested_action=action,
+        evidence={"group": e.group, "topic": e.topic, "partition": e.partition,
+                  "client_id": e.client_id, "reason": e.reason.value, "target": target.value,
+                  "from_offset": from_offset, "to_offset": to_offset, "skipped": skipped,
+                  "duplicates": reread, "possible_loss": skipped > 0,
+                  "end_offset_at_reset": at.end_offset if at else None,
+                  "log_start_at_reset": at.log_start_offset if at else None,
+                  "restore_to": from_offset if action is ActionKind.RESTORE_GROUP_OFFSETS
+                  else None})
+
+
+def operator_forward_resets(commits: Sequence[OffsetCommit], members: Sequence[GroupMembership],
+                            offsets: Sequence[PartitionOffsets],
+                            config: OffsetRewindSection) -> list[Detection]:
+    """Forward commits made while the group was empty: an operator skipped messages."""
+    out = []
+    uses_membership = group_uses_membership(members)
+    max_age_ms = int(config.membership_max_age_s * 1000)
+    for prev, c in zip(commits, commits[1:]):
+        if c.offset - prev.offset < config.min_rewind_messages:
+            continue
+        if not is_admin_commit(members_at(members, c.commit_ms, max_age_ms), uses_membership):
+            continue
+        at = offsets_at(offsets, c.commit_ms)
+        skipped = c.offset - prev.offset
+        out.append(Detection(
+            cluster=c.cluster, type=AnomalyType.OFFSET_RESET, severity=Severity.WARNING,
+            entity_kind=EntityKind.GROUP,
+            entity=group_partition_entity(c.group, c.topic, c.partition),
+            first_seen_ms=c.commit_ms, last_seen_ms=c.commit_ms,
+            cause=ResetCause.OPERATOR_RESET_FORWARD,
+            explanation=(f"Group {c.group} was moved forward on {c.topic}-{c.partition} from "
+                         f"{prev.offset} to {c.offset} while it had no members (an operator's "
+                         f"reset), skipping {skipped} unread messages."),
+            suggested_action=ActionKind.NONE,
+            evidence={"group": c.group, "topic": c.topic, "partition": c.partition,
+                      "from_offset": prev.offset, "to_offset": c.offset, "skipped": skipped,
+                      "possible_loss": True, "member_count": 0,
+                      "target": reset_target_of(c.offset, at).value,
+                      "commit_ms": c.commit_ms}))
+    return out
+
+
+def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
+                            offsets: Iterable[PartitionOffsets] = (),
+                            resets: Iterable[ClientOffsetReset] = (),
+                            memberships: Iterable[GroupMembership] = (),
+                            truncations: Iterable[LogTruncation] = (),
+                            now_ms: int,
+                            config: OffsetRewindSection | None = None) -> list[Detection]:
+    """offset_rewind and offset_reset detections for everything in the input.
+
+    One offset_rewind detection per group/partition (its latest rewind; evidence counts
+    the others), one offset_reset per non-benign client reset line and per operator
+    forward commit. Resets before rewinds: nothing depends on it but the output order.
+    """
+    config = config or OffsetRewindSection()
+    offsets_by_tp = by_partition(offsets, lambda o: o.observed_ms)
+    truncations_by_tp = by_partition(truncations, lambda t: t.event_ms)
+    paired = pair_reset_events(resets, int(config.reset_pair_window_s * 1000))
+    resets_by_tp = by_partition(paired, lambda e: e.event_ms)
+    members_by_group: dict[tuple[str, str], list[GroupMembership]] = defaultdict(list)
+    for m in memberships:
+        members_by_group[(m.cluster, m.group)].append(m)
+    for ms in members_by_group.values():
+        ms.sort(key=lambda m: m.observed_ms)
+    commits_by_gtp: dict[tuple, list[OffsetCommit]] = defaultdict(list)
+    for c in commits:
+        commits_by_gtp[(c.cluster, c.group, c.topic, c.partition)].append(c)
+    for cs in commits_by_gtp.values():
+        cs.sort(key=lambda c: c.commit_ms)
+
+    detections: list[Detection] = []
+    for tp, events in resets_by_tp.items():
+        for e in events:
+            group_commits = commits_by_gtp.get((e.cluster, e.group, e.topic, e.partition), [])
+            d = reset_detection(e, group_commits, offsets_by_tp.get(tp, []))
+            if d is not None:
+                detections.append(d)
+
+    for (cluster, group, topic, partition), cs in sorted(commits_by_gtp.items()):
+        tp = (cluster, topic, partition)
+        members = members_by_group.get((cluster, group), [])
+        inputs = PartitionInputs(offsets=offsets_by_tp.get(tp, []),
+                                  resets=resets_by_tp.get(tp, []),
+                                  truncations=truncations_by_tp.get(tp, []))
+        detections.extend(operator_forward_resets(cs, members, inputs.offsets, config))
+        rewinds = find_rewinds(cs, config.min_rewind_messages)
+        if not rewinds:
+            continue
+        latest = assess_rewind(rewinds[-1], inputs, members, config)
+        d = rewind_detection(latest, now_ms)
+        detections.append(dataclasses.replace(
+            d, evidence={**d.evidence, "rewinds_seen": len(rewinds)}))
+    return detections

@@ -1,0 +1,203 @@
+"""Typed partition-level inputs shared by the offset-rewind and unclean-election detectors.
+
+The Spark adapter builds these from silver/gold rows (one dataclass per row, field names
+equal to the column names where a column exists) and passes plain lists; nothing here
+reads a table. Every record carries `cluster`: one deployment watches many clusters and
+every lookup below keys on it.
+
+- `OffsetCommit`: one commit of a group on a partition, from __consumer_offsets (offset
+  commit keys v0/v1; tombstones and group-metadata records are not commits).
+- `PartitionOffsets`: a partition's end offset (the high watermark a consumer can reach;
+  the leader's LogEndOffset gauge is close enough) and log start offset at one time, from
+  JMX (kafka.log:type=Log,name=LogEndOffset|LogStartOffset) or client statistics
+  (librdkafka hi_offset / lo_offset).
+- `LogTruncation`: a broker truncated a partition's log (server.log: "Truncating to offset
+  N", "Truncating <tp> to offset N below high watermark M"); `high_watermark` only when the
+  line gives it.
+- `ClientOffsetReset`: a consumer moved its position by itself (Java "Resetting offset for
+  partition", "Fetch position ... is out of range", "Truncation detected"; librdkafka
+  "offset reset (at offset A ...) to offset END"). The Java client writes the cause and
+  the new position on two lines: pass both, `pair_reset_events` joins them.
+- `GroupMembership`: a sample of a group's member count (AdminClient describeGroups or
+  client statistics), used to tell an operator's reset (empty group) from a live group.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Iterable, Sequence, TypeVar
+
+
+class ResetReason(StrEnum):
+    OUT_OF_RANGE = "out_of_range"            # the fetch position was outside the log
+    TRUNCATION = "truncation"                # the client detected log truncation (KIP-320)
+    NO_COMMITTED_OFFSET = "no_committed_offset"  # a new group or partition: benign
+    UNKNOWN = "unknown"                      # a reset line without its cause
+
+
+class ResetTarget(StrEnum):
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSET = "offset"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    cluster: str
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    commit_ms: int
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    cluster: str
+    topic: str
+    partition: int
+    observed_ms: int
+    end_offset: int
+    log_start_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class LogTruncation:
+    cluster: str
+    broker: int
+    topic: str
+    partition: int
+    event_ms: int
+    truncated_to: int
+    high_watermark: int | None = None
+
+    @property
+    def below_high_watermark(self) -> bool:
+        """Committed data removed: only an unclean election (or a bug) does that."""
+        return self.high_watermark is not None and self.truncated_to < self.high_watermark
+
+
+@dataclass(frozen=True)
+class ClientOffsetReset:
+    cluster: str
+    topic: str
+    partition: int
+    event_ms: int
+    group: str | None = None
+    client_id: str | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    target: ResetTarget = ResetTarget.UNKNOWN
+    reason: ResetReason = ResetReason.UNKNOWN
+
+
+@dataclass(frozen=True)
+class GroupMembership:
+    cluster: str
+    group: str
+    observed_ms: int
+    member_count: int
+
+
+T = TypeVar("T")
+TopicPartition = tuple[str, str, int]  # cluster, topic, partition
+
+
+def by_partition(items: Iterable[T], time_of) -> dict[TopicPartition, list[T]]:
+    """Items grouped by (cluster, topic, partition), each list sorted by `time_of`."""
+    out: dict[TopicPartition, list[T]] = defaultdict(list)
+    for x in items:
+        out[(x.cluster, x.topic, x.partition)].append(x)
+    for xs in out.values():
+        xs.sort(key=time_of)
+    return dict(out)
+
+
+def at_or_before(series: Sequence[T], t_ms: int, time_of) -> T | None:
+    """The last item of a time-sorted series observed at or before t_ms."""
+    times = [time_of(x) for x in series]
+    i = bisect.bisect_right(times, t_ms)
+    return series[i - 1] if i else None
+
+
+def offsets_at(series: Sequence[PartitionOffsets], t_ms: int) -> PartitionOffsets | None:
+    """The partition's offsets as known at t_ms: the last sample before it, else the first
+    after it (an evaluation may start just after the event)."""
+    found = at_or_before(series, t_ms, lambda o: o.observed_ms)
+    if found is None and series:
+        return series[0]
+    return found
+
+
+def pair_reset_events(events: Iterable[ClientOffsetReset],
+                      pair_window_ms: int) -> list[ClientOffsetReset]:
+    """Join the Java client's cause line and position line into one reset.
+
+    "Fetch position {offset=A} is out of range ..., resetting offset" is followed by
+    "Resetting offset for partition ... to position {offset=B}" from the same client. A
+    line with a cause but no new position is merged with the next line of the same client
+    and partition that has a new position and no cause, if it comes within pair_window_ms.
+    """
+    def who(e: ClientOffsetReset) -> tuple:
+        return e.cluster, e.client_id or e.group, e.topic, e.partition
+
+    ordered = sorted(events, key=lambda e: e.event_ms)
+    out: list[ClientOffsetReset] = []
+    pending: dict[tuple, ClientOffsetReset] = {}
+    for e in ordered:
+        k = who(e)
+        cause = pending.get(k)
+        if (cause is not None and e.reason is ResetReason.UNKNOWN and e.to_offset is not None
+                and e.event_ms - cause.event_ms <= pair_window_ms):
+            out.remove(cause)
+            del pending[k]
+            out.append(ClientOffsetReset(
+                cluster=e.cluster, topic=e.topic, partition=e.partition,
+                event_ms=cause.event_ms, group=cause.group or e.group,
+                client_id=cause.client_id or e.client_id,
+                from_offset=cause.from_offset if cause.from_offset is not None else e.from_offset,
+                to_offset=e.to_offset,
+                target=e.target if e.target is not ResetTarget.UNKNOWN else cause.target,
+                reason=cause.reason))
+            continue
+        out.append(e)
+        if e.reason is not ResetReason.UNKNOWN and e.to_offset is None:
+            pending[k] = e
+    return out
+
+
+def messages_reread(old_position: int, new_position: int, at: PartitionOffsets | None) -> int:
+    """Messages a consumer reads twice after moving from old_position back to new_position.
+
+    Only offsets still in the log are re-read: not those below the log start (deleted by
+    retention) nor those at or past the end (truncated away; new messages will take those
+    offsets, and reading them is not a duplicate).
+    """
+    upper = old_position if at is None else min(old_position, at.end_offset)
+    lower = new_position
+    if at is not None and at.log_start_offset is not None:
+        lower = max(lower, at.log_start_offset)
+    return max(0, upper - lower)
+
+
+def offsets_past_log_end(position: int, at: PartitionOffsets | None) -> int:
+    """How far a position lies beyond the partition's end: offsets that no longer exist."""
+    if at is None:
+        return 0
+    return max(0, position - at.end_offset)
+
+
+def reset_target_of(position: int, at: PartitionOffsets | None) -> ResetTarget:
+    """Where a new position points: the log start, the log end, or somewhere between."""
+    if at is None:
+        return ResetTarget.UNKNOWN
+    if at.log_start_offset is not None and position <= at.log_start_offset:
+        return ResetTarget.EARLIEST
+    if position >= at.end_offset:
+        return ResetTarget.LATEST
+    return ResetTarget.OFFSET

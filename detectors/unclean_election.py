@@ -1,0 +1,338 @@
+"""Unclean leader election: an out-of-sync replica became leader, and data was lost.
+
+Signal.
+- `UncleanElection`: the controller's log line for one partition (KRaft: "UNCLEAN partition
+  change for <tp> ... leader: 1 -> 3, leaderEpoch: 4 -> 5" (3.3+), "Setting new leader
+  ... using an unclean election" (3.7+), "Triggering unclean leader election for offline
+  partition <tp>" (3.9+)). The adapter de-duplicates the several lines one election
+  writes, keeping the earliest time.
+- `UncleanElectionMeterTick`: the increase of the controller's
+  UncleanLeaderElectionsPerSec meter (Count) between two samples. A ZooKeeper-mode
+  controller (Kafka up to 3.9) logs nothing for an unclean election: only this meter
+  moves. The adapter drops negative deltas (a new active controller starts from zero).
+- `LogTruncation`, `PartitionOffsets`, `OffsetCommit` from detectors/partition_signals.py.
+
+Algorithm, per logged election:
+
+1. Lost range [lost_from, lost_until): the offsets the old leader had acknowledged that
+   the new leader never had.
+   - lost_from, the new leader's log end at the election, first match wins: the old
+     leader's own truncation after the election (it truncates to exactly that point when
+     it comes back: the most direct evidence); else the lowest truncation below a logged
+     high watermark; else the lowest truncation of the partition after the election; else
+     the first end offset observed after the election (an upper bound: new writes may
+     already be in it).
+   - lost_until, the high watermark before the election: the highest "below high
+     watermark M" of the truncation lines; else the last end offset observed before the
+     election (the high watermark consumers could reach).
+   Each bound's source is in the evidence; a bound we cannot find stays null and the
+   finding says so rather than guessing.
+2. Groups: each group's last commit on the partition at or before the election.
+   inside = lost_from < committed <= lost_until: the group read messages that no longer
+   exist; its position now lies past the new leader's end (OffsetOutOfRange, then a reset
+   per auto.offset.reset) or, once new writes fill those offsets, it silently skips them.
+   beyond = committed > lost_until (lost_until was an underestimate); behind = committed
+   <= lost_from: no error, but the lost messages are lost to it as well.
+3. log_truncation findings: every truncation below its high watermark (committed data
+   removed). Truncations without a high watermark are routine (a follower dropping an
+   uncommitted tail after a leader change) and are only used as evidence above.
+4. Meter only: ticks of the meter that the logged elections do not account for (each
+   logged election within `meter_match_window_s` of a tick accounts for one count) give a
+   cluster-level finding with partitions "unknown"; truncations below the high watermark
+   near the tick are listed as candidate partitions.
+
+Scoring: unclean_election is critical, log_truncation high. Unfixable: lost data cannot
+be brought back by kmon; every finding here suggests page_human.
+
+Config keys ([unclean_election] section, `UncleanElectionSection`):
+
+- truncation_window_s = 3600: how long after an election a truncation still belongs to
+  it (the old leader truncates when it comes back, which may take an hour).
+- meter_match_window_s = 120: how far a logged election may be from a meter tick to
+  account for it.
+- max_groups_listed = 50: groups named per list in the evidence (the counts are exact).
+
+Output: `Detection`s of types unclean_election (entity "<topic>-<p>", or
+"cluster:<name>" for meter-only) and log_truncation (entity "<topic>-<p>"); evidence
+carries topic and partition (correlation links on them).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
+                                cluster_entity, partition_entity)
+from detectors.partition_signals import (LogTruncation, OffsetCommit, PartitionOffsets,
+                                         at_or_before, by_partition)
+from kmon.config import _key
+
+# Log lines are written by different processes whose clocks and flush times differ by a
+# little: a truncation stamped a few seconds before the controller's line still follows it.
+CLOCK_SKEW_MS = 5_000
+
+
+@dataclass(frozen=True)
+class UncleanElectionSection:
+    truncation_window_s: float = _key("How long after an unclean election a truncation of the "
+                                      "partition still belongs to it", 3600.0, min=1,
+                                      max=7 * 86400)
+    meter_match_window_s: float = _key("How far a logged unclean election may be from a tick of "
+                                       "the controller's meter to account for it", 120.0,
+                                       min=1, max=86400)
+    max_groups_listed: int = _key("Consumer groups named per list in a finding's evidence", 50,
+                                  min=1, max=10000)
+
+
+@dataclass(frozen=True)
+class UncleanElection:
+    cluster: str
+    topic: str
+    partition: int
+    event_ms: int
+    old_leader: int | None = None
+    new_leader: int | None = None
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class UncleanElectionMeterTick:
+    cluster: str
+    observed_ms: int
+    count_delta: float
+    controller: int | None = None
+
+
+@dataclass(frozen=True)
+class LostRange:
+    lost_from: int | None
+    lost_from_source: str
+    lost_until: int | None
+    lost_until_source: str
+
+    @property
+    def messages_lost(self) -> int | None:
+        if self.lost_from is None or self.lost_until is None:
+            return None
+        return max(0, self.lost_until - self.lost_from)
+
+
+@dataclass(frozen=True)
+class GroupsOnRange:
+    inside: list[tuple[str, int]]
+    beyond: list[tuple[str, int]]
+    behind: list[tuple[str, int]]
+    unknown: list[tuple[str, int]]  # the range start is unknown: cannot place them
+
+
+# --- rules -----------------------------------------------------------------------------
+
+def truncations_after(e: UncleanElection, truncations: Sequence[LogTruncation],
+                      window_ms: int) -> list[LogTruncation]:
+    """Truncations of the partition that follow the election within the window."""
+    return [t for t in truncations
+            if e.event_ms - CLOCK_SKEW_MS <= t.event_ms <= e.event_ms + window_ms]
+
+
+def lost_range_start(e: UncleanElection, truncations: Sequence[LogTruncation],
+                     offsets: Sequence[PartitionOffsets]) -> tuple[int | None, str]:
+    """The new leader's log end at the election; first match wins (see the docstring)."""
+    by_old_leader = [t for t in truncations if e.old_leader is not None and t.broker == e.old_leader]
+    if by_old_leader:
+        return min(t.truncated_to for t in by_old_leader), "old_leader_truncation"
+    below_hw = [t for t in truncations if t.below_high_watermark]
+    if below_hw:
+        return min(t.truncated_to for t in below_hw), "truncation_below_high_watermark"
+    if truncations:
+        return min(t.truncated_to for t in truncations), "truncation"
+    after = [o for o in offsets if o.observed_ms >= e.event_ms]
+    if after:
+        return after[0].end_offset, "first_end_offset_after_election"
+    return None, "unknown"
+
+
+def lost_range_end(e: UncleanElection, truncations: Sequence[LogTruncation],
+                   offsets: Sequence[PartitionOffsets]) -> tuple[int | None, str]:
+    """The high watermark before the election, as far as the evidence reaches."""
+    marks = [t.high_watermark for t in truncations if t.high_watermark is not None]
+    if marks:
+        return max(marks), "truncation_high_watermark"
+    before = at_or_before(offsets, e.event_ms - 1, lambda o: o.observed_ms)
+    if before is not None:
+        return before.end_offset, "last_end_offset_before_election"
+    return None, "unknown"
+
+
+def lost_range(e: UncleanElection, truncations: Sequence[LogTruncation],
+               offsets: Sequence[PartitionOffsets]) -> LostRange:
+    start, start_src = lost_range_start(e, truncations, offsets)
+    end, end_src = lost_range_end(e, truncations, offsets)
+    return LostRange(start, start_src, end, end_src)
+
+
+def committed_at(commits: Sequence[OffsetCommit], t_ms: int) -> dict[str, int]:
+    """Each group's last committed offset at or before t_ms."""
+    out: dict[str, tuple[int, int]] = {}
+    for c in commits:
+        if c.commit_ms <= t_ms and (c.group not in out or c.commit_ms >= out[c.group][0]):
+            out[c.group] = (c.commit_ms, c.offset)
+    return {g: off for g, (_, off) in out.items()}
+
+
+def place_groups(committed: dict[str, int], r: LostRange) -> GroupsOnRange:
+    """Which groups read into the lost range (inside), past it (beyond), or not (behind)."""
+    inside, beyond, behind, unknown = [], [], [], []
+    for group, offset in sorted(committed.items()):
+        if r.lost_from is None:
+            unknown.append((group, offset))
+        elif offset <= r.lost_from:
+            behind.append((group, offset))
+        elif r.lost_until is None or offset <= r.lost_until:
+            inside.append((group, offset))
+        else:
+            beyond.append((group, offset))
+    return GroupsOnRange(inside, beyond, behind, unknown)
+
+
+def unexplained_meter_ticks(ticks: Sequence[UncleanElectionMeterTick],
+                            elections: Sequence[UncleanElection],
+                            window_ms: int) -> list[tuple[UncleanElectionMeterTick, int]]:
+    """Meter ticks the logged elections do not account for, with the unexplained count.
+
+    Each logged election accounts for one count of the nearest tick within the window;
+    what remains happened without a log line (a ZooKeeper-mode controller).
+    """
+    unmatched = sorted(elections, key=lambda e: e.event_ms)
+    out = []
+    for tick in sorted(ticks, key=lambda t: t.observed_ms):
+        need = int(round(tick.count_delta))
+        if need <= 0:
+            continue
+        near = [e for e in unmatched if abs(e.event_ms - tick.observed_ms) <= window_ms]
+        for e in near[:need]:
+            unmatched.remove(e)
+        left = need - min(need, len(near))
+        if left > 0:
+            out.append((tick, left))
+    return out
+
+
+# --- detections ------------------------------------------------------------------------
+
+def _listed(pairs: list[tuple[str, int]], limit: int) -> list[dict]:
+    return [{"group": g, "committed_offset": o} for g, o in pairs[:limit]]
+
+
+def election_detection(e: UncleanElection, r: LostRange, groups: GroupsOnRange,
+                       config: UncleanElectionSection) -> Detection:
+    n = config.max_groups_listed
+    lost = r.messages_lost
+    if lost is not None:
+        what = f"offsets [{r.lost_from}, {r.lost_until}) ({lost} messages) were lost"
+    elif r.lost_from is not None:
+        what = f"data from offset {r.lost_from} on was lost (the old high watermark is unknown)"
+    else:
+        what = "the lost range is not known yet"
+    affected = [g for g, _ in groups.inside + groups.beyond]
+    who = (f"; groups past the new end: {', '.join(affected[:5])}"
+           f"{' and more' if len(affected) > 5 else ''}" if affected else "")
+    leaders = f"{e.old_leader if e.old_leader is not None else '?'} -> " \
+              f"{e.new_leader if e.new_leader is not None else '?'}"
+    return Detection(
+        cluster=e.cluster, type=AnomalyType.UNCLEAN_ELECTION, severity=Severity.CRITICAL,
+        entity_kind=EntityKind.PARTITION, entity=partition_entity(e.topic, e.partition),
+        first_seen_ms=e.event_ms, last_seen_ms=e.event_ms, cause="unclean_leader_election",
+        explanation=(f"An out-of-sync replica became leader of {e.topic}-{e.partition} "
+                     f"(leader {leaders}): {what}{who}."),
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"topic": e.topic, "partition": e.partition, "old_leader": e.old_leader,
+                  "new_leader": e.new_leader, "leader_epoch": e.leader_epoch,
+                  "election_ms": e.event_ms, "lost_from": r.lost_from,
+                  "lost_from_source": r.lost_from_source, "lost_until": r.lost_until,
+                  "lost_until_source": r.lost_until_source, "messages_lost": lost,
+                  "groups_inside": _listed(groups.inside, n),
+                  "groups_beyond": _listed(groups.beyond, n),
+                  "groups_behind": _listed(groups.behind, n),
+                  "groups_unplaced": _listed(groups.unknown, n),
+                  "groups_inside_count": len(groups.inside),
+                  "groups_beyond_count": len(groups.beyond),
+                  "groups_behind_count": len(groups.behind)})
+
+
+def truncation_detection(t: LogTruncation) -> Detection:
+    discarded = t.high_watermark - t.truncated_to
+    return Detection(
+        cluster=t.cluster, type=AnomalyType.LOG_TRUNCATION, severity=Severity.HIGH,
+        entity_kind=EntityKind.PARTITION, entity=partition_entity(t.topic, t.partition),
+        first_seen_ms=t.event_ms, last_seen_ms=t.event_ms,
+        cause="truncated_below_high_watermark",
+        explanation=(f"Broker {t.broker} truncated {t.topic}-{t.partition} to offset "
+                     f"{t.truncated_to}, below its high watermark {t.high_watermark}: "
+                     f"{discarded} committed messages were removed."),
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"topic": t.topic, "partition": t.partition, "broker": t.broker,
+                  "truncated_to": t.truncated_to, "high_watermark": t.high_watermark,
+                  "messages_discarded": discarded, "truncation_ms": t.event_ms})
+
+
+def meter_only_detection(tick: UncleanElectionMeterTick, count: int,
+                         truncations: Sequence[LogTruncation], before_ms: int,
+                         after_ms: int) -> Detection:
+    # The election happened between the previous sample and this one; its truncations
+    # follow it, as late as the old leader's return.
+    candidates = sorted({partition_entity(t.topic, t.partition) for t in truncations
+                         if t.cluster == tick.cluster and t.below_high_watermark
+                         and tick.observed_ms - before_ms <= t.event_ms
+                         <= tick.observed_ms + after_ms})
+    hint = (f"; partitions truncated below their high watermark nearby: "
+            f"{', '.join(candidates[:5])}" if candidates else "")
+    return Detection(
+        cluster=tick.cluster, type=AnomalyType.UNCLEAN_ELECTION, severity=Severity.CRITICAL,
+        entity_kind=EntityKind.CLUSTER, entity=cluster_entity(tick.cluster),
+        first_seen_ms=tick.observed_ms, last_seen_ms=tick.observed_ms,
+        cause="unclean_leader_election_unlogged",
+        explanation=(f"The controller counted {count} unclean leader election(s) that no log "
+                     f"line names (a ZooKeeper-mode controller logs none): partitions "
+                     f"unknown{hint}."),
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"partitions": "unknown", "count": count, "controller": tick.controller,
+                  "meter_observed_ms": tick.observed_ms, "candidate_partitions": candidates})
+
+
+def detect_unclean_elections(elections: Iterable[UncleanElection], *,
+                             meter_ticks: Iterable[UncleanElectionMeterTick] = (),
+                             truncations: Iterable[LogTruncation] = (),
+                             offsets: Iterable[PartitionOffsets] = (),
+                             commits: Iterable[OffsetCommit] = (),
+                             config: UncleanElectionSection | None = None) -> list[Detection]:
+    """unclean_election and log_truncation detections for everything in the input."""
+    config = config or UncleanElectionSection()
+    elections = list(elections)
+    truncations = list(truncations)
+    truncations_by_tp = by_partition(truncations, lambda t: t.event_ms)
+    offsets_by_tp = by_partition(offsets, lambda o: o.observed_ms)
+    commits_by_tp = by_partition(commits, lambda c: c.commit_ms)
+    window_ms = int(config.truncation_window_s * 1000)
+
+    detections = [truncation_detection(t) for t in truncations if t.below_high_watermark]
+    for e in sorted(elections, key=lambda e: e.event_ms):
+        tp = (e.cluster, e.topic, e.partition)
+        related = truncations_after(e, truncations_by_tp.get(tp, []), window_ms)
+        r = lost_range(e, related, offsets_by_tp.get(tp, []))
+        groups = place_groups(committed_at(commits_by_tp.get(tp, []), e.event_ms), r)
+        detections.append(election_detection(e, r, groups, config))
+
+    elections_by_cluster: dict[str, list[UncleanElection]] = defaultdict(list)
+    for e in elections:
+        elections_by_cluster[e.cluster].append(e)
+    ticks_by_cluster: dict[str, list[UncleanElectionMeterTick]] = defaultdict(list)
+    for t in meter_ticks:
+        ticks_by_cluster[t.cluster].append(t)
+    match_ms = int(config.meter_match_window_s * 1000)
+    for cluster, ticks in sorted(ticks_by_cluster.items()):
+        for tick, count in unexplained_meter_ticks(ticks, elections_by_cluster[cluster], match_ms):
+            detections.append(meter_only_detection(tick, count, truncations, match_ms,
+                                                      window_ms))
+    return detections

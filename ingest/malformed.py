@@ -1,0 +1,78 @@
+"""What a parser returns instead of a record when its input cannot be trusted.
+
+Every edge parser either returns a flat record (a dict whose keys are the silver table's
+columns) or a `Malformed` carrying a short machine reason and the raw input, so the caller
+can quarantine it (schemas/quarantine.py). Nothing is dropped silently: the only inputs
+for which a parser returns `None` are documented skips (for example group metadata keys in
+``__consumer_offsets``), and those come with a `Skipped` reason too.
+
+Reasons are short and stable, so quarantine can be grouped by them: a bare word
+("truncated_json", "unknown_api", "oversize_line", "not_utf8", "empty_line") or a word and
+the field it concerns ("missing_field:totalTimeMs", "negative_time:localTimeMs",
+"wrong_type:requestApiVersion").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Quarantine keeps at most this many characters of the raw input: enough to see what went
+# wrong, bounded so one huge bad Fetch line cannot blow up a micro-batch.
+RAW_MAX_CHARS = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """Input a parser could not turn into a record, with why."""
+
+    source: str          # which parser: request_log, broker_log, client_log, consumer_offsets, ...
+    reason: str          # short machine reason, see the module docstring
+    raw: str | bytes     # the input as received (bytes for binary sources)
+    ts_ms: int | None = None  # event time, when the parser got that far
+
+    def __bool__(self) -> bool:  # a Malformed is never mistaken for a record in `if rec:`
+        return False
+
+    def to_quarantine_record(self, *, cluster: str, ingest_ts_ms: int, broker: int | None = None,
+                             origin: str | None = None, source_partition: int | None = None,
+                             source_offset: int | None = None) -> dict:
+        """The row for the quarantine table (schemas/quarantine.py), raw text bounded."""
+        text, encoding, size = raw_as_text(self.raw)
+        return {
+            "cluster": cluster,
+            "broker": broker,
+            "source": self.source,
+            "reason": self.reason,
+            "raw": text[:RAW_MAX_CHARS],
+            "raw_encoding": encoding,
+            "raw_bytes_len": size,
+            "raw_truncated": len(text) > RAW_MAX_CHARS,
+            "ts_ms": self.ts_ms,
+            "ingest_ts_ms": ingest_ts_ms,
+            "origin": origin,
+            "source_partition": source_partition,
+            "source_offset": source_offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Input that is valid but deliberately not turned into a record (a documented skip)."""
+
+    source: str
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def raw_as_text(raw: str | bytes | None) -> tuple[str, str, int]:
+    """(text, encoding, size in bytes): UTF-8 text as is, anything else as hex."""
+    if raw is None:
+        return "", "utf8", 0
+    if isinstance(raw, str):
+        return raw, "utf8", len(raw.encode("utf-8", "surrogatepass"))
+    try:
+        return bytes(raw).decode("utf-8"), "utf8", len(raw)
+    except UnicodeDecodeError:
+        return bytes(raw).hex(), "hex", len(raw)

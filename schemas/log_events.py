@@ -1,0 +1,107 @@
+"""silver.log_events: one row per broker log event, with typed fields for the events kmon acts on.
+
+Produced by ingest/broker_log.py from server.log, controller.log, state-change.log and
+log-cleaner.log. Every event is kept (kind ``other`` for the rest), bounded in size; the
+kinds below carry typed columns so detectors never parse messages again.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, IntegerType, LongType,
+                               StringType, StructField, StructType)
+
+from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
+
+
+class LogEventKind(str, Enum):
+    """What a broker log event says happened; the value is what the tables hold."""
+
+    UNCLEAN_ELECTION = "unclean_election"      # an out-of-sync replica became leader
+    TRUNCATION = "truncation"                  # a replica cut its log back to an offset
+    ISR_SHRINK = "isr_shrink"                  # the leader removed replicas from the ISR
+    ISR_EXPAND = "isr_expand"                  # the leader added replicas (ZooKeeper-era line)
+    ISR_UPDATE = "isr_update"                  # the controller accepted a new ISR (KRaft: either way)
+    CLEANER_RUN = "cleaner_run"                # the log cleaner compacted a partition
+    OFFSET_RESET = "offset_reset"              # a follower reset its fetch offset
+    OFFSET_OUT_OF_RANGE = "offset_out_of_range"  # a follower fetched out of range
+    LEADER_CHANGE = "leader_change"            # this broker saw a new leader (or became it)
+    OTHER = "other"                            # any other event, kept as text
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SCHEMA = StructType([
+    StructField("cluster", StringType()),
+    StructField("broker", IntegerType()),
+    StructField("ts_ms", LongType()),
+    StructField("log", StringType()),
+    StructField("level", StringType()),
+    StructField("logger", StringType()),
+    StructField("message", StringType()),
+    StructField("message_truncated", BooleanType()),
+    StructField("kind", StringType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("topic_id", StringType()),
+    StructField("offset", LongType()),
+    StructField("from_offset", LongType()),
+    StructField("high_watermark", LongType()),
+    StructField("old_leader", IntegerType()),
+    StructField("new_leader", IntegerType()),
+    StructField("leader_epoch", IntegerType()),
+    StructField("isr_before", ArrayType(IntegerType())),
+    StructField("isr_after", ArrayType(IntegerType())),
+    StructField("dirty_start", LongType()),
+    StructField("dirty_end", LongType()),
+    StructField("mb_processed", DoubleType()),
+    StructField("seconds", DoubleType()),
+    StructField("start_size_mb", DoubleType()),
+    StructField("end_size_mb", DoubleType()),
+    StructField("start_messages", LongType()),
+    StructField("end_messages", LongType()),
+    StructField("reduction_pct", DoubleType()),
+    StructField("buffer_utilization_pct", DoubleType()),
+])
+
+DERIVED = dict(EVENT_TIME)
+SILVER_SCHEMA = with_event_time(SCHEMA)
+
+REQUIRED = ("cluster", "broker", "ts_ms", "level", "message", "kind")
+
+KINDS = tuple(k.value for k in LogEventKind)
+
+COLUMNS = {
+    **{c: SHARED_COLUMNS[c] for c in ("cluster", "broker", "ts_ms")},
+    "log": "Which log file: server, controller, state-change, log-cleaner (as the agent names it)",
+    "level": "log4j level: TRACE, DEBUG, INFO, WARN, ERROR, FATAL",
+    "logger": "log4j logger (%c), e.g. kafka.cluster.Partition",
+    "message": "The event's text, continuation lines included, cut to 8 KB",
+    "message_truncated": "The message was longer than 8 KB and was cut",
+    "kind": "One of: " + ", ".join(KINDS),
+    "topic": "Topic the event is about (null when the line names only a topic id)",
+    "partition": "Partition the event is about",
+    "topic_id": "Topic id, when the line gives one",
+    "offset": ("The offset the event names: truncation target, new fetch offset after a reset, "
+               "leader start offset"),
+    "from_offset": "Offset before a reset or an out-of-range fetch",
+    "high_watermark": "High watermark the line reports (truncation below it, ISR shrink, leader start)",
+    "old_leader": "Previous leader node id (leader changes, unclean elections)",
+    "new_leader": "New leader node id",
+    "leader_epoch": "Leader epoch after the change",
+    "isr_before": "ISR before the change",
+    "isr_after": "ISR after the change",
+    "dirty_start": "Cleaner run: first offset of the dirty section",
+    "dirty_end": "Cleaner run: end offset of the dirty section",
+    "mb_processed": "Cleaner run: MB of log read",
+    "seconds": "Cleaner run: elapsed seconds",
+    "start_size_mb": "Cleaner run: size before, MB (the line gives MB with one decimal)",
+    "end_size_mb": "Cleaner run: size after, MB",
+    "start_messages": "Cleaner run: messages before",
+    "end_messages": "Cleaner run: messages after",
+    "reduction_pct": "Cleaner run: size reduction, percent",
+    "buffer_utilization_pct": "Cleaner run: dedupe buffer utilization, percent",
+    "ts": SHARED_COLUMNS["ts"],
+}

@@ -1,0 +1,54 @@
+"""silver.quarantine: telemetry no parser or validation could trust, kept with the reason.
+
+Written by the edge agents (from `ingest.malformed.Malformed.to_quarantine_record`) and by
+silver jobs for rows that fail validation. Nothing is dropped silently: a bad line, record
+or row lands here, its raw text bounded, with where it came from so it can be replayed.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (BooleanType, IntegerType, LongType, StringType, StructField,
+                               StructType, TimestampType)
+
+from schemas.table import SHARED_COLUMNS
+
+SCHEMA = StructType([
+    StructField("cluster", StringType()),
+    StructField("broker", IntegerType()),
+    StructField("source", StringType()),
+    StructField("reason", StringType()),
+    StructField("raw", StringType()),
+    StructField("raw_encoding", StringType()),
+    StructField("raw_bytes_len", LongType()),
+    StructField("raw_truncated", BooleanType()),
+    StructField("ts_ms", LongType()),
+    StructField("ingest_ts_ms", LongType()),
+    StructField("origin", StringType()),
+    StructField("source_partition", IntegerType()),
+    StructField("source_offset", LongType()),
+])
+
+# Ingest time is always known (the event time may not be), so it is the table's timestamp.
+DERIVED = {"ingest_ts": "timestamp_millis(ingest_ts_ms)"}
+SILVER_SCHEMA = StructType([*SCHEMA.fields, StructField("ingest_ts", TimestampType())])
+
+REQUIRED = ("cluster", "source", "reason", "raw", "raw_bytes_len", "ingest_ts_ms")
+
+COLUMNS = {
+    "cluster": SHARED_COLUMNS["cluster"],
+    "broker": "Broker the input came from, when known",
+    "source": "Which parser or job rejected it: request_log, broker_log, client_log, "
+              "consumer_offsets, client_stats, or a silver job name",
+    "reason": "Short machine reason, e.g. truncated_json, missing_field:totalTimeMs, "
+              "negative_time:localTimeMs, unknown_api, oversize_line, not_utf8",
+    "raw": "The input as text, cut to 16 KB (hex for binary input that is not UTF-8)",
+    "raw_encoding": "utf8 or hex",
+    "raw_bytes_len": "Size of the whole input in bytes",
+    "raw_truncated": "raw holds only the first 16 KB",
+    "ts_ms": "Event time, when the parser got that far (else null)",
+    "ingest_ts_ms": "When the agent or job quarantined it, epoch ms UTC",
+    "origin": "Where it was read: a file path or a topic name",
+    "source_partition": "Kafka partition it was read from (null for files)",
+    "source_offset": "Kafka offset, or line number in the file",
+    "ingest_ts": "ingest_ts_ms as a timestamp (derived)",
+}

@@ -1,0 +1,177 @@
+"""Compaction-lag rules on named scenarios: a broker's cleaner gauges scraped every minute
+(every rule's result, then the finding), and compacted partitions' sizes over hours."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from detectors.compaction_lag import (CleanerGauges, CleanerRun, CompactedTopicConfig,
+                                      CompactionLagSection, PartitionSize, assess_cleaner,
+                                      assess_growth, cleanable_point_pct, detect_compaction_lag)
+from detectors.findings import ActionKind, AnomalyType, Severity
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_700_000_000_000
+MIN = 60_000
+CONFIG = CompactionLagSection()
+SAWTOOTH_MS = [2_000, 9_000, 15_000, 4_000, 11_000, 7_000, 3_000, 14_000, 8_000, 5_000]
+CALM_DIRTY = [30, 42, 35, 44, 31, 40, 36, 45, 33, 41]
+
+
+def scrapes(n=10, *, since_run=None, dirty=None, delay=None, dead=None, uncleanable=None):
+    """n one-minute scrapes of broker 1; each keyword overrides the last len(list) samples."""
+    def column(default, override):
+        values = list(default[:n])
+        if override:
+            values[n - len(override):] = override
+        return values
+    since_run = column(SAWTOOTH_MS, since_run)
+    dirty = column(CALM_DIRTY, dirty)
+    delay = column([0.0] * n, delay)
+    dead = column([0] * n, dead)
+    uncleanable = column([0] * n, uncleanable)
+    return [CleanerGauges("c1", 1, T0 + i * MIN, dirty[i], since_run[i], delay[i], dead[i],
+                          uncleanable[i], 1e6 * uncleanable[i]) for i in range(n)]
+
+
+@dataclass
+class Scenario:
+    name: str
+    gauges: list
+    configs: list = field(default_factory=list)
+    rules: dict = field(default_factory=dict)
+    detection: tuple | None = None   # (cause, severity, action, first_seen_ms)
+
+
+RULES_HEALTHY = {"cleaner_dead": False, "cleaner_stalled": False, "uncleanable_partitions": False,
+                 "dirty_rising": False, "behind_contract": False, "falling_behind": False}
+
+
+def scenarios():
+    yield Scenario("healthy_cleaner_sawtooth", scrapes(), rules=RULES_HEALTHY)
+
+    yield Scenario(
+        "dead_cleaner_thread", scrapes(dead=[1, 1, 1], since_run=[60_000, 120_000, 180_000]),
+        rules={**RULES_HEALTHY, "cleaner_dead": True},
+        detection=("cleaner_dead", Severity.HIGH, ActionKind.PAGE_HUMAN, T0 + 7 * MIN))
+
+    yield Scenario(
+        "stalled_cleaner_has_not_run_for_an_hour", scrapes(since_run=[3_600_000]),
+        rules={**RULES_HEALTHY, "cleaner_stalled": True},
+        detection=("cleaner_stalled", Severity.HIGH, ActionKind.PAGE_HUMAN,
+                   T0 + 9 * MIN - 3_600_000))
+
+    yield Scenario(
+        "dead_and_stalled_is_one_finding_named_dead",
+        scrapes(dead=[1], since_run=[7_200_000]),
+        rules={**RULES_HEALTHY, "cleaner_dead": True, "cleaner_stalled": True},
+        detection=("cleaner_dead", Severity.HIGH, ActionKind.PAGE_HUMAN, T0 + 9 * MIN))
+
+    yield Scenario(
+        "uncleanable_partitions", scrapes(uncleanable=[2, 2]),
+        rules={**RULES_HEALTHY, "uncleanable_partitions": True},
+        detection=("uncleanable_partitions", Severity.WARNING, ActionKind.PAGE_HUMAN,
+                   T0 + 8 * MIN))
+
+    yield Scenario(
+        "falling_behind_past_max_compaction_lag",
+        scrapes(dirty=[55, 60, 66, 72], delay=[0, 120, 360, 600]),
+        rules={**RULES_HEALTHY, "dirty_rising": True, "behind_contract": True,
+               "falling_behind": True},
+        detection=("cleaner_falling_behind", Severity.WARNING, ActionKind.PAGE_HUMAN,
+                   T0 + 6 * MIN))
+
+    # Most clusters never set max.compaction.lag.ms: the delay gauge stays 0, so dirty
+    # data far above the cleaning point has to say it.
+    yield Scenario(
+        "falling_behind_without_max_compaction_lag",
+        scrapes(dirty=[75, 80, 85, 90]),
+        configs=[CompactedTopicConfig("c1", "__consumer_offsets"),
+                 CompactedTopicConfig("c1", "users", min_cleanable_dirty_ratio=0.3)],
+        rules={**RULES_HEALTHY, "dirty_rising": True, "behind_contract": True,
+               "falling_behind": True},
+        detection=("cleaner_falling_behind", Severity.WARNING, ActionKind.PAGE_HUMAN,
+                   T0 + 6 * MIN))
+
+    yield Scenario(
+        "dirty_rising_within_contract_is_not_lag", scrapes(dirty=[20, 25, 30, 35]),
+        rules={**RULES_HEALTHY, "dirty_rising": True})
+
+    yield Scenario(
+        "high_but_falling_dirty_ratio_is_not_lag", scrapes(dirty=[95, 90, 85, 80]),
+        rules={**RULES_HEALTHY, "behind_contract": True})
+
+
+SCENARIOS = list(scenarios())
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_broker_scenario(s: Scenario):
+    a = assess_cleaner(s.gauges, cleanable_point_pct(s.configs, CONFIG), CONFIG)
+    assert {"cleaner_dead": a.cleaner_dead, "cleaner_stalled": a.cleaner_stalled,
+            "uncleanable_partitions": a.uncleanable_partitions, "dirty_rising": a.dirty_rising,
+            "behind_contract": a.behind_contract, "falling_behind": a.falling_behind} == s.rules
+
+    detections = detect_compaction_lag(s.gauges, topic_configs=s.configs, config=CONFIG)
+    if s.detection is None:
+        assert detections == []
+        return
+    [d] = detections
+    assert (d.cause, d.severity, d.suggested_action, d.first_seen_ms) == s.detection
+    assert (d.type, d.entity, d.last_seen_ms) == (AnomalyType.COMPACTION_LAG, "broker:1",
+                                                  T0 + 9 * MIN)
+    assert d.evidence["rules"] == s.rules
+
+
+def test_stall_limit_follows_a_cleaner_that_is_normally_slow():
+    # This broker's cleaner normally spends ~20 minutes on its big logs: 45 minutes since
+    # its last run is within 5x its usual; 2 hours is not.
+    usual = [1_200_000] * 9
+    assert assess_cleaner(scrapes(since_run=usual + [2_700_000]), 50, CONFIG).cleaner_stalled is False
+    a = assess_cleaner(scrapes(since_run=usual + [7_200_000]), 50, CONFIG)
+    assert (a.stall_limit_ms, a.cleaner_stalled) == (6_000_000, True)
+
+
+def test_last_cleaned_log_is_evidence():
+    runs = [CleanerRun("c1", 1, "users", 0, T0 + 2 * MIN), CleanerRun("c1", 1, "users", 3, T0)]
+    [d] = detect_compaction_lag(scrapes(dead=[1]), runs=runs, config=CONFIG)
+    assert d.evidence["last_cleaned"] == {"topic": "users", "partition": 0, "end_ms": T0 + 2 * MIN}
+
+
+HOUR = 3_600_000
+
+
+def sizes(topic, partition, values, step_ms=15 * MIN):
+    return [PartitionSize("c1", topic, partition, T0 + i * step_ms, v) for i, v in enumerate(values)]
+
+
+GROWING = [100e6 + i * 6e6 for i in range(11)]            # +60% over 2.5 h, never cleaned
+SAWTOOTH = [100e6, 110e6, 120e6, 80e6, 90e6, 100e6, 110e6, 78e6, 88e6, 98e6, 108e6]
+
+
+@pytest.mark.parametrize("series,runs,growing,cause,severity", [
+    (sizes("__consumer_offsets", 12, GROWING), [], True, "consumer_offsets_not_compacted",
+     Severity.HIGH),
+    (sizes("users", 0, GROWING), [], True, "compacted_partition_growing", Severity.WARNING),
+    (sizes("users", 0, SAWTOOTH), [], False, None, None),
+    (sizes("users", 0, GROWING), [CleanerRun("c1", 2, "users", 0, T0 + HOUR)], False, None, None),
+    (sizes("users", 0, GROWING[:5]), [], False, None, None),
+], ids=["consumer_offsets_growing_is_called_out", "compacted_partition_growing",
+        "compacted_partition_sawtooth_is_healthy", "cleaned_partition_with_growing_key_space",
+        "one_hour_is_too_short_to_tell"])
+def test_partition_growth(series, runs, growing, cause, severity):
+    a = assess_growth(series, runs, CONFIG)
+    assert a.growing is growing
+    detections = detect_compaction_lag([], runs=runs, sizes=series, config=CONFIG)
+    if not growing:
+        assert detections == []
+        return
+    [d] = detections
+    assert (d.cause, d.severity, d.entity_kind.value) == (cause, severity, "partition")
+    # The window reaches back to the last sample at or before 2 h before the latest one.
+    assert (d.evidence["first_bytes"], d.evidence["last_bytes"]) == (106e6, 160e6)
+    assert d.evidence["growth_ratio"] == pytest.approx(160 / 106 - 1, abs=1e-4)
+    assert d.last_seen_ms - d.first_seen_ms == 135 * MIN

@@ -1,0 +1,187 @@
+"""Unclean-election rules on named scenarios: the lost range and where each bound came
+from, which groups read into it, then the findings. The election is of orders-2 at
+t=100 s, broker 1 (the old leader, with offsets up to 1000 acknowledged) -> broker 3
+(out of sync, its log ending at 900)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from detectors.findings import ActionKind, AnomalyType, Severity
+from detectors.partition_signals import LogTruncation, OffsetCommit, PartitionOffsets
+from detectors.unclean_election import (UncleanElection, UncleanElectionMeterTick,
+                                        UncleanElectionSection, committed_at,
+                                        detect_unclean_elections, lost_range, place_groups,
+                                        truncations_after, unexplained_meter_ticks)
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_700_000_000_000
+CONFIG = UncleanElectionSection()
+
+
+def at(seconds: float) -> int:
+    return T0 + int(seconds * 1000)
+
+
+ELECTION = UncleanElection("c1", "orders", 2, at(100), old_leader=1, new_leader=3, leader_epoch=5)
+OLD_LEADER_BACK = LogTruncation("c1", 1, "orders", 2, at(700), 900, 1000)
+ROUTINE = LogTruncation("c1", 2, "orders", 2, at(105), 850)
+
+
+def commit(group, seconds, offset, topic="orders", partition=2):
+    return OffsetCommit("c1", group, topic, partition, offset, at(seconds))
+
+
+def ends(*pairs):
+    return [PartitionOffsets("c1", "orders", 2, at(t), end, 0) for t, end in pairs]
+
+
+COMMITS = [commit("reporting", 50, 700), commit("reporting", 95, 800),
+           commit("billing", 60, 900), commit("billing", 95, 950),
+           commit("audit", 99, 1000),
+           commit("billing", 200, 905)]  # after the election: the reset, not the position
+
+
+@dataclass
+class Scenario:
+    name: str
+    elections: list
+    truncations: list = field(default_factory=list)
+    offsets: list = field(default_factory=list)
+    commits: list = field(default_factory=list)
+    ticks: list = field(default_factory=list)
+    lost: tuple | None = None      # (lost_from, source, lost_until, source) of the first election
+    groups: dict | None = None     # inside/beyond/behind/unknown of the first election
+    detections: dict = field(default_factory=dict)  # (type, entity) -> (cause, severity)
+    evidence: dict = field(default_factory=dict)
+
+
+def scenarios():
+    yield Scenario(
+        "unclean_election_loses_range_and_names_groups", [ELECTION],
+        truncations=[ROUTINE, OLD_LEADER_BACK], offsets=ends((90, 1000), (110, 905)),
+        commits=COMMITS,
+        lost=(900, "old_leader_truncation", 1000, "truncation_high_watermark"),
+        groups={"inside": [("audit", 1000), ("billing", 950)], "beyond": [],
+                "behind": [("reporting", 800)], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL),
+                    (AnomalyType.LOG_TRUNCATION, "orders-2"): ("truncated_below_high_watermark",
+                                                               Severity.HIGH)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {
+            "lost_from": 900, "lost_until": 1000, "messages_lost": 100,
+            "groups_inside": [{"group": "audit", "committed_offset": 1000},
+                              {"group": "billing", "committed_offset": 950}],
+            "groups_inside_count": 2, "groups_behind_count": 1, "old_leader": 1,
+            "new_leader": 3, "leader_epoch": 5},
+            (AnomalyType.LOG_TRUNCATION, "orders-2"): {"broker": 1, "messages_discarded": 100}})
+
+    # The old leader is still down: no truncation yet. The broker offsets bound the range,
+    # and a sparse sample before the election makes a group look beyond it.
+    yield Scenario(
+        "lost_range_from_end_offsets_before_old_leader_returns", [ELECTION],
+        offsets=ends((60, 1000), (110, 905)),
+        commits=COMMITS + [commit("search", 98, 1040)],
+        lost=(905, "first_end_offset_after_election", 1000, "last_end_offset_before_election"),
+        groups={"inside": [("audit", 1000), ("billing", 950)], "beyond": [("search", 1040)],
+                "behind": [("reporting", 800)], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {
+            "groups_beyond": [{"group": "search", "committed_offset": 1040}],
+            "messages_lost": 95}})
+
+    yield Scenario(
+        "nothing_known_about_the_range_still_reports_the_election", [ELECTION],
+        commits=COMMITS,
+        lost=(None, "unknown", None, "unknown"),
+        groups={"inside": [], "beyond": [], "behind": [],
+                "unknown": [("audit", 1000), ("billing", 950), ("reporting", 800)]},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {"messages_lost": None,
+                                                               "lost_from": None}})
+
+    # A ZooKeeper-mode controller logs nothing: only its meter moved. The truncation
+    # below the high watermark that follows hints at the partition.
+    yield Scenario(
+        "zk_controller_meter_only_emits_unknown_partitions", [],
+        ticks=[UncleanElectionMeterTick("c1", at(120), 1.0, controller=0)],
+        truncations=[LogTruncation("c1", 2, "payments", 0, at(300), 400, 450)],
+        detections={(AnomalyType.UNCLEAN_ELECTION, "cluster:c1"): (
+                        "unclean_leader_election_unlogged", Severity.CRITICAL),
+                    (AnomalyType.LOG_TRUNCATION, "payments-0"): (
+                        "truncated_below_high_watermark", Severity.HIGH)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "cluster:c1"): {
+            "partitions": "unknown", "count": 1, "candidate_partitions": ["payments-0"]}})
+
+    yield Scenario(
+        "meter_tick_explained_by_logged_election_is_not_duplicated", [ELECTION],
+        ticks=[UncleanElectionMeterTick("c1", at(130), 1.0)],
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)})
+
+    yield Scenario(
+        "meter_counts_more_than_the_logs_show", [ELECTION],
+        ticks=[UncleanElectionMeterTick("c1", at(130), 2.0)],
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL),
+                    (AnomalyType.UNCLEAN_ELECTION, "cluster:c1"): (
+                        "unclean_leader_election_unlogged", Severity.CRITICAL)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "cluster:c1"): {"count": 1}})
+
+    yield Scenario(
+        "truncation_of_an_uncommitted_tail_is_routine", [],
+        truncations=[LogTruncation("c1", 2, "orders", 2, at(10), 1000, 1000), ROUTINE])
+
+
+SCENARIOS = list(scenarios())
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_scenario(s: Scenario):
+    if s.lost is not None:
+        e = s.elections[0]
+        mine = [t for t in s.truncations if (t.topic, t.partition) == (e.topic, e.partition)]
+        r = lost_range(e, truncations_after(e, mine, 3_600_000), s.offsets)
+        assert (r.lost_from, r.lost_from_source, r.lost_until, r.lost_until_source) == s.lost
+        g = place_groups(committed_at(s.commits, e.event_ms), r)
+        assert {"inside": g.inside, "beyond": g.beyond, "behind": g.behind,
+                "unknown": g.unknown} == s.groups
+
+    detections = detect_unclean_elections(s.elections, meter_ticks=s.ticks,
+                                          truncations=s.truncations, offsets=s.offsets,
+                                          commits=s.commits, config=CONFIG)
+    got = {(d.type, d.entity): (d.cause, d.severity) for d in detections}
+    assert got == s.detections
+    by_key = {(d.type, d.entity): d for d in detections}
+    for key, items in s.evidence.items():
+        for k, v in items.items():
+            assert by_key[key].evidence[k] == v, (key, k)
+    for d in detections:
+        assert d.suggested_action is ActionKind.PAGE_HUMAN  # lost data: nothing kmon can fix
+        assert d.explanation.endswith(".")
+
+
+def test_truncation_long_before_the_election_is_not_its_evidence():
+    old = LogTruncation("c1", 1, "orders", 2, at(-600), 500, 600)
+    assert truncations_after(ELECTION, [old, OLD_LEADER_BACK], 3_600_000) == [OLD_LEADER_BACK]
+
+
+def test_each_logged_election_accounts_for_one_count_of_one_tick():
+    e2 = UncleanElection("c1", "orders", 3, at(101))
+    ticks = [UncleanElectionMeterTick("c1", at(110), 1.0), UncleanElectionMeterTick("c1", at(140), 2.0)]
+    left = unexplained_meter_ticks(ticks, [ELECTION, e2], 120_000)
+    assert [(t.observed_ms, n) for t, n in left] == [(at(140), 1)]
+
+
+def test_group_lists_are_capped_but_counts_are_exact():
+    many = [commit(f"g{i:03}", 90, 950) for i in range(80)]
+    [election] = [d for d in detect_unclean_elections([ELECTION], truncations=[OLD_LEADER_BACK],
+                                                      commits=many, config=CONFIG)
+                  if d.type is AnomalyType.UNCLEAN_ELECTION]
+    assert len(election.evidence["groups_inside"]) == CONFIG.max_groups_listed
+    assert election.evidence["groups_inside_count"] == 80
