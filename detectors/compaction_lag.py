@@ -16,6 +16,9 @@ Signal (typed below; the adapter collects the last `lookback` of each):
   max.compaction.lag.ms (None when left at the broker default).
 - `PartitionSize`: a compacted partition's size on disk over time (kafka.log:type=Log,
   name=Size); the adapter passes compacted partitions only.
+Adapter: CleanerRun <- silver.log_events kind = cleaner_run (end_ms = ts_ms,
+duration_s = seconds, size_reduction_pct = reduction_pct); the rest from JMX and the
+topic configs (AdminClient describeConfigs).
 
 Facts about the gauges the rules rely on (apache/kafka LogCleanerManager):
 - time-since-last-run-ms is live: "now - the last time a cleaner thread looked for a log
@@ -69,6 +72,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Iterable, Sequence
 
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
@@ -76,6 +80,16 @@ from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, 
 from kmon.config import _key
 
 CONSUMER_OFFSETS = "__consumer_offsets"
+
+
+class CompactionCause(StrEnum):
+    """The `cause` of compaction_lag findings, broker rules in order of severity."""
+    CLEANER_DEAD = "cleaner_dead"
+    CLEANER_STALLED = "cleaner_stalled"
+    UNCLEANABLE_PARTITIONS = "uncleanable_partitions"
+    CLEANER_FALLING_BEHIND = "cleaner_falling_behind"
+    CONSUMER_OFFSETS_NOT_COMPACTED = "consumer_offsets_not_compacted"
+    COMPACTED_PARTITION_GROWING = "compacted_partition_growing"
 
 
 @dataclass(frozen=True)
@@ -258,14 +272,18 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
     behind = behind_contract(latest, cleanable_pct, config)
     falling = rising and behind
     if dead:
-        cause, since = "cleaner_dead", _streak_start(series, cleaner_dead)
+        cause = CompactionCause.CLEANER_DEAD
+        since = _streak_start(series, cleaner_dead)
     elif stalled:
-        cause, since = "cleaner_stalled", int(latest.observed_ms - latest.time_since_last_run_ms)
+        cause = CompactionCause.CLEANER_STALLED
+        since = int(latest.observed_ms - latest.time_since_last_run_ms)
     elif uncleanable:
-        cause, since = "uncleanable_partitions", _streak_start(series, has_uncleanable_partitions)
+        cause = CompactionCause.UNCLEANABLE_PARTITIONS
+        since = _streak_start(series, has_uncleanable_partitions)
     elif falling:
+        cause = CompactionCause.CLEANER_FALLING_BEHIND
         dirty = [g for g in series if g.max_dirty_percent is not None]
-        cause, since = "cleaner_falling_behind", dirty[-config.rising_observations].observed_ms
+        since = dirty[-config.rising_observations].observed_ms
     else:
         cause, since = None, latest.observed_ms
     return CleanerAssessment(
@@ -307,14 +325,16 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
 # --- detections ------------------------------------------------------------------------
 
 _BROKER_CAUSES = {
-    "cleaner_dead": (Severity.HIGH, "{n} log cleaner thread(s) died and will not restart until "
-                                    "the broker does; compacted topics now grow unbounded"),
-    "cleaner_stalled": (Severity.HIGH, "the log cleaner has not looked for work for {idle} "
-                                       "(limit {limit})"),
-    "uncleanable_partitions": (Severity.WARNING, "the log cleaner gave up on {n} partition(s) "
-                                                 "({bytes} bytes uncleanable)"),
-    "cleaner_falling_behind": (Severity.WARNING, "dirty data keeps rising ({dirty:.0f}% dirty, "
-                                                 "{delay:.0f} s past max.compaction.lag.ms)"),
+    CompactionCause.CLEANER_DEAD: (
+        Severity.HIGH, "{n} log cleaner thread(s) died and will not restart until the broker "
+                       "does; compacted topics now grow unbounded"),
+    CompactionCause.CLEANER_STALLED: (
+        Severity.HIGH, "the log cleaner has not looked for work for {idle} (limit {limit})"),
+    CompactionCause.UNCLEANABLE_PARTITIONS: (
+        Severity.WARNING, "the log cleaner gave up on {n} partition(s) ({bytes:,.0f} bytes "
+                          "uncleanable)"),
+    CompactionCause.CLEANER_FALLING_BEHIND: (
+        Severity.WARNING, "dirty data keeps rising ({dirty:.0f}% dirty, {behind})"),
 }
 
 
@@ -323,15 +343,18 @@ def _duration(ms: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
 
 
-def broker_detection(cluster: str, a: CleanerAssessment,
-                     last_run: CleanerRun | None) -> Detection:
+def broker_detection(cluster: str, a: CleanerAssessment, last_run: CleanerRun | None,
+                     cleanable_pct: float) -> Detection:
     g = a.latest
     severity, template = _BROKER_CAUSES[a.cause]
-    text = template.format(n=g.dead_thread_count if a.cause == "cleaner_dead"
+    delay_s = g.max_compaction_delay_secs or 0
+    behind = (f"{delay_s:,.0f} s past a topic's max.compaction.lag.ms" if delay_s > 0
+              else f"above the {cleanable_pct:.0f}% cleaning point")
+    text = template.format(n=g.dead_thread_count if a.cause == CompactionCause.CLEANER_DEAD
                            else g.uncleanable_partitions_count,
                            idle=_duration(g.time_since_last_run_ms or 0),
-                           limit=_duration(a.stall_limit_ms), bytes=g.uncleanable_bytes,
-                           dirty=g.max_dirty_percent or 0, delay=g.max_compaction_delay_secs or 0)
+                           limit=_duration(a.stall_limit_ms), bytes=g.uncleanable_bytes or 0,
+                           dirty=g.max_dirty_percent or 0, behind=behind)
     return Detection(
         cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=severity,
         entity_kind=EntityKind.BROKER, entity=broker_entity(a.broker),
@@ -370,7 +393,8 @@ def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detecti
         severity=Severity.HIGH if offsets_topic else Severity.WARNING,
         entity_kind=EntityKind.PARTITION, entity=partition_entity(a.topic, a.partition),
         first_seen_ms=last_ms - a.window_ms, last_seen_ms=last_ms,
-        cause="consumer_offsets_not_compacted" if offsets_topic else "compacted_partition_growing",
+        cause=(CompactionCause.CONSUMER_OFFSETS_NOT_COMPACTED if offsets_topic
+               else CompactionCause.COMPACTED_PARTITION_GROWING),
         explanation=explanation, suggested_action=ActionKind.PAGE_HUMAN,
         evidence={"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
                   "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
@@ -395,13 +419,13 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     detections = []
     for (cluster, broker), series in sorted(gauges_by_broker.items()):
         series.sort(key=lambda g: g.observed_ms)
-        a = assess_cleaner(series, cleanable_point_pct(configs_by_cluster[cluster], config),
-                           config)
+        cleanable_pct = cleanable_point_pct(configs_by_cluster[cluster], config)
+        a = assess_cleaner(series, cleanable_pct, config)
         if a.cause is None:
             continue
         mine = [r for r in runs if r.cluster == cluster and r.broker == broker]
         last_run = max(mine, key=lambda r: r.end_ms, default=None)
-        detections.append(broker_detection(cluster, a, last_run))
+        detections.append(broker_detection(cluster, a, last_run, cleanable_pct))
 
     sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
     for s in sizes:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from detectors.findings import AnomalyType, Finding, partition_entity
+from detectors.offset_rewind import RewindCause
 from kmon.config import _key
 
 
@@ -79,7 +80,8 @@ def election_explains_truncation(cause: Finding, effect: Finding,
                                  config: CorrelationSection) -> bool:
     """A replica truncates to the new leader's end after an unclean election. A meter-only
     election (partitions unknown) explains the truncations it listed as candidates."""
-    if cause.type is not AnomalyType.UNCLEAN_ELECTION or effect.type is not AnomalyType.LOG_TRUNCATION:
+    if (cause.type is not AnomalyType.UNCLEAN_ELECTION
+            or effect.type is not AnomalyType.LOG_TRUNCATION):
         return False
     if cause.cluster != effect.cluster or not _follows(cause, effect, config):
         return False
@@ -101,7 +103,7 @@ def data_loss_explains_rewind(cause: Finding, effect: Finding, config: Correlati
     """A group sent back after data loss (not an operator's deliberate reset)."""
     return (cause.type in (AnomalyType.UNCLEAN_ELECTION, AnomalyType.LOG_TRUNCATION)
             and effect.type is AnomalyType.OFFSET_REWIND
-            and effect.cause != "operator_reset" and _same_partition(cause, effect)
+            and effect.cause != RewindCause.OPERATOR_RESET and _same_partition(cause, effect)
             and _follows(cause, effect, config))
 
 

@@ -25,12 +25,13 @@ Algorithm, per group and partition:
    position was committed counts as "at the rewind": an older one predates the old
    position and would make it look truncated.
 3. Classify, first match wins:
-   - operator_reset: the group had no members when the rewind was committed. Only an
-     admin tool commits for an empty group (kafka-consumer-groups --reset-offsets refuses
-     an active one). Checked first because it explains the commit itself; consumers that
-     join later and reset again produce their own commits. Groups that never show a
-     member in the input (standalone consumers using assign(), e.g. Flink) always commit
-     while "empty", so for them membership proves nothing and this rule is skipped.
+   - operator_reset: the group had no members when the rewind was committed (only an
+     admin tool commits for an empty group: kafka-consumer-groups --reset-offsets refuses
+     an active one), or the application logged its own seek nearby (a replay). Checked
+     first because it explains the commit itself; consumers that join later and reset
+     again produce their own commits. Groups that never show a member in the input
+     (standalone consumers using assign(), e.g. Flink) always commit while "empty", so for
+     them membership proves nothing and that half of the rule is skipped.
    - auto_reset_after_out_of_range: a client reset line on the partition within
      `evidence_window_s` of the rewind, or a truncation of the partition shortly before
      it, or an old position past the end offset (the position no longer existed).
@@ -43,8 +44,8 @@ Algorithm, per group and partition:
    position is evidence, not a guess: it is the group's highest commit before the drop.
 
 Resets. Client reset lines (after `pair_reset_events`) become offset_reset findings
-unless benign (reason no_committed_offset: a new group; or an unexplained reset of a
-partition the group had never committed). A reset forward skips messages the group never
+unless benign (reason no_committed_offset: a new group; an application's seek; or an
+unexplained reset of a partition the group had never committed). A reset forward skips messages the group never
 read: skipped = to - from (possible loss); a reset backward re-reads. An empty group's
 forward commit (an operator's reset to latest or to a later offset) is an offset_reset
 too: cause operator_reset_forward.
@@ -55,7 +56,7 @@ Scoring and actions:
   position is still in the log (the reset was spurious, e.g. KAFKA-9543-style bugs, and
   restoring stops the re-read), else page_human; stale offset high/restore_group_offsets
   (restore to the old position); unknown warning/page_human. A rewind that already
-  recovered suggests none: there is nothing left to restore.
+  recovered no longer suggests restoring (action none): there is nothing left to restore.
 - reset: truncation or out-of-range high; unexplained warning; skipped > 0 adds "possible
   loss" and suggests restore_group_offsets to the pre-reset position when it is still in
   the log; operator_reset_forward warning/none.
@@ -81,13 +82,14 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Iterable, Sequence
 
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
                                 group_partition_entity, partition_entity)
-from detectors.partition_signals import (ClientOffsetReset, GroupMembership, LogTruncation,
-                                         OffsetCommit, PartitionOffsets, ResetReason,
-                                         ResetTarget, at_or_before, by_partition,
+from detectors.partition_signals import (CLOCK_SKEW_MS, ClientOffsetReset, GroupMembership,
+                                         LogTruncation, OffsetCommit, PartitionOffsets,
+                                         ResetReason, ResetTarget, at_or_before, by_partition,
                                          messages_reread, offsets_at, offsets_past_log_end,
                                          pair_reset_events, reset_target_of)
 from kmon.config import _key
@@ -106,14 +108,16 @@ class OffsetRewindSection:
                                       "its new-position line", 5.0, min=0, max=600)
 
 
-class RewindCause:
+class RewindCause(StrEnum):
+    """The `cause` of offset_rewind findings."""
     OPERATOR_RESET = "operator_reset"
     AUTO_RESET_AFTER_OUT_OF_RANGE = "auto_reset_after_out_of_range"
     STALE_OFFSET_AFTER_COORDINATOR_MOVE = "stale_offset_after_coordinator_move"
     UNKNOWN = "unknown"
 
 
-class ResetCause:
+class ResetCause(StrEnum):
+    """The `cause` of offset_reset findings."""
     AUTO_RESET_AFTER_OUT_OF_RANGE = "auto_reset_after_out_of_range"
     AUTO_RESET_AFTER_TRUNCATION = "auto_reset_after_truncation"
     RESET_UNKNOWN_REASON = "reset_unknown_reason"
@@ -142,6 +146,7 @@ class RewindAssessment:
     member_count: int | None         # at the rewind commit; None when unknown
     group_has_members_ever: bool     # any sample in the input shows a member
     admin_commit: bool               # rule: committed while the group was empty
+    seek: ClientOffsetReset | None   # the application's own seek nearby
     reset_event: ClientOffsetReset | None
     truncation: LogTruncation | None
     offsets_at_rewind: PartitionOffsets | None
@@ -200,29 +205,41 @@ def is_admin_commit(member_count: int | None, uses_membership: bool) -> bool:
     return uses_membership and member_count == 0
 
 
-def reset_event_near(resets: Sequence[ClientOffsetReset], group: str, t_ms: int,
-                     window_ms: int) -> ClientOffsetReset | None:
-    """The client reset line closest to t_ms on this partition from this group (or from a
-    client whose group the line does not name), within the window, benign ones aside."""
+def _closest_event(resets: Sequence[ClientOffsetReset], group: str, t_ms: int, window_ms: int,
+                   reasons: set[ResetReason]) -> ClientOffsetReset | None:
     near = [e for e in resets
             if abs(e.event_ms - t_ms) <= window_ms and e.group in (None, group)
-            and e.reason is not ResetReason.NO_COMMITTED_OFFSET]
+            and e.reason in reasons]
     return min(near, key=lambda e: abs(e.event_ms - t_ms), default=None)
+
+
+def reset_event_near(resets: Sequence[ClientOffsetReset], group: str, t_ms: int,
+                     window_ms: int) -> ClientOffsetReset | None:
+    """The client's own automatic reset closest to t_ms on this partition, from this group
+    (or from a client whose group the line does not name), within the window."""
+    return _closest_event(resets, group, t_ms, window_ms,
+                          {ResetReason.OUT_OF_RANGE, ResetReason.TRUNCATION, ResetReason.UNKNOWN})
+
+
+def seek_near(resets: Sequence[ClientOffsetReset], group: str, t_ms: int,
+              window_ms: int) -> ClientOffsetReset | None:
+    """The application's own seek on this partition near t_ms: a deliberate replay."""
+    return _closest_event(resets, group, t_ms, window_ms, {ResetReason.APPLICATION_SEEK})
 
 
 def truncation_before(truncations: Sequence[LogTruncation], t_ms: int,
                       window_ms: int) -> LogTruncation | None:
     """The latest truncation of the partition in the window before t_ms (a client meets the
     truncated log a few fetches later, so the reset follows the truncation)."""
-    near = [t for t in truncations if t_ms - window_ms <= t.event_ms <= t_ms + 1000]
+    near = [t for t in truncations if t_ms - window_ms <= t.event_ms <= t_ms + CLOCK_SKEW_MS]
     return max(near, key=lambda t: t.event_ms, default=None)
 
 
-def classify_rewind(admin_commit: bool, reset_event: ClientOffsetReset | None,
-                    truncation: LogTruncation | None, past_log_end: int,
-                    member_count: int | None) -> str:
+def classify_rewind(admin_commit: bool, seek: ClientOffsetReset | None,
+                    reset_event: ClientOffsetReset | None, truncation: LogTruncation | None,
+                    past_log_end: int, member_count: int | None) -> RewindCause:
     """First match wins; see the module docstring for why this order."""
-    if admin_commit:
+    if admin_commit or seek is not None:
         return RewindCause.OPERATOR_RESET
     if reset_event is not None or truncation is not None or past_log_end > 0:
         return RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
@@ -232,8 +249,9 @@ def classify_rewind(admin_commit: bool, reset_event: ClientOffsetReset | None,
 
 
 def is_benign_reset(e: ClientOffsetReset, had_commit_before: bool) -> bool:
-    """A new group (or partition) picking its first position: auto.offset.reset's job."""
-    if e.reason is ResetReason.NO_COMMITTED_OFFSET:
+    """A new group (or partition) picking its first position (auto.offset.reset's job), or
+    an application's deliberate seek (its commit shows up as a rewind if it goes back)."""
+    if e.reason in (ResetReason.NO_COMMITTED_OFFSET, ResetReason.APPLICATION_SEEK):
         return True
     return e.reason is ResetReason.UNKNOWN and not had_commit_before
 
@@ -281,24 +299,29 @@ class PartitionInputs:
 
 
 def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMembership],
-                  config: OffsetRewindSection) -> RewindAssessment:
+                  config: OffsetRewindSection,
+                  last_commit: OffsetCommit | None = None) -> RewindAssessment:
+    """Every rule applied to one rewind; `last_commit` is the group's latest commit on the
+    partition (for the lag now), by default the last one the rewind saw."""
     t = r.rewind_commit.commit_ms
     window_ms = int(config.evidence_window_s * 1000)
     member_count = members_at(members, t, int(config.membership_max_age_s * 1000))
     uses_membership = group_uses_membership(members)
     admin = is_admin_commit(member_count, uses_membership)
+    seek = seek_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     event = reset_event_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     truncation = truncation_before(inputs.truncations, t, window_ms)
     at = offsets_during_rewind(inputs.offsets, r, window_ms)
     past_end = offsets_past_log_end(r.old_position, at)
     latest = inputs.offsets[-1] if inputs.offsets else None
-    last_commit = (r.recovered_commit or r.rewind_commit).offset
+    last_offset = (last_commit or r.recovered_commit or r.rewind_commit).offset
     return RewindAssessment(
         rewind=r, member_count=member_count, group_has_members_ever=uses_membership,
-        admin_commit=admin, reset_event=event, truncation=truncation, offsets_at_rewind=at,
+        admin_commit=admin, seek=seek, reset_event=event, truncation=truncation,
+        offsets_at_rewind=at,
         past_log_end=past_end, duplicates=messages_reread(r.old_position, r.new_position, at),
-        cause=classify_rewind(admin, event, truncation, past_end, member_count),
-        lag_now=None if latest is None else max(0, latest.end_offset - last_commit))
+        cause=classify_rewind(admin, seek, event, truncation, past_end, member_count),
+        lag_now=None if latest is None else max(0, latest.end_offset - last_offset))
 
 
 def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKind]:
@@ -319,7 +342,8 @@ def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKi
 
 
 _REWIND_WHY = {
-    RewindCause.OPERATOR_RESET: "committed while the group had no members (an operator's reset)",
+    RewindCause.OPERATOR_RESET: "a deliberate reset (committed while the group had no members, "
+                                "or the application sought back)",
     RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE: "an automatic reset after the position fell "
                                                "out of range",
     RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE: "an old offset committed over a newer one "
@@ -347,21 +371,23 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         else None,
         "restore_to": r.old_position if action is ActionKind.RESTORE_GROUP_OFFSETS else None,
     }
-    if a.reset_event is not None:
-        evidence["reset_event"] = {"event_ms": a.reset_event.event_ms,
-                                   "client_id": a.reset_event.client_id,
-                                   "reason": a.reset_event.reason.value,
-                                   "from_offset": a.reset_event.from_offset,
-                                   "to_offset": a.reset_event.to_offset}
+    event = a.seek if a.cause is RewindCause.OPERATOR_RESET and a.seek else a.reset_event
+    if event is not None:
+        evidence["reset_event"] = {"event_ms": event.event_ms, "client_id": event.client_id,
+                                   "reason": event.reason.value,
+                                   "from_offset": event.from_offset,
+                                   "to_offset": event.to_offset}
     if a.truncation is not None:
         evidence["truncation"] = {"event_ms": a.truncation.event_ms,
                                   "broker": a.truncation.broker,
                                   "truncated_to": a.truncation.truncated_to,
                                   "high_watermark": a.truncation.high_watermark}
     state = "still active" if r.active else "since recovered"
+    gone = (f"; the old position lay {a.past_log_end} offsets past the log end, truncated"
+            if a.past_log_end else "")
     explanation = (f"Group {c.group} moved back on {c.topic}-{c.partition} from offset "
                    f"{r.old_position} to {r.new_position} ({a.duplicates} messages re-read, "
-                   f"{state}): {_REWIND_WHY[a.cause]}.")
+                   f"{state}{gone}): {_REWIND_WHY[a.cause]}.")
     return Detection(
         cluster=c.cluster, type=AnomalyType.OFFSET_REWIND, severity=severity,
         entity_kind=EntityKind.GROUP, entity=group_partition_entity(c.group, c.topic, c.partition),
@@ -512,7 +538,7 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
         rewinds = find_rewinds(cs, config.min_rewind_messages)
         if not rewinds:
             continue
-        latest = assess_rewind(rewinds[-1], inputs, members, config)
+        latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1])
         d = rewind_detection(latest, now_ms)
         detections.append(dataclasses.replace(
             d, evidence={**d.evidence, "rewinds_seen": len(rewinds)}))

@@ -20,6 +20,22 @@ every lookup below keys on it.
   the new position on two lines: pass both, `pair_reset_events` joins them.
 - `GroupMembership`: a sample of a group's member count (AdminClient describeGroups or
   client statistics), used to tell an operator's reset (empty group) from a live group.
+
+Where the adapter takes them from (silver tables in schemas/):
+- OffsetCommit <- silver.offset_commits without tombstones: group = group_id,
+  commit_ms = commit_ts_ms (ts_ms when null), offset, leader_epoch. Pass them in
+  (source_partition, source_offset) order: a group's commits all live in one partition
+  of __consumer_offsets, so that is their exact order, and the detectors' sorts by time
+  are stable, so commits with equal timestamps keep it.
+- LogTruncation <- silver.log_events kind = truncation: broker, event_ms = ts_ms, topic,
+  partition, truncated_to = offset, high_watermark.
+- ClientOffsetReset <- silver.client_offset_events: event_ms = ts_ms, group = group_id,
+  client_id, topic, partition, from_offset, to_offset, and (reason, target) =
+  `client_event_meaning(kind, reset_target, reason)`.
+- PartitionOffsets and GroupMembership have no silver table yet: JMX LogEndOffset /
+  LogStartOffset gauges or client statistics (hi_offset, lo_offset; cgrp
+  assignment_size summed over a group's members), or AdminClient listOffsets and
+  describeConsumerGroups polled by an agent.
 """
 
 from __future__ import annotations
@@ -35,6 +51,7 @@ class ResetReason(StrEnum):
     OUT_OF_RANGE = "out_of_range"            # the fetch position was outside the log
     TRUNCATION = "truncation"                # the client detected log truncation (KIP-320)
     NO_COMMITTED_OFFSET = "no_committed_offset"  # a new group or partition: benign
+    APPLICATION_SEEK = "application_seek"    # the application asked for it (a replay)
     UNKNOWN = "unknown"                      # a reset line without its cause
 
 
@@ -102,6 +119,30 @@ class GroupMembership:
     group: str
     observed_ms: int
     member_count: int
+
+
+# Log lines come from different processes whose clocks and flush times differ a little: an
+# effect stamped a few seconds before its cause still follows it.
+CLOCK_SKEW_MS = 5_000
+
+_TARGETS = {"earliest": ResetTarget.EARLIEST, "latest": ResetTarget.LATEST,
+            "stored": ResetTarget.OFFSET, "explicit": ResetTarget.OFFSET}
+
+
+def client_event_meaning(kind: str, reset_target: str | None,
+                         reason: str | None) -> tuple[ResetReason, ResetTarget]:
+    """What a silver.client_offset_events row means here, from its kind, reset_target and
+    reason columns (see ingest/client_log.py): the adapter's one non-trivial mapping."""
+    target = _TARGETS.get(reset_target or "", ResetTarget.UNKNOWN)
+    if kind == "offset_out_of_range":
+        return ResetReason.OUT_OF_RANGE, target
+    if kind == "truncation_detected":
+        return ResetReason.TRUNCATION, target
+    if reason == "seek":
+        return ResetReason.APPLICATION_SEEK, target
+    if reason and "out of range" in reason.lower():
+        return ResetReason.OUT_OF_RANGE, target
+    return ResetReason.UNKNOWN, target
 
 
 T = TypeVar("T")

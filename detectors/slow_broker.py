@@ -19,6 +19,23 @@ detection target):
   `latency_ms`'s definition). Without it, the baseline is the median of the broker's
   earlier non-suspect windows in the input.
 
+Adapter (Spark -> these dataclasses):
+- RequestStageWindow <- the gold stage-percentile table (jobs/gold.py): window_start_ms =
+  unix_millis(window_start), cluster, broker, api, requests, <stage>_p99_ms. Gold must
+  run with window = window_s and a watermark of a few seconds for the detection target
+  (its defaults, 1-minute windows and a 2-minute watermark, emit a window 3 minutes after
+  it starts). Splitting Fetch into FetchConsumer and FetchFollower by fetch_kind helps
+  attribution; both are purgatory APIs either way.
+- FollowerFetchWindow <- silver.request_stages where fetch_kind = 'follower': leader =
+  broker, follower = fetch_replica_id; per connection (broker, follower, remote_addr: each
+  replica fetcher thread fetches in sequence) ordered by ts_ms (the completion time),
+  gap = (ts_ms - total_ms) - lag(ts_ms), i.e. a fetch's arrival minus the previous one's
+  completion, so purgatory time is not in it; max per window; send_p99_ms = p99 of
+  send_ms.
+- ClientSendWindow <- silver.request_stages grouped by window, broker, client_id, api:
+  count and p99 of send_ms (only the brokers and windows that matter, if it is large).
+- IsrShrink <- silver.log_events kind = isr_shrink (leader = broker).
+
 Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in order):
 1. enough_traffic: requests >= min_requests_per_minute scaled to the window. Few requests
    make a p99 of one or two samples; a broker serving almost nothing must never be
@@ -247,13 +264,19 @@ class FollowerFetchWindow:
 
 @dataclass(frozen=True)
 class IsrShrink:
+    """A leader's "Shrinking ISR from <before> to <after>" (silver.log_events kind
+    isr_shrink: broker is the leader)."""
     cluster: str
     event_ms: int
     leader: int
     topic: str
     partition: int
-    out_of_sync: tuple[int, ...]
-    isr_after: tuple[int, ...] = ()
+    isr_before: tuple[int, ...]
+    isr_after: tuple[int, ...]
+
+    @property
+    def out_of_sync(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.isr_before) - set(self.isr_after)))
 
 
 @dataclass(frozen=True)
@@ -628,7 +651,8 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
     return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.NETWORK_SEND_SLOW, None,
                        ActionKind.PAGE_HUMAN, Severity.WARNING,
                        f"{len(slow)} of its {seen} clients receive slowly: the broker's network "
-                       f"path rather than one client", {"slow_clients": named, "clients_seen": seen})
+                       f"path rather than one client",
+                       {"slow_clients": named, "clients_seen": seen})
 
 
 def attribute_produce_remote(broker: int, view: FollowerView,
@@ -676,7 +700,8 @@ def attribute(v: ApiVerdict, view: FollowerView, sends: Sequence[ClientSendWindo
                            ActionKind.PAGE_HUMAN, Severity.WARNING,
                            "requests wait in purgatory for other brokers")
     return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.SLOW_UNATTRIBUTED, None,
-                       ActionKind.PAGE_HUMAN, Severity.WARNING, "no stage breakdown to attribute it")
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       "no stage breakdown to attribute it")
 
 
 def slow_follower_attribution(follower: int) -> Attribution:

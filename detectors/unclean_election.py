@@ -12,6 +12,13 @@ Signal.
   moves. The adapter drops negative deltas (a new active controller starts from zero).
 - `LogTruncation`, `PartitionOffsets`, `OffsetCommit` from detectors/partition_signals.py.
 
+Adapter: UncleanElection <- silver.log_events kind = unclean_election (event_ms = ts_ms,
+topic, partition, old_leader, new_leader, leader_epoch); one election writes up to three
+lines (3.9+), and the 3.7+ line names only a topic id, so keep the earliest line per
+(topic, partition, leader_epoch) and resolve or drop rows whose topic is null. Meter
+ticks come from JMX (kafka_controller_controllerstats_uncleanleaderelectionspersec_count,
+differenced per controller).
+
 Algorithm, per logged election:
 
 1. Lost range [lost_from, lost_until): the offsets the old leader had acknowledged that
@@ -61,17 +68,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Iterable, Sequence
 
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
                                 cluster_entity, partition_entity)
-from detectors.partition_signals import (LogTruncation, OffsetCommit, PartitionOffsets,
-                                         at_or_before, by_partition)
+from detectors.partition_signals import (CLOCK_SKEW_MS, LogTruncation, OffsetCommit,
+                                         PartitionOffsets, at_or_before, by_partition)
 from kmon.config import _key
 
-# Log lines are written by different processes whose clocks and flush times differ by a
-# little: a truncation stamped a few seconds before the controller's line still follows it.
-CLOCK_SKEW_MS = 5_000
+
+class ElectionCause(StrEnum):
+    """The `cause` of this detector's findings."""
+    UNCLEAN_LEADER_ELECTION = "unclean_leader_election"
+    UNCLEAN_LEADER_ELECTION_UNLOGGED = "unclean_leader_election_unlogged"
+    TRUNCATED_BELOW_HIGH_WATERMARK = "truncated_below_high_watermark"
 
 
 @dataclass(frozen=True)
@@ -139,7 +150,8 @@ def truncations_after(e: UncleanElection, truncations: Sequence[LogTruncation],
 def lost_range_start(e: UncleanElection, truncations: Sequence[LogTruncation],
                      offsets: Sequence[PartitionOffsets]) -> tuple[int | None, str]:
     """The new leader's log end at the election; first match wins (see the docstring)."""
-    by_old_leader = [t for t in truncations if e.old_leader is not None and t.broker == e.old_leader]
+    by_old_leader = [t for t in truncations
+                     if e.old_leader is not None and t.broker == e.old_leader]
     if by_old_leader:
         return min(t.truncated_to for t in by_old_leader), "old_leader_truncation"
     below_hw = [t for t in truncations if t.below_high_watermark]
@@ -243,7 +255,8 @@ def election_detection(e: UncleanElection, r: LostRange, groups: GroupsOnRange,
     return Detection(
         cluster=e.cluster, type=AnomalyType.UNCLEAN_ELECTION, severity=Severity.CRITICAL,
         entity_kind=EntityKind.PARTITION, entity=partition_entity(e.topic, e.partition),
-        first_seen_ms=e.event_ms, last_seen_ms=e.event_ms, cause="unclean_leader_election",
+        first_seen_ms=e.event_ms, last_seen_ms=e.event_ms,
+        cause=ElectionCause.UNCLEAN_LEADER_ELECTION,
         explanation=(f"An out-of-sync replica became leader of {e.topic}-{e.partition} "
                      f"(leader {leaders}): {what}{who}."),
         suggested_action=ActionKind.PAGE_HUMAN,
@@ -267,7 +280,7 @@ def truncation_detection(t: LogTruncation) -> Detection:
         cluster=t.cluster, type=AnomalyType.LOG_TRUNCATION, severity=Severity.HIGH,
         entity_kind=EntityKind.PARTITION, entity=partition_entity(t.topic, t.partition),
         first_seen_ms=t.event_ms, last_seen_ms=t.event_ms,
-        cause="truncated_below_high_watermark",
+        cause=ElectionCause.TRUNCATED_BELOW_HIGH_WATERMARK,
         explanation=(f"Broker {t.broker} truncated {t.topic}-{t.partition} to offset "
                      f"{t.truncated_to}, below its high watermark {t.high_watermark}: "
                      f"{discarded} committed messages were removed."),
@@ -292,7 +305,7 @@ def meter_only_detection(tick: UncleanElectionMeterTick, count: int,
         cluster=tick.cluster, type=AnomalyType.UNCLEAN_ELECTION, severity=Severity.CRITICAL,
         entity_kind=EntityKind.CLUSTER, entity=cluster_entity(tick.cluster),
         first_seen_ms=tick.observed_ms, last_seen_ms=tick.observed_ms,
-        cause="unclean_leader_election_unlogged",
+        cause=ElectionCause.UNCLEAN_LEADER_ELECTION_UNLOGGED,
         explanation=(f"The controller counted {count} unclean leader election(s) that no log "
                      f"line names (a ZooKeeper-mode controller logs none): partitions "
                      f"unknown{hint}."),

@@ -130,7 +130,8 @@ def test_stall_limit_follows_a_cleaner_that_is_normally_slow():
     # This broker's cleaner normally spends ~20 minutes on its big logs: 45 minutes since
     # its last run is within 5x its usual; 2 hours is not.
     usual = [1_200_000] * 9
-    assert assess_cleaner(scrapes(since_run=usual + [2_700_000]), 50, CONFIG).cleaner_stalled is False
+    a = assess_cleaner(scrapes(since_run=usual + [2_700_000]), 50, CONFIG)
+    assert a.cleaner_stalled is False
     a = assess_cleaner(scrapes(since_run=usual + [7_200_000]), 50, CONFIG)
     assert (a.stall_limit_ms, a.cleaner_stalled) == (6_000_000, True)
 
@@ -145,7 +146,8 @@ HOUR = 3_600_000
 
 
 def sizes(topic, partition, values, step_ms=15 * MIN):
-    return [PartitionSize("c1", topic, partition, T0 + i * step_ms, v) for i, v in enumerate(values)]
+    return [PartitionSize("c1", topic, partition, T0 + i * step_ms, v)
+            for i, v in enumerate(values)]
 
 
 GROWING = [100e6 + i * 6e6 for i in range(11)]            # +60% over 2.5 h, never cleaned

@@ -13,8 +13,7 @@ from detectors.offset_rewind import detect_offset_anomalies
 from detectors.partition_signals import (ClientOffsetReset, GroupMembership, LogTruncation,
                                          OffsetCommit, PartitionOffsets, ResetReason,
                                          ResetTarget)
-from detectors.unclean_election import (UncleanElection, UncleanElectionMeterTick,
-                                        detect_unclean_elections)
+from detectors.unclean_election import UncleanElection, detect_unclean_elections
 
 pytestmark = pytest.mark.unit
 
@@ -150,10 +149,14 @@ def test_links_name_the_rule():
 
 
 def test_one_election_and_a_thousand_groups_stays_cheap():
-    rewinds = [finding(AnomalyType.OFFSET_REWIND, f"group:g{i}/orders-2", 110,
-                       cause="auto_reset_after_out_of_range", **on("orders", 2, group=f"g{i}"))
-               for i in range(1000)]
-    resets = [finding(AnomalyType.OFFSET_RESET, f"group:g{i}/orders-2", 105,
-                      **on("orders", 2, group=f"g{i}")) for i in range(1000)]
-    got = correlate([ELECTION] + rewinds + resets, CONFIG)
+    def group_detection(type, i, first_s, **more):
+        return Detection("c1", type, Severity.HIGH, EntityKind.GROUP, f"group:g{i}/orders-2",
+                         at(first_s), at(first_s), "auto_reset_after_out_of_range",
+                         "Something happened.", ActionKind.PAGE_HUMAN,
+                         on("orders", 2, group=f"g{i}", **more))
+
+    detections = ([group_detection(AnomalyType.OFFSET_REWIND, i, 110) for i in range(1000)]
+                  + [group_detection(AnomalyType.OFFSET_RESET, i, 105) for i in range(1000)])
+    findings = update_findings([ELECTION], detections, now_ms=at(120))
+    got = correlate(findings, CONFIG)
     assert {f.incident_id for f in got} == {ELECTION.finding_id}

@@ -10,6 +10,11 @@ import pytest
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Finding,
                                 FindingsSection, Severity, Status, finding_id, sort_findings,
                                 update_findings)
+from detectors.compaction_lag import CompactionLagSection
+from detectors.correlation import CorrelationSection
+from detectors.offset_rewind import OffsetRewindSection
+from detectors.slow_broker import SlowBrokerSection
+from detectors.unclean_election import UncleanElectionSection
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -164,3 +169,14 @@ def test_sorted_worst_first():
 def test_config_errors_name_the_key(values, message):
     with pytest.raises(ConfigError, match=message):
         _build_section(FindingsSection, values, "kmon.toml", "findings")
+
+
+def test_every_detector_section_builds_from_defaults_like_kmon_config():
+    for name, cls in {"findings": FindingsSection, "slow_broker": SlowBrokerSection,
+                      "offset_rewind": OffsetRewindSection,
+                      "compaction_lag": CompactionLagSection,
+                      "unclean_election": UncleanElectionSection,
+                      "correlation": CorrelationSection}.items():
+        assert _build_section(cls, {}, "kmon.toml", name) == cls()
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("doc"), f"{name}.{f.name} has no doc"

@@ -12,7 +12,7 @@ from detectors.offset_rewind import (OffsetRewindSection, PartitionInputs, asses
                                      detect_offset_anomalies, find_rewinds)
 from detectors.partition_signals import (ClientOffsetReset, GroupMembership, LogTruncation,
                                          OffsetCommit, PartitionOffsets, ResetReason,
-                                         ResetTarget, pair_reset_events)
+                                         ResetTarget, client_event_meaning, pair_reset_events)
 
 pytestmark = pytest.mark.unit
 
@@ -230,6 +230,23 @@ def scenarios():
             ActionKind.RESTORE_GROUP_OFFSETS)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"rewinds_seen": 1}})
 
+    # A replay: the application sought back itself and committed from there.
+    yield Scenario(
+        "application_seek_replay_is_deliberate",
+        STEADY + commits((305, 2000)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        resets=[reset(302, ResetReason.APPLICATION_SEEK, to=2000, target=ResetTarget.OFFSET)],
+        rewind={"old_position": 5000, "new_position": 2000, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": False, "seek": True, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 3000,
+                "cause": "operator_reset"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("operator_reset", Severity.INFO,
+                                                          ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "reset_event": {"event_ms": at(302), "client_id": "billing-1",
+                            "reason": "application_seek", "from_offset": None,
+                            "to_offset": 2000}}})
+
     yield Scenario("monotonic_commits_are_healthy", STEADY, offsets=ends((0, 5100, 0)),
                    members=ACTIVE)
 
@@ -241,7 +258,7 @@ def rule_results(a) -> dict:
     r = a.rewind
     return {"old_position": r.old_position, "new_position": r.new_position, "drops": r.drops,
             "active": r.active, "member_count": a.member_count, "admin_commit": a.admin_commit,
-            "reset_event": a.reset_event is not None, "truncation": a.truncation is not None,
+            "seek": a.seek is not None, "reset_event": a.reset_event is not None, "truncation": a.truncation is not None,
             "past_log_end": a.past_log_end, "duplicates": a.duplicates, "cause": a.cause}
 
 
@@ -254,7 +271,8 @@ def test_scenario(s: Scenario):
     else:
         inputs = PartitionInputs(offsets=s.offsets, resets=pair_reset_events(s.resets, 5000),
                                  truncations=s.truncations)
-        assert rule_results(assess_rewind(rewinds[-1], inputs, s.members, CONFIG)) == s.rewind
+        expected = {"seek": False, **s.rewind}
+        assert rule_results(assess_rewind(rewinds[-1], inputs, s.members, CONFIG)) == expected
 
     detections = detect_offset_anomalies(s.commits, offsets=s.offsets, resets=s.resets,
                                          memberships=s.members, truncations=s.truncations,
@@ -302,3 +320,20 @@ def test_groups_and_partitions_are_judged_apart():
           + [OffsetCommit("c1", "a", "orders", 3, off, at(t)) for t, off in ((0, 5), (60, 9))])
     got = {d.entity for d in detect_offset_anomalies(cs, now_ms=at(600))}
     assert got == {"group:a/orders-2"}
+
+
+@pytest.mark.parametrize("kind,target,reason,expected", [
+    ("offset_out_of_range", None, None, (ResetReason.OUT_OF_RANGE, ResetTarget.UNKNOWN)),
+    ("truncation_detected", "explicit", None, (ResetReason.TRUNCATION, ResetTarget.OFFSET)),
+    ("offset_reset", "explicit", "seek", (ResetReason.APPLICATION_SEEK, ResetTarget.OFFSET)),
+    ("offset_reset", "latest",
+     "fetch failed due to requested offset not available on the broker: Broker: Offset out of "
+     "range", (ResetReason.OUT_OF_RANGE, ResetTarget.LATEST)),
+    ("offset_reset", "explicit", None, (ResetReason.UNKNOWN, ResetTarget.OFFSET)),
+    ("offset_reset", "earliest", None, (ResetReason.UNKNOWN, ResetTarget.EARLIEST)),
+    ("offset_reset", "stored", None, (ResetReason.UNKNOWN, ResetTarget.OFFSET)),
+], ids=["java_out_of_range_line", "java_truncation_line", "application_seek",
+        "librdkafka_out_of_range_to_end", "java_position_line", "librdkafka_to_beginning",
+        "librdkafka_to_stored"])
+def test_silver_client_events_map_to_reasons_and_targets(kind, target, reason, expected):
+    assert client_event_meaning(kind, target, reason) == expected

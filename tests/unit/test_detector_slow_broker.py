@@ -4,16 +4,17 @@ healthy-or-not windows, the fault (when there is one) in the last two."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, replace
 
 import pytest
 
 from detectors.findings import ActionKind, AnomalyType, Severity
-from detectors.slow_broker import (ClientSendWindow, FollowerFetchWindow, FollowerView, IsrShrink,
-                                   LatencyBaseline, RequestStageWindow, Role,
+from detectors.slow_broker import (ClientSendWindow, FollowerFetchWindow, FollowerView,
+                                   IsrShrink, LatencyBaseline, RequestStageWindow, Role,
                                    SlowBrokerSection, assess_windows, blame_follower,
                                    detect_slow_brokers, detections_from, dominant_stage,
-                                   latency_ms)
+                                   latency_ms, median_without)
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -27,6 +28,10 @@ CONFIG = SlowBrokerSection()
 
 def start(w: int) -> int:
     return T0 + w * W
+
+
+def window_of(x) -> int:
+    return (x.window_start_ms - T0) // W
 
 
 def produce(b, w, *, total=8.0, rq=0.5, local=4.0, remote=3.0, throttle=0.0, rsq=0.2, send=0.3,
@@ -59,7 +64,7 @@ def replaced(rows, broker, api, windows, **stages):
     """The rows with one broker/API's stages replaced in the given windows."""
     out = []
     for r in rows:
-        if r.broker == broker and r.api == api and (r.window_start_ms - T0) // W in windows:
+        if r.broker == broker and r.api == api and window_of(r) in windows:
             r = with_(r, **stages)
         out.append(r)
     return out
@@ -179,11 +184,11 @@ def scenarios():
 
     # The same, but broker 3 was frozen for whole windows: it logged nothing and its
     # leaders saw no fetch from it at all. Only the leaders can tell.
-    silent = [r for r in healthy() if not (r.broker == 3 and (r.window_start_ms - T0) // W in FAULT)]
+    silent = [r for r in healthy() if not (r.broker == 3 and window_of(r) in FAULT)]
     for leader in (1, 2):
         silent = replaced(silent, leader, "Produce", FAULT, **PAUSED_PRODUCE_ON_LEADER)
     silent_fetches = [f for f in follower_fetches(set(), {})
-                      if not ((f.window_start_ms - T0) // W in FAULT and 3 in (f.leader, f.follower))]
+                      if not (window_of(f) in FAULT and 3 in (f.leader, f.follower))]
     yield Scenario(
         "silent_paused_follower_is_blamed_by_its_leaders", silent, fetches=silent_fetches,
         verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
@@ -296,7 +301,8 @@ def scenarios():
         shrunk = replaced(shrunk, leader, "Produce", FAULT, **PAUSED_PRODUCE_ON_LEADER)
     yield Scenario(
         "isr_shrink_names_the_slow_follower", shrunk,
-        shrinks=[IsrShrink("c1", start(w) + 4000, leader, "orders", p, (3,), (leader, 2 if leader == 1 else 1))
+        shrinks=[IsrShrink("c1", start(w) + 4000, leader, "orders", p, (1, 2, 3),
+                           (1, 2))
                  for w in FAULT for leader in (1, 2) for p in (0, 1)],
         verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
                   2: (Role.VICTIM, "remote_produce_slow_follower"),
@@ -376,7 +382,7 @@ def test_external_baseline_replaces_missing_history():
 
 
 def test_leader_dropping_all_followers_from_isr_points_at_the_leader():
-    shrink_all = [IsrShrink("c1", start(0), 3, "orders", 0, (1, 2), (3,))]
+    shrink_all = [IsrShrink("c1", start(0), 3, "orders", 0, (1, 2, 3), (3,))]
     blame = blame_follower(3, FollowerView.build({}, shrink_all), CONFIG)
     assert (blame.follower, blame.leader_at_fault, blame.candidates) == (None, False, ())
 
@@ -434,3 +440,13 @@ def test_config_errors_name_the_key(values, message):
     with pytest.raises(ConfigError) as e:
         _build_section(SlowBrokerSection, values, "kmon.toml", "slow_broker")
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("values", [[1.0], [1.0, 2.0], [1.0, 2.0, 3.0], [5.0, 5.0, 5.0, 9.0],
+                                    [1.0, 4.0, 4.0, 7.0, 8.0, 100.0]])
+def test_median_without_one_value_matches_the_obvious_way(values):
+    for v in values:
+        rest = list(values)
+        rest.remove(v)
+        expected = statistics.median(rest) if rest else None
+        assert median_without(sorted(values), v) == expected

@@ -173,7 +173,8 @@ def test_truncation_long_before_the_election_is_not_its_evidence():
 
 def test_each_logged_election_accounts_for_one_count_of_one_tick():
     e2 = UncleanElection("c1", "orders", 3, at(101))
-    ticks = [UncleanElectionMeterTick("c1", at(110), 1.0), UncleanElectionMeterTick("c1", at(140), 2.0)]
+    ticks = [UncleanElectionMeterTick("c1", at(110), 1.0),
+             UncleanElectionMeterTick("c1", at(140), 2.0)]
     left = unexplained_meter_ticks(ticks, [ELECTION, e2], 120_000)
     assert [(t.observed_ms, n) for t, n in left] == [(at(140), 1)]
 
