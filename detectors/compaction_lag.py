@@ -77,7 +77,7 @@ from typing import Iterable, Sequence
 
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
                                 broker_entity, partition_entity)
-from kmon.config import _key
+from kmon.config_keys import _key
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 

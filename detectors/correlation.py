@@ -39,7 +39,7 @@ from typing import Callable, Iterable
 
 from detectors.findings import AnomalyType, Finding, partition_entity
 from detectors.offset_rewind import RewindCause
-from kmon.config import _key
+from kmon.config_keys import _key
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Iterable, Mapping
 
-from kmon.config import ConfigError, _key
+from kmon.config_keys import ConfigError, _key
 
 
 class _Ranked(StrEnum):

@@ -92,7 +92,7 @@ from detectors.partition_signals import (CLOCK_SKEW_MS, ClientOffsetReset, Group
                                          ResetReason, ResetTarget, at_or_before, by_partition,
                                          messages_reread, offsets_at, offsets_past_log_end,
                                          pair_reset_events, reset_target_of)
-from kmon.config import _key
+from kmon.config_keys import _key
 
 
 @dataclass(frozen=True)

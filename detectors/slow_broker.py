@@ -154,7 +154,7 @@ from typing import Iterable, Mapping, Sequence
 
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
                                 broker_entity, cluster_entity)
-from kmon.config import ConfigError, _key
+from kmon.config_keys import ConfigError, _key
 
 STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
 STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",

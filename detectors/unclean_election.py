@@ -75,7 +75,7 @@ from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, 
                                 cluster_entity, partition_entity)
 from detectors.partition_signals import (CLOCK_SKEW_MS, LogTruncation, OffsetCommit,
                                          PartitionOffsets, at_or_before, by_partition)
-from kmon.config import _key
+from kmon.config_keys import _key
 
 
 class ElectionCause(StrEnum):

@@ -65,8 +65,9 @@ def cmd_config(args, config) -> int:
         print(describe_keys())
         return 0
     import dataclasses
-    out = {name: dataclasses.asdict(getattr(config, name))
-           for name in ("kmon", "spark", "jvm", "local_cluster")}
+
+    from kmon.config import SECTIONS
+    out = {name: dataclasses.asdict(getattr(config, name)) for name in SECTIONS}
     print(f"# effective configuration from {config.source}")
     print(json.dumps(out, indent=2))
     return 0

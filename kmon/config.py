@@ -19,21 +19,17 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from detectors.compaction_lag import CompactionLagSection
+from detectors.correlation import CorrelationSection
+from detectors.findings import FindingsSection
+from detectors.offset_rewind import OffsetRewindSection
+from detectors.slow_broker import SlowBrokerSection
+from detectors.unclean_election import UncleanElectionSection
+from kmon.config_keys import ConfigError, _key  # noqa: F401 - ConfigError is re-exported
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_FILE = REPO_ROOT / "conf" / "kmon.toml"
 ENV_PREFIX = "KMON__"
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the key and its source."""
-
-
-def _key(doc: str, default: Any, *, min: float | None = None, max: float | None = None,
-         choices: tuple | None = None) -> Any:
-    meta = {"doc": doc, "min": min, "max": max, "choices": choices}
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -85,6 +81,12 @@ SECTIONS: dict[str, type] = {
     "spark": SparkSection,
     "jvm": JvmSection,
     "local_cluster": LocalClusterSection,
+    "findings": FindingsSection,
+    "slow_broker": SlowBrokerSection,
+    "offset_rewind": OffsetRewindSection,
+    "compaction_lag": CompactionLagSection,
+    "unclean_election": UncleanElectionSection,
+    "correlation": CorrelationSection,
 }
 
 
@@ -94,6 +96,12 @@ class Config:
     spark: SparkSection = field(default_factory=SparkSection)
     jvm: JvmSection = field(default_factory=JvmSection)
     local_cluster: LocalClusterSection = field(default_factory=LocalClusterSection)
+    findings: FindingsSection = field(default_factory=FindingsSection)
+    slow_broker: SlowBrokerSection = field(default_factory=SlowBrokerSection)
+    offset_rewind: OffsetRewindSection = field(default_factory=OffsetRewindSection)
+    compaction_lag: CompactionLagSection = field(default_factory=CompactionLagSection)
+    unclean_election: UncleanElectionSection = field(default_factory=UncleanElectionSection)
+    correlation: CorrelationSection = field(default_factory=CorrelationSection)
     source: str = "<defaults>"
 
     @property

@@ -28,8 +28,10 @@ def test_repository_default_file_loads():
     ("[kmon]\nlog_level = 'LOUD'\n", "key 'kmon.log_level' must be one of DEBUG, INFO"),
     ("[sparkk]\nmaster = 'x'\n", "unknown section [sparkk]"),
     ("[spark\n", "not valid TOML"),
+    ("[slow_broker]\nthreshold_msx = 300\n", "unknown key 'slow_broker.threshold_msx'"),
 ], ids=["typo_in_key", "negative_port", "port_too_high", "string_for_int", "int_for_bool",
-        "unknown_choice", "typo_in_section", "broken_toml"])
+        "unknown_choice", "typo_in_section", "broken_toml",
+        "typo_in_detector_key"])
 def test_bad_config_names_key_and_file(tmp_path, text, expected):
     f = write(tmp_path, text)
     with pytest.raises(ConfigError) as e:
