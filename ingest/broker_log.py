@@ -1,4 +1,4 @@
-"""Parse Kafka broker logs (server, controller, state-change, log-cleaner) into `log_events` records.
+"""Parse Kafka broker logs (server, controller, state-change, log-cleaner) into `log_events`.
 
 Every broker log uses the layout ``[%d] %p %m (%c)``. Most events are one line:
 
@@ -111,6 +111,7 @@ class EventAssembler:
         if HEADER_RE.match(line):
             yield from self.flush()
         if self._size <= self.max_event_chars:
+            line = line[:self.max_event_chars]
             self._lines.append(line)
             self._size += len(line) + 1
 
@@ -284,7 +285,9 @@ def _truncation(message: str, rec: dict) -> bool:
 
 # ISR changes
 
-PARTITION_PREFIX = r"(?:\[Partition " + TP + r" broker=\d+\]|Partition \[(?P<t1>[^,\]]+),(?P<p1>\d+)\] on broker \d+:)"
+# "[Partition t-0 broker=1]" since 2.0; "Partition [t,0] on broker 1:" before.
+PARTITION_PREFIX = (r"(?:\[Partition " + TP + r" broker=\d+\]"
+                    r"|Partition \[(?P<t1>[^,\]]+),(?P<p1>\d+)\] on broker \d+:)")
 ISR_SHRINK_RE = re.compile(PARTITION_PREFIX + r" Shrinking ISR from (?P<a>[\d,]*) to (?P<b>[\d,]*)"
                            r"(?:\. Leader: \(highWatermark: (?P<hw>\d+))?")
 ISR_EXPAND_RE = re.compile(PARTITION_PREFIX + r" Expanding ISR from (?P<a>[\d,]*) to (?P<b>[\d,]*)")
@@ -299,7 +302,8 @@ def _set_partition_prefix(m: re.Match, rec: dict) -> None:
 
 
 def _isr(message: str, rec: dict) -> bool:
-    for rx, kind in ((ISR_SHRINK_RE, LogEventKind.ISR_SHRINK), (ISR_EXPAND_RE, LogEventKind.ISR_EXPAND),
+    for rx, kind in ((ISR_SHRINK_RE, LogEventKind.ISR_SHRINK),
+                     (ISR_EXPAND_RE, LogEventKind.ISR_EXPAND),
                      (ISR_UPDATE_RE, LogEventKind.ISR_UPDATE)):
         m = rx.search(message)
         if m is None:
@@ -320,7 +324,8 @@ def _isr(message: str, rec: dict) -> bool:
 LEADER_START_RE = re.compile(
     r"\[Broker id=(?P<b>\d+)\] Leader " + TP + r"(?: with topic id Some\((?P<tid>[^)]*)\))? "
     r"starts at leader epoch (?P<e>-?\d+) from offset (?P<off>-?\d+)"
-    r"(?: with partition epoch -?\d+)?, high watermark (?P<hw>-?\d+), ISR \[(?P<isr>" + INTS + r")\]")
+    r"(?: with partition epoch -?\d+)?, high watermark (?P<hw>-?\d+), "
+    r"ISR \[(?P<isr>" + INTS + r")\]")
 FOLLOWER_START_RE = re.compile(
     r"\[Broker id=\d+\] Follower " + TP + r" starts at leader epoch (?P<e>-?\d+) from offset "
     r"(?P<off>-?\d+)(?: with partition epoch -?\d+)? and high watermark (?P<hw>-?\d+)\. "
@@ -375,7 +380,8 @@ def _offset_reset(message: str, rec: dict) -> bool:
 # the log cleaner's summary
 
 NUMBER = r"(-?[\d,]+(?:\.\d+)?|NaN|-?Infinity)"
-CLEANED_RE = re.compile(r"cleaned log " + TP + r" \(dirty section = [\[<](?P<a>-?\d+), (?P<b>-?\d+)[\]>]\)")
+CLEANED_RE = re.compile(r"cleaned log " + TP +
+                        r" \(dirty section = [\[<](?P<a>-?\d+), (?P<b>-?\d+)[\]>]\)")
 PROCESSED_RE = re.compile(NUMBER + r" MB of log processed in " + NUMBER + " seconds")
 BUFFER_RE = re.compile(r"Buffer utilization: " + NUMBER + "%")
 START_SIZE_RE = re.compile(r"Start size: " + NUMBER + r" MB \(([\d,]+) messages\)")

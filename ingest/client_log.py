@@ -1,8 +1,9 @@
 """Pick consumer offset resets, out-of-range fetches and truncations out of client logs.
 
 Client applications log in their own layouts, so this parser looks for the known messages
-anywhere in a line and takes the time from Kafka's own layout when the line has it
-(``[%d] %p %m (%c)``, what the Java client uses in kmon's tests), else from the caller.
+anywhere in a line and takes the time from the line when it has one (Kafka's own layout
+``[%d] %p %m (%c)``, any ``yyyy-MM-dd HH:mm:ss,SSS`` stamp, or librdkafka's stderr
+``%4|<epoch seconds.millis>|``), else from the caller.
 Lines that are none of these are skipped with a `Skipped` (reason ``not_offset_event``):
 most of a client log is unrelated to offsets.
 
@@ -60,28 +61,35 @@ RECORD_FIELDS = (
 )
 
 TP = r"(?P<tp>[A-Za-z0-9._-]+-\d+)"
-POSITION = r"(?:FetchPosition\{offset=)?(?P<{name}>-?\d+)"
+
+
+def _position(name: str) -> str:
+    """An offset written plain (older clients) or as FetchPosition{offset=N, ...}."""
+    return r"(?:FetchPosition\{offset=)?(?P<" + name + r">-?\d+)"
+
 
 KAFKA_LAYOUT_RE = re.compile(r"\[(" + STAMP_RE.pattern + r")\] [A-Z]+ ")
 ISO_STAMP_RE = re.compile(STAMP_RE.pattern)
+RDKAFKA_STDERR_RE = re.compile(r"%\d\|(\d+)\.(\d{3})\|")  # %4|1795344630.140|OFFSET|...
 JAVA_CONTEXT_RE = re.compile(r"\[Consumer (?:instanceId=[^,\]]*, )?clientId=(?P<client>[^,\]]*), "
                              r"groupId=(?P<group>[^\]]*)\]")
 
 JAVA_RESET_RE = re.compile(r"Resetting offset for partition " + TP + r" to "
                            r"(?:position FetchPosition\{offset=|offset )(?P<to>-?\d+)")
-JAVA_OUT_OF_RANGE_RE = re.compile(r"Fetch (?:position|offset) " + POSITION.format(name="from") +
+JAVA_OUT_OF_RANGE_RE = re.compile(r"Fetch (?:position|offset) " + _position("from") +
                                   r".*? is out of range for partition " + TP)
 JAVA_TRUNCATION_RE = re.compile(
-    r"Truncation detected for partition " + TP + r" at offset " + POSITION.format(name="from") +
-    r"(?:.*?first offset known to diverge " + POSITION.format(name="to") + r")?")
+    r"Truncation detected for partition " + TP + r" at offset " + _position("from") +
+    r"(?:.*?first offset known to diverge " + _position("to") + r")?")
 JAVA_SEEK_STRATEGY_RE = re.compile(r"Seeking to (?P<strategy>[A-Za-z_]+) offset of partition " + TP)
 JAVA_SEEK_OFFSET_RE = re.compile(r"Seeking to offset (?P<to>-?\d+) for partition " + TP)
 OFFSET_EPOCH_RE = re.compile(r"offsetEpoch=Optional\[(?P<e>-?\d+)\]")
 
 RDKAFKA_RESET_RE = re.compile(
-    r"(?P<topic>[A-Za-z0-9._-]+) \[(?P<p>\d+)\]: offset reset \(at (?:offset )?(?P<from>-?\d+|[A-Z]+)"
-    r"(?: \(leader epoch (?P<epoch>-?\d+)\))?, broker (?P<broker>-?\d+)\) to "
-    r"(?P<cached>cached (?P<cached_what>[A-Z]+) offset )?(?:offset )?(?P<target>-?\d+|[A-Z]+(?:\(-?\d+\))?)"
+    r"(?P<topic>[A-Za-z0-9._-]+) \[(?P<p>\d+)\]: offset reset "
+    r"\(at (?:offset )?(?P<from>-?\d+|[A-Z]+)(?: \(leader epoch (?P<epoch>-?\d+)\))?, "
+    r"broker (?P<broker>-?\d+)\) to (?P<cached>cached (?P<cached_what>[A-Z]+) offset )?"
+    r"(?:offset )?(?P<target>-?\d+|[A-Z]+(?:\(-?\d+\))?)"
     r"(?: \(leader epoch -?\d+\))?(?:: (?P<reason>.*))?$")
 RDKAFKA_HANDLE_RE = re.compile(r"[\[|](?P<client>[^\[\]|#\s]*)#consumer-\d+[\]|]")
 
@@ -115,9 +123,13 @@ def parse_client_line(line: str | bytes, *, cluster: str, client_id: str | None 
     if rec is None:
         return Skipped(SOURCE, "not_offset_event")
     stamp = KAFKA_LAYOUT_RE.match(text) or ISO_STAMP_RE.search(text)
-    if stamp is not None:
+    epoch = RDKAFKA_STDERR_RE.match(text) if stamp is None else None
+    if epoch is not None:
+        ts_ms = int(epoch.group(1)) * 1000 + int(epoch.group(2))
+    elif stamp is not None:
         try:
-            ts_ms = stamp_to_ms(stamp.group(1) if stamp.re is KAFKA_LAYOUT_RE else stamp.group(0), tz)
+            text_stamp = stamp.group(1) if stamp.re is KAFKA_LAYOUT_RE else stamp.group(0)
+            ts_ms = stamp_to_ms(text_stamp, tz)
         except ValueError:
             return Malformed(SOURCE, "bad_timestamp", line)
     if ts_ms is None:
@@ -125,7 +137,7 @@ def parse_client_line(line: str | bytes, *, cluster: str, client_id: str | None 
     out = dict.fromkeys(RECORD_FIELDS)
     out.update(cluster=cluster, ts_ms=ts_ms, client_id=client_id, group_id=group_id,
                client_software=client_software)
-    out.update({k: v for k, v in rec.items() if v is not None or k not in out})
+    out.update({k: v for k, v in rec.items() if v is not None})  # the line wins
     return out
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 
-from ingest.malformed import Malformed
+from ingest.malformed import Malformed, json_error_reason
 
 SOURCE = "client_stats"
 MAX_PAYLOAD_CHARS = 64 * 1024 * 1024
@@ -86,8 +86,7 @@ def parse_client_stats(payload: str | bytes, *, cluster: str,
     try:
         doc = json.loads(payload)
     except json.JSONDecodeError as e:
-        reason = "truncated_json" if e.pos >= len(payload.rstrip()) - 1 else "invalid_json"
-        return Malformed(SOURCE, reason, payload)
+        return Malformed(SOURCE, json_error_reason(e, payload), payload)
     except RecursionError:
         return Malformed(SOURCE, "invalid_json", payload)
     try:

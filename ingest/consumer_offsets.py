@@ -16,8 +16,9 @@ Key: int16 key version (since 3.x named the record type) then
 - 0 (LegacyOffsetCommitKey), 1 (OffsetCommitKey): group STRING, topic STRING, partition
   INT32 — an offset commit;
 - 2 (GroupMetadataKey): group STRING — classic group metadata, skipped ("group_metadata");
-- 3 and up: records of newer group protocols (KIP-848 consumer groups, share and streams
-  groups), skipped ("newer_group_record").
+- 3 .. 255: records of newer group protocols (KIP-848 consumer groups, share and streams
+  groups; 4.3.1's CoordinatorRecordType defines 3..23), skipped ("newer_group_record");
+  a larger number is not a record type but damage ("bad_key_version").
 
 Value: int16 value version then
 
@@ -26,7 +27,9 @@ Value: int16 value version then
 - v2: offset INT64, metadata STRING, commitTimestamp INT64
 - v3: offset INT64, leaderEpoch INT32, metadata STRING, commitTimestamp INT64
 - v4 (flexible): offset INT64, leaderEpoch INT32, metadata COMPACT_STRING, commitTimestamp
-  INT64, TAGGED_FIELDS — tag 0 is the topic id (16 bytes, a Uuid) in 4.x.
+  INT64, TAGGED_FIELDS — tag 0 is the topic id (16 bytes, a Uuid): present in the 4.3.1
+  classes (``SCHEMA_4``), absent from older copies of OffsetCommitValue.json. Unknown tags
+  are skipped, as Kafka's own reader does.
 
 Kafka 4.3.1 writes key version 1 and value version 4 with the topic id (captured), where
 TELEMETRY.md expected v3. A null value is a tombstone: the group's offset for that
@@ -37,8 +40,9 @@ A captured v4 record (hex), key then value:
     0001 0015 72646b61666b612d756e636c65616e2d67726f7570 0009 756e636c65616e2d74 00000000
     0004 0000000000000032 00000000 01 000001a202d72915 01 00 10 bf609c3631f343ea8774f2e20c0d5c87
 
-Returns a record, `Skipped` (documented skips above) or `Malformed` (truncated_key,
-truncated_value, bad_key_version, unknown_value_version:<v>, trailing_bytes, not_utf8).
+Returns a record, `Skipped` (documented skips above) or `Malformed` (missing_field:key,
+truncated_key, truncated_value, bad_key_version, unknown_value_version:<v>, trailing_bytes,
+not_utf8); the raw input of a Malformed is ``key=<hex> value=<hex|null>``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import struct
 from ingest.malformed import Malformed, Skipped
 
 SOURCE = "consumer_offsets"
+MAX_RECORD_TYPE = 255
 MAX_METADATA_CHARS = 4096
 TOPIC_ID_TAG = 0
 
@@ -122,7 +127,9 @@ def uuid_to_str(raw: bytes) -> str:
 
 
 def _raw(key: bytes | None, value: bytes | None) -> str:
-    return f"key={key.hex() if key is not None else 'null'} value={value.hex() if value is not None else 'null'}"
+    def hexed(b: bytes | None) -> str:
+        return b.hex() if b is not None else "null"
+    return f"key={hexed(key)} value={hexed(value)}"
 
 
 def decode_key(key: bytes) -> tuple[int, str, str, int] | Skipped:
@@ -132,7 +139,7 @@ def decode_key(key: bytes) -> tuple[int, str, str, int] | Skipped:
     """
     r = _Reader(key)
     version = r.int16()
-    if version < 0:
+    if version < 0 or version > MAX_RECORD_TYPE:
         raise ValueError("bad_key_version")
     if version == 2:
         return Skipped(SOURCE, "group_metadata")

@@ -14,6 +14,7 @@ the field it concerns ("missing_field:totalTimeMs", "negative_time:localTimeMs",
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 # Quarantine keeps at most this many characters of the raw input: enough to see what went
@@ -64,6 +65,13 @@ class Skipped:
 
     def __bool__(self) -> bool:
         return False
+
+
+def json_error_reason(error: json.JSONDecodeError, text: str) -> str:
+    """truncated_json when the document stopped early, invalid_json when it is damaged."""
+    stopped_early = (error.pos >= len(text.rstrip()) - 1
+                     or error.msg.startswith("Unterminated string"))
+    return "truncated_json" if stopped_early else "invalid_json"
 
 
 def raw_as_text(raw: str | bytes | None) -> tuple[str, str, int]:

@@ -1,4 +1,4 @@
-"""silver.client_stats: librdkafka client statistics, one row per client, broker, partition or group.
+"""silver.client_stats: librdkafka statistics, one row per client, broker, partition or group.
 
 Produced by ingest/client_stats.py from the JSON librdkafka emits every
 statistics.interval.ms. All scopes share one shape; ``scope`` says which columns apply:

@@ -22,7 +22,7 @@ class LogEventKind(str, Enum):
     TRUNCATION = "truncation"                  # a replica cut its log back to an offset
     ISR_SHRINK = "isr_shrink"                  # the leader removed replicas from the ISR
     ISR_EXPAND = "isr_expand"                  # the leader added replicas (ZooKeeper-era line)
-    ISR_UPDATE = "isr_update"                  # the controller accepted a new ISR (KRaft: either way)
+    ISR_UPDATE = "isr_update"                  # the controller accepted a new ISR (either way)
     CLEANER_RUN = "cleaner_run"                # the log cleaner compacted a partition
     OFFSET_RESET = "offset_reset"              # a follower reset its fetch offset
     OFFSET_OUT_OF_RANGE = "offset_out_of_range"  # a follower fetched out of range
@@ -87,7 +87,8 @@ COLUMNS = {
     "offset": ("The offset the event names: truncation target, new fetch offset after a reset, "
                "leader start offset"),
     "from_offset": "Offset before a reset or an out-of-range fetch",
-    "high_watermark": "High watermark the line reports (truncation below it, ISR shrink, leader start)",
+    "high_watermark": "High watermark the line reports (truncation below it, ISR shrink, "
+                      "leader start)",
     "old_leader": "Previous leader node id (leader changes, unclean elections)",
     "new_leader": "New leader node id",
     "leader_epoch": "Leader epoch after the change",

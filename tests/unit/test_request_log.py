@@ -1,0 +1,263 @@
+"""ingest/request_log.py on real Kafka 4.3.1 request-log lines, legacy text lines and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from zoneinfo import ZoneInfo
+
+import pytest
+from tests.unit.captured import fixture_lines, line_containing
+
+from ingest import request_log
+from ingest.malformed import Malformed
+from ingest.request_log import parse_request_line
+
+pytestmark = pytest.mark.unit
+
+REAL = "request_log/kafka-4.3.1-request.log"
+LEGACY = "request_log/kafka-2.x-request.log"
+
+
+def parse(line, **kw):
+    return parse_request_line(line, cluster="test", broker=1, **kw)
+
+
+def real(needle: str) -> str:
+    return line_containing(REAL, needle)
+
+
+# ---- every captured line ----------------------------------------------------------------
+
+@pytest.mark.parametrize("line", fixture_lines(REAL), ids=lambda line: line[1:24] + "/" + line[
+    line.find('"requestApiKeyName":"') + 21:line.find('"', line.find('"requestApiKeyName":"') + 21)])
+def test_every_captured_line_parses_and_the_fast_path_agrees_with_the_full_decode(line):
+    fast = parse(line)
+    full = parse(line, full_decode=True)
+    assert not isinstance(fast, Malformed), fast
+    assert fast == full
+    assert list(fast) == list(full) == list(request_log.RECORD_FIELDS)
+    json.dumps(fast)  # published as JSON
+
+
+def test_every_captured_line_takes_the_fast_path():
+    for line in fixture_lines(REAL):
+        message = line[request_log.LINE_RE.match(line).end():]
+        assert request_log.parse_json_message_fast(
+            message, "test", 1, 0, request_log.CONTROLLER_LISTENERS) is not None, line[:200]
+
+
+# ---- what each kind of request gives ----------------------------------------------------
+
+CASES = [
+    ("produce_acks_all_librdkafka", '"clientId":"producer-acks-all"', {
+        "ts_ms": 1795343920123, "api": "Produce", "api_key": 0, "api_version": 10,
+        "correlation_id": 2, "client_id": "producer-acks-all",
+        "client_software_name": "confluent-kafka-python",
+        "client_software_version": "2.16.1-rdkafka-2.16.0", "principal": "User:ANONYMOUS",
+        "listener": "PLAINTEXT", "security_protocol": "PLAINTEXT",
+        "local_addr": "127.0.0.1:58979", "remote_addr": "127.0.0.1:48008",
+        "total_ms": 158.479, "request_queue_ms": 2.069, "local_ms": 102.403,
+        "remote_ms": 52.892, "throttle_ms": 0.0, "response_queue_ms": 0.735, "send_ms": 0.378,
+        "acks": -1, "topics": ["orders"], "topic_ids": [], "partition_count": 1,
+        "request_bytes": 23007, "response_bytes": None, "fetch_kind": None,
+        "fetch_replica_id": None, "error_codes": [], "is_forwarded": False,
+        "is_controller_traffic": False}),
+    ("produce_acks_1", '"clientId":"producer-acks-1"', {"api": "Produce", "acks": 1,
+                                                          "request_bytes": 11821}),
+    ("produce_acks_0", '"clientId":"producer-acks-0"', {"api": "Produce", "acks": 0,
+                                                          "request_bytes": 2491}),
+    ("fetch_consumer_librdkafka_v16_sends_no_replica_id", '"correlationId":3,"clientId":"fixture-group-client","requestApiKeyName":"FETCH"', {
+        "api": "Fetch", "api_version": 16, "fetch_kind": "consumer", "fetch_replica_id": None,
+        "topics": [], "topic_ids": ["sd-eH7reRR6GS5bfdXKJOA"], "partition_count": 1,
+        "response_bytes": 37319, "acks": None, "request_bytes": None}),
+    ("fetch_consumer_java_v18", '"correlationId":16,"clientId":"java-group-client"', {
+        "api": "Fetch", "api_version": 18, "fetch_kind": "consumer", "fetch_replica_id": None,
+        "client_software_name": "apache-kafka-java", "client_software_version": "4.3.1"}),
+    ("fetch_follower_replica_state_replica_id", '"clientId":"broker-3-fetcher-0"', {
+        "api": "Fetch", "fetch_kind": "follower", "fetch_replica_id": 3,
+        "remote_ms": 508.325, "is_controller_traffic": False}),
+    ("fetch_follower_many_partitions", '"clientId":"broker-1-fetcher-0"', {
+        "fetch_kind": "follower", "fetch_replica_id": 1, "partition_count": 14,
+        "response_bytes": 148}),
+    ("fetch_follower_errors_after_unclean_election", '"correlationId":4,"clientId":"broker-2-fetcher-0"', {
+        "fetch_kind": "follower", "fetch_replica_id": 2, "error_codes": [6, 75]}),
+    ("fetch_consumer_out_of_range_librdkafka", '"clientId":"rdkafka-retention-group-client","requestApiKeyName":"FETCH"', {
+        "fetch_kind": "consumer", "error_codes": [1], "topic_ids": ["wL2c4i_GTdOL3ahyGW6d1Q"]}),
+    ("fetch_consumer_out_of_range_java", '"clientId":"java-retention-group-client","requestApiKeyName":"FETCH"', {
+        "fetch_kind": "consumer", "error_codes": [1]}),
+    ("fetch_kraft_voter_on_controller_listener", '"correlationId":269,"clientId":"raft-client-2"', {
+        "api": "Fetch", "fetch_kind": "follower", "fetch_replica_id": 2, "listener": "CONTROLLER",
+        "is_controller_traffic": True, "topic_ids": ["AAAAAAAAAAAAAAAAAAAAAQ"]}),
+    ("metadata_for_missing_topic_unknown_topic_error", '"name":"no-such-topic"', {
+        "api": "Metadata", "topics": ["no-such-topic"], "topic_ids": [], "error_codes": [3],
+        "partition_count": None}),
+    ("offset_commit_java", '"correlationId":20,"clientId":"java-group-client"', {
+        "api": "OffsetCommit", "api_key": 8, "topics": ["orders"], "partition_count": 3}),
+    ("offset_fetch_groups_v9", '"correlationId":5,"clientId":"fixture-group-848-client"', {
+        "api": "OffsetFetch", "topics": ["orders"], "partition_count": 3}),
+    ("api_versions_handshake", '"correlationId":1,"clientId":"rdkafka","requestApiKeyName":"API_VERSIONS"', {
+        "api": "ApiVersions", "api_key": 18, "client_software_name": "unknown",
+        "topics": [], "partition_count": None}),
+    ("create_topics_forwarded_to_controller", '"isForwarded":true', {
+        "api": "CreateTopics", "is_forwarded": True, "is_controller_traffic": True,
+        "topics": ["orders", "compacted-keys", "unclean-t"]}),
+    ("vote_names_topic_by_topic_name", '"correlationId":34,"clientId":"raft-client-3"', {
+        "api": "Vote", "topics": ["__cluster_metadata"], "partition_count": 1}),
+    ("join_group_member_id_required", '"correlationId":5,"clientId":"java-group-client","requestApiKeyName":"JOIN_GROUP"', {
+        "api": "JoinGroup", "error_codes": [79]}),
+    ("broker_heartbeat_numeric_client_id", '"correlationId":39,"clientId":"1"', {
+        "api": "BrokerHeartbeat", "client_id": "1", "is_controller_traffic": True}),
+]
+
+
+@pytest.mark.parametrize("needle,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_request_kinds(needle, expected):
+    rec = parse(real(needle))
+    assert {k: rec[k] for k in expected} == expected
+
+
+def test_controller_listeners_come_from_the_broker_config():
+    line = real('"correlationId":269,"clientId":"raft-client-2"')
+    assert parse(line, controller_listeners=frozenset({"QUORUM"}))["is_controller_traffic"] is False
+
+
+def test_fetch_before_v15_names_the_replica_at_the_top_level():
+    v18 = real('"clientId":"broker-3-fetcher-0"')
+    follower = re.sub(r'"replicaState":\{"replicaId":3,"replicaEpoch":\d+\},', '"replicaId":3,',
+                      v18.replace('"requestApiVersion":18', '"requestApiVersion":12'))
+    assert '"replicaState"' not in follower
+    consumer = follower.replace('"replicaId":3,', '"replicaId":-1,')
+    for line, kind, replica in ((follower, "follower", 3), (consumer, "consumer", None)):
+        for rec in (parse(line), parse(line, full_decode=True)):
+            assert (rec["fetch_kind"], rec["fetch_replica_id"]) == (kind, replica)
+
+
+def test_broker_local_time_is_read_in_the_broker_zone():
+    line = real('"clientId":"producer-acks-all"')
+    # November: Paris is UTC+1, so 10:38:40 there is 09:38:40 UTC.
+    assert parse(line, tz=ZoneInfo("Europe/Paris"))["ts_ms"] == parse(line)["ts_ms"] - 3_600_000
+
+
+def test_bytes_input_is_decoded():
+    line = real('"clientId":"producer-acks-all"')
+    assert parse(line.encode()) == parse(line)
+
+
+# ---- the text line of Kafka up to 2.7 ---------------------------------------------------
+
+LEGACY_CASES = [
+    ("list_offsets_kip673_example", "apiKey=LIST_OFFSETS", {
+        "api": "ListOffsets", "api_key": 2, "api_version": 5, "correlation_id": 8799,
+        "client_id": "consumer-group-1", "total_ms": 0.085, "request_queue_ms": 0.013,
+        "local_ms": 0.033, "remote_ms": 0.011, "throttle_ms": 0.0, "response_queue_ms": 0.011,
+        "send_ms": 0.015, "security_protocol": "PLAINTEXT", "principal": "User:ANONYMOUS",
+        "listener": "PLAINTEXT", "client_software_name": "apache-kafka-java",
+        "client_software_version": "unknown", "local_addr": "127.0.0.1:62610",
+        "remote_addr": "127.0.0.1:62622", "topics": ["test_topic"], "partition_count": 1,
+        "error_codes": [], "is_forwarded": None}),
+    ("produce_2_7_acks_all_waiting_on_followers", "apiKey=PRODUCE", {
+        "api": "Produce", "acks": -1, "partition_count": 2, "remote_ms": 1500.0,
+        "error_codes": [19], "client_software_version": "2.7.0"}),
+    ("fetch_follower_2_4_without_client_information", "apiKey=FETCH", {
+        "api": "Fetch", "fetch_kind": "follower", "fetch_replica_id": 2, "topics": ["orders"],
+        "request_queue_ms": 0.0001, "client_software_name": None, "listener": "PLAINTEXT"}),
+]
+
+
+@pytest.mark.parametrize("needle,expected", [c[1:] for c in LEGACY_CASES],
+                         ids=[c[0] for c in LEGACY_CASES])
+def test_legacy_text_lines(needle, expected):
+    rec = parse(line_containing(LEGACY, needle))
+    assert not isinstance(rec, Malformed), rec
+    assert {k: rec[k] for k in expected} == expected
+    assert list(rec) == list(request_log.RECORD_FIELDS)
+
+
+# ---- bad input: a Malformed with a reason, never an exception, never None -----------------
+
+PRODUCE = '"clientId":"producer-acks-all"'
+
+
+def edited(old: str, new: str, needle: str = PRODUCE) -> str:
+    line = real(needle)
+    assert old in line
+    return line.replace(old, new, 1)
+
+
+MALFORMED = [
+    ("empty_line", "", "empty_line"),
+    ("blank_line", "   \r\n", "empty_line"),
+    ("garbage_bytes", b"\xff\xfe\x00\x81garbage", "not_utf8"),
+    ("other_logger_line", "[2026-11-22 10:39:32,243] INFO [Partition orders-2 broker=1] "
+                          "Shrinking ISR from 2,3,1 to 1,2. (kafka.cluster.Partition)",
+     "not_request_line"),
+    ("no_layout_prefix", '{"isForwarded":false}', "not_request_line"),
+    ("impossible_timestamp", edited("[2026-11-22 10:38:40,123]", "[2026-13-45 10:38:40,123]"),
+     "bad_timestamp"),
+    ("line_cut_in_the_middle", real(PRODUCE)[:400], "truncated_json"),
+    ("line_cut_before_logger_name", real(PRODUCE).rsplit(" (", 1)[0], "truncated_json"),
+    ("line_cut_inside_a_string_then_closed", real(PRODUCE)[:-60] + "} (kafka.request.logger)",
+     "truncated_json"),
+    ("damaged_in_the_middle", edited('"response":{', '"response":{{'), "invalid_json"),
+    ("broken_number", edited('"totalTimeMs":158.479', '"totalTimeMs":158..479'), "invalid_json"),
+    ("time_as_string", edited('"totalTimeMs":158.479', '"totalTimeMs":"158.479"'),
+     "wrong_type:totalTimeMs"),
+    ("time_as_boolean", edited('"sendTimeMs":0.378', '"sendTimeMs":true'),
+     "wrong_type:sendTimeMs"),
+    ("version_as_string", edited('"requestApiVersion":10', '"requestApiVersion":"10"'),
+     "wrong_type:requestApiVersion"),
+    ("header_not_an_object", edited('"requestHeader":{', '"requestHeader":[{').replace(
+        '"PRODUCE"}', '"PRODUCE"}]', 1), "wrong_type:requestHeader"),
+    ("missing_local_time", edited('"localTimeMs":102.403,', ''), "missing_field:localTimeMs"),
+    ("missing_total_time", edited('"totalTimeMs":158.479,', ''), "missing_field:totalTimeMs"),
+    ("missing_api_key", edited('"requestApiKey":0,', ''), "missing_field:requestApiKey"),
+    ("missing_connection", edited('"connection":"127.0.0.1:58979-127.0.0.1:48008-0-1",', ''),
+     "missing_field:connection"),
+    ("negative_local_time", edited('"localTimeMs":102.403', '"localTimeMs":-1.5'),
+     "negative_time:localTimeMs"),
+    ("negative_total_time", edited('"totalTimeMs":158.479', '"totalTimeMs":-0.001'),
+     "negative_time:totalTimeMs"),
+    ("unknown_api_key_without_name", edited('"requestApiKey":0,', '"requestApiKey":999,').replace(
+        ',"requestApiKeyName":"PRODUCE"', ''), "unknown_api"),
+    ("api_name_not_an_enum_constant", edited('"requestApiKey":0,', '"requestApiKey":999,').replace(
+        '"requestApiKeyName":"PRODUCE"', '"requestApiKeyName":"no such api"'), "unknown_api"),
+    ("key_and_name_disagree", edited('"requestApiKeyName":"PRODUCE"', '"requestApiKeyName":"FETCH"'),
+     "api_mismatch"),
+    ("connection_without_ports", edited('"127.0.0.1:58979-127.0.0.1:48008-0-1"', '"somewhere"'),
+     "bad_connection"),
+    ("legacy_line_without_timings", "[2020-11-03 10:35:02,083] DEBUG Completed request:"
+     "RequestHeader(apiKey=PRODUCE, apiVersion=8, clientId=p, correlationId=5) -- {acks=-1},"
+     "response:{} from connection 10.0.0.5:9092-10.0.0.9:5-3;securityProtocol:PLAINTEXT "
+     "(kafka.request.logger)", "missing_field:totalTime"),
+    ("legacy_line_unknown_api", "[2020-11-03 10:35:02,083] DEBUG Completed request:"
+     "RequestHeader(apiKey=FROBNICATE, apiVersion=8, clientId=p, correlationId=5) -- {},"
+     "response:{} from connection a:1-b:2-3;totalTime:1.0 (kafka.request.logger)", "unknown_api"),
+]
+
+
+@pytest.mark.parametrize("line,reason", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_bad_input_gives_malformed_with_reason(line, reason):
+    for full_decode in (False, True):
+        got = parse(line, full_decode=full_decode)
+        assert isinstance(got, Malformed), got
+        assert (got.source, got.reason) == ("request_log", reason)
+        assert got.raw == line
+
+
+def test_an_api_newer_than_the_table_is_named_from_its_enum_constant():
+    line = edited('"requestApiKey":0,', '"requestApiKey":93,').replace(
+        '"requestApiKeyName":"PRODUCE"', '"requestApiKeyName":"FUTURE_THING"')
+    rec = parse(line)
+    assert (rec["api"], rec["api_key"]) == ("FutureThing", 93)
+
+
+def test_oversize_line(monkeypatch):
+    monkeypatch.setattr(request_log, "MAX_LINE_CHARS", 500)
+    got = parse(real(PRODUCE))
+    assert isinstance(got, Malformed) and got.reason == "oversize_line"
+
+
+def test_malformed_keeps_the_event_time_when_it_got_that_far():
+    got = parse(edited('"localTimeMs":102.403', '"localTimeMs":-1.5'))
+    assert got.ts_ms == 1795343920123

@@ -1,0 +1,94 @@
+"""schemas/: every parser's record has exactly the columns its silver table declares.
+
+Importing pyspark.sql.types starts no JVM, so these checks stay in the unit tier.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import StructType
+
+from ingest.broker_log import parse_event
+from ingest.client_log import parse_client_line
+from ingest.client_stats import parse_client_stats
+from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
+from ingest.malformed import Malformed
+from ingest.request_log import parse_request_line
+from schemas import (client_offset_events, client_stats, log_events, offset_commits,
+                     quarantine, request_stages)
+from schemas.log_events import LogEventKind
+from tests.unit.captured import fixture_lines, line_containing
+
+pytestmark = pytest.mark.unit
+
+TABLES = [request_stages, log_events, client_offset_events, offset_commits, client_stats,
+          quarantine]
+
+
+def request_record():
+    return parse_request_line(fixture_lines("request_log/kafka-4.3.1-request.log")[0],
+                              cluster="c", broker=1)
+
+
+def log_event_record():
+    return parse_event("[2026-11-22 10:39:32,243] INFO [Partition orders-2 broker=1] Shrinking "
+                       "ISR from 2,3,1 to 1,2. (kafka.cluster.Partition)", cluster="c", broker=1)
+
+
+def client_offset_record():
+    return parse_client_line(line_containing("client_log/java-4.3.1.log", "Truncation detected"),
+                             cluster="c")
+
+
+def offset_commit_record():
+    return parse_offset_record(encode_key("g", "t", 0), encode_value(1, "", 2, version=3),
+                               cluster="c")
+
+
+def client_stats_records():
+    return parse_client_stats(fixture_lines("client_stats/librdkafka-2.16.jsonl")[1], cluster="c")
+
+
+def quarantine_record():
+    return Malformed("request_log", "empty_line", "").to_quarantine_record(
+        cluster="c", ingest_ts_ms=1)
+
+
+RECORDS = [
+    ("request_log", request_stages, lambda: [request_record()]),
+    ("broker_log", log_events, lambda: [log_event_record()]),
+    ("client_log", client_offset_events, lambda: [client_offset_record()]),
+    ("consumer_offsets", offset_commits, lambda: [offset_commit_record()]),
+    ("client_stats", client_stats, client_stats_records),
+    ("quarantine_from_malformed", quarantine, lambda: [quarantine_record()]),
+]
+
+
+@pytest.mark.parametrize("table,make", [r[1:] for r in RECORDS], ids=[r[0] for r in RECORDS])
+def test_record_fields_equal_the_schema_field_names_in_order(table, make):
+    for rec in make():
+        assert isinstance(rec, dict), rec
+        assert list(rec) == table.SCHEMA.fieldNames()
+
+
+@pytest.mark.parametrize("table", TABLES, ids=[t.__name__.split(".")[-1] for t in TABLES])
+def test_each_table_declares_schema_derived_columns_required_and_docs(table):
+    assert isinstance(table.SCHEMA, StructType) and isinstance(table.SILVER_SCHEMA, StructType)
+    assert table.SILVER_SCHEMA.fieldNames() == table.SCHEMA.fieldNames() + list(table.DERIVED)
+    assert list(table.COLUMNS) == table.SILVER_SCHEMA.fieldNames()
+    assert all(isinstance(doc, str) and doc for doc in table.COLUMNS.values())
+    assert set(table.REQUIRED) <= set(table.SCHEMA.fieldNames())
+    assert "cluster" in table.SCHEMA.fieldNames()
+    assert table.__doc__
+
+
+def test_log_event_kinds_are_one_fixed_list():
+    assert log_events.KINDS == tuple(k.value for k in LogEventKind)
+    assert str(LogEventKind.UNCLEAN_ELECTION) == "unclean_election"
+    assert LogEventKind("isr_shrink") is LogEventKind.ISR_SHRINK
+
+
+def test_no_spark_context_was_started():
+    from pyspark import SparkContext
+
+    assert SparkContext._active_spark_context is None
