@@ -46,7 +46,7 @@ import re
 from datetime import tzinfo
 
 from ingest.log_time import STAMP_RE, UTC, stamp_to_ms
-from ingest.malformed import Malformed, Skipped
+from ingest.malformed import Malformed, Skipped, checked_text
 
 SOURCE = "client_log"
 MAX_LINE_CHARS = 64 * 1024
@@ -107,16 +107,10 @@ def parse_client_line(line: str | bytes, *, cluster: str, client_id: str | None 
     `client_id`, `group_id` and `client_software` describe the application whose log this
     is (lines that name them win); `ts_ms` is the time to use when the line has no stamp.
     """
-    if isinstance(line, (bytes, bytearray)):
-        try:
-            line = bytes(line).decode("utf-8")
-        except UnicodeDecodeError:
-            return Malformed(SOURCE, "not_utf8", bytes(line))
-    text = line.rstrip("\r\n")
-    if not text.strip():
-        return Malformed(SOURCE, "empty_line", line)
-    if len(text) > MAX_LINE_CHARS:
-        return Malformed(SOURCE, "oversize_line", line)
+    checked = checked_text(line, SOURCE, MAX_LINE_CHARS)
+    if isinstance(checked, Malformed):
+        return checked
+    line, text = checked
     if "offset" not in text:  # every message below says "offset": skip the rest cheaply
         return Skipped(SOURCE, "not_offset_event")
     rec = _java_event(text) or _rdkafka_event(text)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 
-from ingest.malformed import Malformed, json_error_reason
+from ingest.malformed import Malformed, checked_text, json_error_reason
 
 SOURCE = "client_stats"
 MAX_PAYLOAD_CHARS = 64 * 1024 * 1024
@@ -74,15 +74,10 @@ def parse_client_stats(payload: str | bytes, *, cluster: str,
     `ts_ms` is the wall-clock time the callback ran; without it the payload's ``time``
     (whole seconds) is used.
     """
-    if isinstance(payload, (bytes, bytearray)):
-        try:
-            payload = bytes(payload).decode("utf-8")
-        except UnicodeDecodeError:
-            return Malformed(SOURCE, "not_utf8", bytes(payload))
-    if not payload.strip():
-        return Malformed(SOURCE, "empty_line", payload)
-    if len(payload) > MAX_PAYLOAD_CHARS:
-        return Malformed(SOURCE, "oversize_line", payload)
+    checked = checked_text(payload, SOURCE, MAX_PAYLOAD_CHARS)
+    if isinstance(checked, Malformed):
+        return checked
+    payload = checked[0]
     try:
         doc = json.loads(payload)
     except json.JSONDecodeError as e:

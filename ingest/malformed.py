@@ -67,6 +67,26 @@ class Skipped:
         return False
 
 
+def checked_text(raw: str | bytes | bytearray | memoryview, source: str,
+                 max_chars: int) -> tuple[str, str] | Malformed:
+    """The guard every text parser starts with: decode, reject empty and oversize input.
+
+    Returns (the decoded input, the input without its line ending), or a Malformed with
+    not_utf8, empty_line or oversize_line.
+    """
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return Malformed(source, "not_utf8", bytes(raw))
+    text = raw.rstrip("\r\n") if raw.endswith(("\n", "\r")) else raw
+    if not text or text.isspace():
+        return Malformed(source, "empty_line", raw)
+    if len(text) > max_chars:
+        return Malformed(source, "oversize_line", raw)
+    return raw, text
+
+
 def json_error_reason(error: json.JSONDecodeError, text: str) -> str:
     """truncated_json when the document stopped early, invalid_json when it is damaged."""
     stopped_early = (error.pos >= len(text.rstrip()) - 1

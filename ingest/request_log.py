@@ -51,7 +51,7 @@ from datetime import tzinfo
 from ingest.kafka_api import (API_KEYS_BY_UPPER, API_NAMES, FETCH, PRODUCE, ApiMismatch,
                               canonical_api, upper_snake)
 from ingest.log_time import STAMP_RE, UTC, stamp_to_ms
-from ingest.malformed import Malformed, json_error_reason
+from ingest.malformed import Malformed, checked_text, json_error_reason
 
 SOURCE = "request_log"
 
@@ -155,16 +155,10 @@ def parse_request_line(line: str | bytes, *, cluster: str, broker: int, tz: tzin
     controller.listener.names (requests on them are KRaft quorum traffic). `full_decode`
     skips the fast path (tests compare the two; it is also a switch for debugging).
     """
-    if isinstance(line, (bytes, bytearray, memoryview)):
-        try:
-            line = bytes(line).decode("utf-8")
-        except UnicodeDecodeError:
-            return Malformed(SOURCE, "not_utf8", bytes(line))
-    text = line.rstrip("\r\n") if line.endswith(("\n", "\r")) else line
-    if not text or text.isspace():
-        return Malformed(SOURCE, "empty_line", line)
-    if len(text) > MAX_LINE_CHARS:
-        return Malformed(SOURCE, "oversize_line", line)
+    checked = checked_text(line, SOURCE, MAX_LINE_CHARS)
+    if isinstance(checked, Malformed):
+        return checked
+    line, text = checked
     m = LINE_RE.match(text)
     if m is None:
         return Malformed(SOURCE, "not_request_line", line)
