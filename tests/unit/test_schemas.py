@@ -5,6 +5,9 @@ Importing pyspark.sql.types starts no JVM, so these checks stay in the unit tier
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pyspark.sql.types import StructType
 
@@ -88,7 +91,11 @@ def test_log_event_kinds_are_one_fixed_list():
     assert LogEventKind("isr_shrink") is LogEventKind.ISR_SHRINK
 
 
-def test_no_spark_context_was_started():
-    from pyspark import SparkContext
-
-    assert SparkContext._active_spark_context is None
+def test_importing_schemas_starts_no_spark_context():
+    # In a fresh interpreter: in a full run the spark tier's session already exists here.
+    code = ("import schemas.request_stages, schemas.log_events, schemas.client_offset_events, "
+            "schemas.offset_commits, schemas.client_stats, schemas.quarantine\n"
+            "from pyspark import SparkContext\n"
+            "assert SparkContext._active_spark_context is None, 'a SparkContext was started'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
