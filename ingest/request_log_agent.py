@@ -108,10 +108,10 @@ class RequestLogAgent:
         for src in self.sources:
             pos = self._saved.get(src.name)
             try:
-                size = os.stat(src.path).st_size
+                st = os.stat(src.path)
             except FileNotFoundError:
                 continue
-            lag = size - pos.offset if pos and pos.inode == os.stat(src.path).st_ino else size
+            lag = st.st_size - pos.offset if pos and pos.inode == st.st_ino else st.st_size
             self.metrics.lag_bytes.labels(self.metrics.agent, src.name).set(max(lag, 0))
 
     def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:

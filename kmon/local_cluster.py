@@ -97,23 +97,23 @@ def _port_is_free(port: int) -> bool:
             return False
 
 
-def _pid_alive(pid: int | None) -> bool:
+def _proc_state(pid: int | None) -> str | None:
+    """The state letter from /proc/<pid>/stat (R, S, T, Z, ...), None if there is no such pid."""
     if not pid:
-        return False
+        return None
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+        return None
+
+
+def _pid_alive(pid: int | None) -> bool:
+    return _proc_state(pid) not in (None, "Z", "X")
 
 
 def _pid_paused(pid: int | None) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (FileNotFoundError, IndexError, TypeError):
-        return False
+    return _proc_state(pid) in ("T", "t")
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
