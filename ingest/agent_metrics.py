@@ -27,6 +27,23 @@ class AgentMetrics:
         self.lag_bytes = Gauge("source_lag_bytes", "Bytes of a source file not yet published",
                                ["agent", "source"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
                                registry=registry)
+        self.skipped = Counter("skipped_records", "Valid source records an agent does not "
+                               "publish on purpose (e.g. group metadata in __consumer_offsets), "
+                               "by source and reason", ["agent", "source", "reason"],
+                               namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry)
+        self.lag_records = Gauge("source_lag_records", "Records of a source topic not yet "
+                                 "published (high watermark minus saved position)",
+                                 ["agent", "source"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
+                                 registry=registry)
+        self.source_errors = Counter("source_errors", "Errors reading a source (fetch, metadata, "
+                                     "offset listing), by kind; the agent retries",
+                                     ["agent", "kind"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
+                                     registry=registry)
+        self.scrape_failures = Counter("scrape_failures", "Scrapes of a metrics endpoint that "
+                                       "failed (refused, timed out, HTTP error), by source; "
+                                       "nothing is published for them", ["agent", "source"],
+                                       namespace=NAMESPACE, subsystem=SUBSYSTEM,
+                                       registry=registry)
 
     def published(self, stream: str, n: int = 1) -> None:
         self.records.labels(self.agent, stream, "published").inc(n)

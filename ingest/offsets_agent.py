@@ -1,0 +1,288 @@
+"""The offsets reader agent: follows ``__consumer_offsets`` and publishes every offset commit.
+
+The group coordinator writes each group's commits (and tombstones when offsets are
+deleted) to the compacted topic ``__consumer_offsets``. This agent reads all of its
+partitions with a confluent-kafka Consumer using ``assign()`` — no group membership, no
+commit ever (librdkafka insists on a ``group.id``; it is never joined) — and
+``isolation.level=read_committed``, so offsets committed inside an aborted transaction
+never show up. Each record goes through `ingest.consumer_offsets.parse_offset_record`:
+
+- an offset commit or tombstone -> stream ``offset_commits``;
+- group metadata and newer group-protocol records (`Skipped`) -> counted in
+  ``kmon_agent_skipped_records_total`` by reason, not published;
+- damaged bytes (`Malformed`) -> stream ``quarantine`` with the reason.
+
+Every record carries ``record_id = <cluster>:__consumer_offsets:<partition>:<offset>``.
+Where the agent got to (the next offset of each partition) lives in a JSON file of its
+own, replaced atomically, and is saved only after ``sink.flush()`` succeeded; a failed
+flush puts the consumer back at the saved positions, so a crash or an outage of the
+monitoring Kafka repeats records (same ``record_id``, dropped by silver) but never loses
+one. Without a saved position a partition is read from its beginning: the topic is
+compacted, so that is each group's latest commit per partition plus recent history.
+
+The same file remembers every topic-partition seen in a commit, so the partition end
+offsets agent (`ingest.partition_offsets_agent`) knows what to poll after a restart. The
+partition count of ``__consumer_offsets`` is re-read every ``metadata_refresh_s`` (it can
+only grow) and new partitions are added to the assignment.
+
+Connection settings (bootstrap servers, SASL/SSL) pass through unchanged; the settings
+that keep the reader read-only are forced (`reader_config`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError,
+                             KafkaException, TopicPartition)
+
+from ingest.agent_metrics import AgentMetrics
+from ingest.consumer_offsets import parse_offset_record
+from ingest.malformed import Malformed, Skipped
+from ingest.sinks import Sink, SinkError
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+STREAM = "offset_commits"
+QUARANTINE = "quarantine"
+DEFAULT_GROUP_ID = "kmon-offsets-reader"
+
+# Forced over whatever the caller passes: the reader never commits and never joins a group.
+READ_ONLY_SETTINGS = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "isolation.level": "read_committed",
+    "auto.offset.reset": "earliest",
+    "enable.partition.eof": False,
+}
+
+
+def reader_config(client_config: dict) -> dict:
+    """The consumer configuration: the caller's connection settings, read-only settings forced."""
+    return {"group.id": DEFAULT_GROUP_ID, **client_config, **READ_ONLY_SETTINGS}
+
+
+def offsets_record_id(cluster: str, partition: int, offset: int) -> str:
+    return f"{cluster}:{OFFSETS_TOPIC}:{partition}:{offset}"
+
+
+@dataclass
+class ReaderState:
+    """Next offset to read per __consumer_offsets partition; topic-partitions seen in commits."""
+
+    positions: dict[int, int] = field(default_factory=dict)
+    committed: frozenset[tuple[str, int]] = frozenset()
+
+
+class OffsetsPositionStore:
+    """The reader's state in one JSON file, written to a temporary name, fsynced and renamed."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def load(self) -> ReaderState:
+        try:
+            raw = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return ReaderState()
+        positions = {int(p): int(o) for p, o in raw.get("positions", {}).items()}
+        committed = frozenset((t, int(p)) for t, parts in raw.get("committed", {}).items()
+                              for p in parts)
+        return ReaderState(positions, committed)
+
+    def save(self, state: ReaderState) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(state.committed):
+            by_topic.setdefault(topic, []).append(partition)
+        doc = {"positions": {str(p): o for p, o in sorted(state.positions.items())},
+               "committed": by_topic}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+class OffsetsAgent:
+    """Read __consumer_offsets, publish commits, then remember where it got to."""
+
+    def __init__(self, cluster: str, consumer_config: dict, sink: Sink,
+                 position_path: str | Path, metrics: AgentMetrics,
+                 clock: Callable[[], float] = time.time, *, batch_records: int = 10_000,
+                 poll_timeout_s: float = 1.0, metadata_refresh_s: float = 60.0):
+        if not cluster:
+            raise ValueError("cluster name is empty")
+        if not consumer_config.get("bootstrap.servers"):
+            raise ValueError("consumer config has no bootstrap.servers")
+        self.cluster = cluster
+        self.config = reader_config(consumer_config)
+        self.sink = sink
+        self.store = OffsetsPositionStore(position_path)
+        self.metrics = metrics
+        self.clock = clock
+        self.batch_records = batch_records
+        self.poll_timeout_s = poll_timeout_s
+        self.metadata_refresh_s = metadata_refresh_s
+        state = self.store.load()
+        self._saved: dict[int, int] = dict(state.positions)
+        self._committed: frozenset[tuple[str, int]] = state.committed
+        self._consumer: Consumer | None = None
+        self._assigned: set[int] = set()
+        self._next_metadata_check = 0.0
+
+    def committed_partitions(self) -> frozenset[tuple[str, int]]:
+        """(topic, partition) of every published commit; safe to call from another thread."""
+        return self._committed
+
+    def saved_positions(self) -> dict[int, int]:
+        return dict(self._saved)
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self.config)
+        return self._consumer
+
+    def _start_offset(self, partition: int) -> int:
+        return self._saved.get(partition, OFFSET_BEGINNING)
+
+    def _refresh_assignment(self, consumer: Consumer) -> None:
+        """Assign partitions of __consumer_offsets not assigned yet (all of them at first)."""
+        now = self.clock()
+        if self._assigned and now < self._next_metadata_check:
+            return
+        self._next_metadata_check = now + self.metadata_refresh_s
+        try:
+            md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
+        except KafkaException as e:
+            self.metrics.source_errors.labels(self.metrics.agent, "metadata").inc()
+            log.warning("offsets agent %s: metadata of %s: %s", self.cluster, OFFSETS_TOPIC, e)
+            return
+        topic = md.topics.get(OFFSETS_TOPIC)
+        if topic is None or topic.error is not None:
+            # No group has used the cluster yet: the coordinator creates the topic lazily.
+            log.debug("offsets agent %s: %s not there yet", self.cluster, OFFSETS_TOPIC)
+            return
+        new = sorted(set(topic.partitions) - self._assigned)
+        if not new:
+            return
+        tps = [TopicPartition(OFFSETS_TOPIC, p, self._start_offset(p)) for p in new]
+        if self._assigned:
+            consumer.incremental_assign(tps)
+        else:
+            consumer.assign(tps)
+        self._assigned.update(new)
+        log.info("offsets agent %s: reading %d partitions of %s", self.cluster,
+                 len(self._assigned), OFFSETS_TOPIC)
+
+    def poll_once(self) -> int:
+        """Read one batch, publish it, flush, save positions; returns records handled."""
+        consumer = self._reader()
+        self._refresh_assignment(consumer)
+        if not self._assigned:
+            return 0
+        messages = consumer.consume(self.batch_records, self.poll_timeout_s)
+        pending: dict[int, int] = {}
+        seen: set[tuple[str, int]] = set()
+        handled = 0
+        now_ms = int(self.clock() * 1000)
+        try:
+            for m in messages:
+                err = m.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        self.metrics.source_errors.labels(self.metrics.agent, "fetch").inc()
+                        log.warning("offsets agent %s: fetch error: %s", self.cluster, err)
+                    continue
+                topic_partition = self._publish(m.partition(), m.offset(), m.key(), m.value(),
+                                                m.timestamp(), now_ms)
+                if topic_partition is not None:
+                    seen.add(topic_partition)
+                pending[m.partition()] = m.offset() + 1
+                handled += 1
+            if pending:
+                self.sink.flush()
+        except SinkError as e:
+            self.metrics.flush_failures.labels(self.metrics.agent).inc()
+            log.warning("offsets agent %s: %s", self.cluster, e)
+            self._rewind(consumer)
+            return 0
+        if pending:
+            self._saved.update(pending)
+            if not seen <= self._committed:
+                self._committed = self._committed | seen
+            self.store.save(ReaderState(self._saved, self._committed))
+            self.metrics.last_flush.labels(self.metrics.agent).set(self.clock())
+        self._report_lag(consumer)
+        return handled
+
+    def _publish(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 timestamp: tuple[int, int], now_ms: int) -> tuple[str, int] | None:
+        """Send one record; returns the (topic, partition) of a published commit."""
+        ts_type, ts = timestamp
+        rec = parse_offset_record(key, value, cluster=self.cluster, source_partition=partition,
+                                  source_offset=offset,
+                                  ts_ms=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts)
+        rid = offsets_record_id(self.cluster, partition, offset)
+        # Keyed by source partition: the telemetry topic keeps __consumer_offsets' order,
+        # and a group always lives in one source partition, so its commits stay in order.
+        sink_key = f"{self.cluster}:{OFFSETS_TOPIC}:{partition}"
+        if isinstance(rec, Skipped):
+            self.metrics.skipped.labels(self.metrics.agent, rec.source, rec.reason).inc()
+            return None
+        if isinstance(rec, Malformed):
+            q = rec.to_quarantine_record(cluster=self.cluster, ingest_ts_ms=now_ms,
+                                         origin=OFFSETS_TOPIC, source_partition=partition,
+                                         source_offset=offset)
+            q["record_id"] = rid
+            self.sink.send(QUARANTINE, sink_key, q)
+            self.metrics.quarantined(STREAM)
+            return None
+        rec["record_id"] = rid
+        self.sink.send(STREAM, sink_key, rec)
+        self.metrics.published(STREAM)
+        return rec["topic"], rec["partition"]
+
+    def _rewind(self, consumer: Consumer) -> None:
+        """After a failed flush, read again from the saved positions.
+
+        A fresh assign() with the saved offsets, rather than seek(): seek fails on a
+        partition whose fetcher has not started yet, and assign also drops what is
+        already fetched and queued beyond the saved positions.
+        """
+        consumer.assign([TopicPartition(OFFSETS_TOPIC, p, self._start_offset(p))
+                         for p in sorted(self._assigned)])
+
+    def _report_lag(self, consumer: Consumer) -> None:
+        lag = 0
+        for p in self._assigned:
+            try:
+                wm = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), cached=True)
+            except KafkaException:
+                continue
+            if wm is None or wm[1] < 0:
+                continue  # nothing fetched from that partition yet
+            lag += max(wm[1] - self._saved.get(p, max(wm[0], 0)), 0)
+        self.metrics.lag_records.labels(self.metrics.agent, OFFSETS_TOPIC).set(lag)
+
+    def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
+        """Poll until `stop` is set; a final poll drains what is left."""
+        while not stop.is_set():
+            if self.poll_once() < self.batch_records:
+                stop.wait(interval_s)
+        self.poll_once()
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+            self._assigned.clear()

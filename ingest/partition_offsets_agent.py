@@ -1,0 +1,153 @@
+"""The partition end offsets agent: polls earliest and latest offsets of watched partitions.
+
+Committed offsets alone do not say whether a group is behind, ahead of the log (a rewind
+target past the end) or below its start (data deleted under it). Every ``interval_s``
+(10 s by default) this agent lists, with one AdminClient ``list_offsets`` call per bound,
+the earliest (log start) and latest (high watermark) offset of every topic-partition
+that appears in offset commits — `ingest.offsets_agent.OffsetsAgent.committed_partitions`
+is the usual provider — and, with ``include_all_topics``, of every partition of every
+non-internal topic. It sends one record per partition to stream ``partition_offsets``
+(schemas/partition_offsets.py) with the leader from the same poll's metadata and
+``record_id = <cluster>:<topic>:<partition>:<ts_ms>``.
+
+Each poll is a fresh snapshot, so nothing is saved between polls: a failed flush is
+counted and logged and the next poll sends newer values. Partitions of topics that no
+longer exist are left out; a partition whose listing fails is counted in
+``kmon_agent_source_errors_total{kind="list_offsets"}`` and tried again next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from ingest.agent_metrics import AgentMetrics
+from ingest.sinks import Sink, SinkError
+
+log = logging.getLogger(__name__)
+
+STREAM = "partition_offsets"
+DEFAULT_INTERVAL_S = 10.0
+
+PartitionsProvider = Callable[[], Iterable[tuple[str, int]]]
+
+
+def partition_offsets_record(cluster: str, ts_ms: int, topic: str, partition: int,
+                             earliest: int, latest: int, leader: int | None) -> dict:
+    """One `partition_offsets` record (fields in schema order) with its record_id."""
+    return {"cluster": cluster, "ts_ms": ts_ms, "topic": topic, "partition": partition,
+            "earliest_offset": earliest, "latest_offset": latest,
+            "leader": leader if leader is not None and leader >= 0 else None,
+            "record_id": f"{cluster}:{topic}:{partition}:{ts_ms}"}
+
+
+def is_internal(topic: str) -> bool:
+    """Kafka's own topics (__consumer_offsets, __transaction_state, ...) start with "__"."""
+    return topic.startswith("__")
+
+
+class PartitionOffsetsAgent:
+    """List earliest/latest offsets of watched partitions, publish a snapshot per poll."""
+
+    def __init__(self, cluster: str, client_config: dict, sink: Sink, metrics: AgentMetrics,
+                 partitions: PartitionsProvider = frozenset,
+                 clock: Callable[[], float] = time.time, *, include_all_topics: bool = False,
+                 request_timeout_s: float = 15.0):
+        if not cluster:
+            raise ValueError("cluster name is empty")
+        if not client_config.get("bootstrap.servers"):
+            raise ValueError("client config has no bootstrap.servers")
+        self.cluster = cluster
+        self.client_config = dict(client_config)
+        self.sink = sink
+        self.metrics = metrics
+        self.partitions = partitions
+        self.clock = clock
+        self.include_all_topics = include_all_topics
+        self.request_timeout_s = request_timeout_s
+        self._admin: AdminClient | None = None
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.client_config)
+        return self._admin
+
+    def _error(self, kind: str, what: str, e: Exception) -> None:
+        self.metrics.source_errors.labels(self.metrics.agent, kind).inc()
+        log.warning("partition offsets agent %s: %s: %s", self.cluster, what, e)
+
+    def poll_once(self) -> int:
+        """One snapshot of every watched partition; returns how many records it published."""
+        admin = self._client()
+        try:
+            md = admin.list_topics(timeout=self.request_timeout_s)
+        except KafkaException as e:
+            self._error("metadata", "metadata", e)
+            return 0
+        leaders: dict[tuple[str, int], int] = {}
+        for name, t in md.topics.items():
+            if t.error is None:
+                for p, pm in t.partitions.items():
+                    leaders[(name, p)] = pm.leader
+        wanted = set(self.partitions())
+        if self.include_all_topics:
+            wanted |= {tp for tp in leaders if not is_internal(tp[0])}
+        # A topic deleted since its last commit has no metadata: nothing to list.
+        wanted &= leaders.keys()
+        if not wanted:
+            return 0
+        ts_ms = int(self.clock() * 1000)
+        earliest = self._list(admin, wanted, OffsetSpec.earliest())
+        latest = self._list(admin, wanted, OffsetSpec.latest())
+        sent = 0
+        try:
+            for topic, partition in sorted(earliest.keys() & latest.keys()):
+                rec = partition_offsets_record(self.cluster, ts_ms, topic, partition,
+                                               earliest[(topic, partition)],
+                                               latest[(topic, partition)],
+                                               leaders.get((topic, partition)))
+                self.sink.send(STREAM, f"{self.cluster}:{topic}", rec)
+                sent += 1
+            if sent:
+                self.sink.flush()
+        except SinkError as e:
+            self.metrics.flush_failures.labels(self.metrics.agent).inc()
+            log.warning("partition offsets agent %s: %s", self.cluster, e)
+            return 0
+        if sent:
+            self.metrics.published(STREAM, sent)
+            self.metrics.last_flush.labels(self.metrics.agent).set(self.clock())
+        return sent
+
+    def _list(self, admin: AdminClient, wanted: set[tuple[str, int]],
+              spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        """Offsets of one bound for the wanted partitions; failed ones are left out."""
+        try:
+            futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in sorted(wanted)},
+                                         request_timeout=self.request_timeout_s)
+        except (KafkaException, ValueError) as e:
+            self._error("list_offsets", "list_offsets", e)
+            return {}
+        out = {}
+        wait_s = self.request_timeout_s + 5
+        for tp, fut in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = fut.result(timeout=wait_s).offset
+            except Exception as e:  # noqa: BLE001 - KafkaException or a timeout, per partition
+                self._error("list_offsets", f"{tp.topic}-{tp.partition}", e)
+        return out
+
+    def run(self, stop: threading.Event, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        """Poll every `interval_s` until `stop` is set."""
+        while not stop.is_set():
+            started = self.clock()
+            self.poll_once()
+            stop.wait(max(interval_s - (self.clock() - started), 0.0))
+
+    def close(self) -> None:
+        self._admin = None  # AdminClient has no close(); dropping it stops its threads

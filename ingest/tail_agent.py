@@ -1,0 +1,175 @@
+"""The loop every file-following agent shares: tail, publish, flush, and only then save.
+
+An agent follows one file per source (a broker's request log, its server.log, a client's
+log ...) with a `FileTailer` each. Every poll reads the new complete lines of every
+source and hands them to the agent's `_handle`, which parses them, sends records and
+quarantine records to the sink, and says from which position the source must be read
+again after a restart. When anything was sent or a position moved, the sink is flushed,
+and only after a successful flush are the positions saved. A failed flush (`SinkError`)
+rewinds every tailer to the last saved positions and the agent forgets what it was
+assembling, so the next poll sends the same records again, with the same ``record_id``s:
+nothing is lost, and the repeats are dropped by the silver jobs.
+
+A source's saved position is whatever `_handle` returns: the position after the last
+line for agents that publish every line at once, or the start of an event still being
+assembled for agents that join several lines into one record (ingest/broker_log_agent.py).
+
+The one loss the loop cannot prevent: a file that rolled past log4j's last kept index
+while the agent was down. It is counted (``kmon_agent_dropped_records_total``, reason
+``rotated_away``) and logged, and the agent goes on with the oldest file still there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Callable, Generic, Protocol, TypeVar
+
+from ingest.agent_metrics import AgentMetrics
+from ingest.file_tailer import FileTailer, Position, PositionStore, TailedLine
+from ingest.malformed import Malformed
+from ingest.sinks import Sink, SinkError
+
+log = logging.getLogger(__name__)
+
+QUARANTINE = "quarantine"
+
+
+class FileSource(Protocol):
+    """What the loop needs of a source: a unique name (the position key) and its file."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self): ...  # str or Path
+
+
+S = TypeVar("S", bound=FileSource)
+
+
+class TailAgent(Generic[S]):
+    """Base of the file agents; subclasses set `STREAM` and implement `_handle`."""
+
+    STREAM: str = ""
+
+    def __init__(self, sources: list[S], sink: Sink, positions: PositionStore,
+                 metrics: AgentMetrics, clock: Callable[[], float] = time.time,
+                 batch_lines: int = 20_000, start_at_end: bool = False):
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be unique (they key the saved positions): {names}")
+        self.sources = sources
+        self.sink = sink
+        self.positions = positions
+        self.metrics = metrics
+        self.clock = clock
+        self.batch_lines = batch_lines
+        saved = positions.load()
+        self._saved: dict[str, Position] = dict(saved)
+        self._tailers: dict[str, FileTailer] = {}
+        # Where a source never saved starts: its beginning, or its end with start_at_end
+        # (a rewind before the first save goes back there, not to the file's start).
+        self._start: dict[str, Position | None] = {}
+        for s in sources:
+            tailer = FileTailer(s.path, saved.get(s.name),
+                                start_at_end=start_at_end and s.name not in saved)
+            self._tailers[s.name] = tailer
+            self._start[s.name] = None if s.name in saved else tailer.position
+            self._check_reachable(s, saved.get(s.name), tailer)
+        self._sent = 0
+
+    # ---- what a subclass implements --------------------------------------------------
+    def _handle(self, src: S, lines: list[TailedLine], now_ms: int) -> Position | None:
+        """Parse and send `lines` (maybe none); return where a restart must resume (None:
+        no new position)."""
+        raise NotImplementedError
+
+    def _forget(self, src: S) -> None:
+        """Drop any state built from lines read after the saved position (on a rewind)."""
+
+    # ---- helpers for subclasses ------------------------------------------------------
+    def _publish(self, key: str, record: dict, record_id: str) -> None:
+        record["record_id"] = record_id
+        self.sink.send(self.STREAM, key, record)
+        self.metrics.published(self.STREAM)
+        self._sent += 1
+
+    def _quarantine(self, key: str, bad: Malformed, record_id: str, *, cluster: str,
+                    now_ms: int, origin: str, broker: int | None = None) -> None:
+        q = bad.to_quarantine_record(cluster=cluster, ingest_ts_ms=now_ms, broker=broker,
+                                     origin=origin)
+        q["record_id"] = record_id
+        self.sink.send(QUARANTINE, key, q)
+        self.metrics.quarantined(self.STREAM)
+        self._sent += 1
+
+    # ---- the loop ----------------------------------------------------------------------
+    def poll_once(self) -> int:
+        """One pass over every source; returns how many lines it handled."""
+        handled = 0
+        moved: dict[str, Position] = {}
+        now_ms = int(self.clock() * 1000)
+        for src in self.sources:
+            lines = self._tailers[src.name].read_lines(self.batch_lines)
+            resume = self._handle(src, lines, now_ms)
+            if resume is not None and resume != self._saved.get(src.name):
+                moved[src.name] = resume
+            handled += len(lines)
+        if moved or self._sent:
+            try:
+                self.sink.flush()
+            except SinkError as e:
+                self.metrics.flush_failures.labels(self.metrics.agent).inc()
+                log.warning("%s: %s", self.metrics.agent, e)
+                self._rewind()
+                return 0
+            self._sent = 0
+            if moved:
+                self._saved.update(moved)
+                self.positions.save(self._saved)
+            self.metrics.last_flush.labels(self.metrics.agent).set(self.clock())
+        self._report_lag()
+        return handled
+
+    def _rewind(self) -> None:
+        """After a failed flush, reread from the last saved positions next time."""
+        self._sent = 0
+        for src in self.sources:
+            self._tailers[src.name].close()
+            self._tailers[src.name] = FileTailer(
+                src.path, self._saved.get(src.name) or self._start[src.name])
+            self._forget(src)
+
+    def _check_reachable(self, src: S, saved: Position | None, tailer: FileTailer) -> None:
+        """Count a saved file that rotated out of reach while the agent was down."""
+        now = tailer.position
+        if saved is not None and now is not None and now.inode != saved.inode:
+            self.metrics.dropped.labels(self.metrics.agent, "rotated_away").inc()
+            log.warning("%s: %s: the file it was reading (inode %d) rotated out of reach while "
+                        "the agent was down; any lines after byte %d of it are lost; resuming "
+                        "with the oldest file of %s", self.metrics.agent, src.name, saved.inode,
+                        saved.offset, src.path)
+
+    def _report_lag(self) -> None:
+        for src in self.sources:
+            pos = self._saved.get(src.name)
+            try:
+                st = os.stat(src.path)
+            except FileNotFoundError:
+                continue
+            lag = st.st_size - pos.offset if pos and pos.inode == st.st_ino else st.st_size
+            self.metrics.lag_bytes.labels(self.metrics.agent, src.name).set(max(lag, 0))
+
+    def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
+        """Poll until `stop` is set; a final poll drains what is left."""
+        while not stop.is_set():
+            if self.poll_once() < self.batch_lines:
+                stop.wait(interval_s)
+        self.poll_once()
+
+    def close(self) -> None:
+        for t in self._tailers.values():
+            t.close()

@@ -1,0 +1,161 @@
+"""The shared file-agent loop (ingest/tail_agent.py), through the request log agent.
+
+Also home of `RecordingSink`, kmon's own Sink protocol kept in memory (not Kafka), which
+the other agent tests import: it records what a flush made durable and can refuse a flush
+the way a down monitoring Kafka or a full disk does (the buffered records are gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ingest.agent_metrics import AgentMetrics
+from ingest.file_tailer import PositionStore
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+from ingest.sinks import SinkError
+from tests.unit.captured import fixture_lines
+
+pytestmark = pytest.mark.unit
+
+REQUEST_LINES = [line for line in fixture_lines("request_log/kafka-4.3.1-request.log")
+                 if line.strip()][:6]
+
+
+class RecordingSink:
+    """Sink protocol in memory: `durable` holds (stream, key, record) of successful flushes."""
+
+    def __init__(self):
+        self.durable: list[tuple[str, str, dict]] = []
+        self.fail_flushes = 0
+        self._buffer: list[tuple[str, str, dict]] = []
+
+    def send(self, stream: str, key: str, record: dict) -> None:
+        # Through JSON, as both real sinks do (and NaN is refused the same way).
+        self._buffer.append((stream, key, json.loads(json.dumps(record, allow_nan=False))))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        buffered, self._buffer = self._buffer, []
+        if self.fail_flushes:
+            self.fail_flushes -= 1
+            raise SinkError(f"test sink refused {len(buffered)} records")
+        self.durable += buffered
+
+    def close(self) -> None:
+        self.flush()
+
+    def records(self, stream: str) -> list[dict]:
+        return [r for s, _, r in self.durable if s == stream]
+
+
+class Clock:
+    def __init__(self, t: float = 1_795_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def append(path, text: str | bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+
+
+def rotate(path, keep: int = 5) -> None:
+    """What log4j2's DefaultRolloverStrategy does: .1 -> .2 ..., x.log -> x.log.1, new x.log."""
+    for i in range(keep - 1, 0, -1):
+        if os.path.exists(f"{path}.{i}"):
+            os.replace(f"{path}.{i}", f"{path}.{i + 1}")
+    os.replace(path, f"{path}.1")
+    open(path, "wb").close()
+
+
+def request_agent(tmp_path, sink, registry=None):
+    src = RequestLogSource("c", 1, tmp_path / "kafka-request.log")
+    metrics = AgentMetrics(registry or CollectorRegistry(), "request-log-agent")
+    return RequestLogAgent([src], sink, PositionStore(tmp_path / "pos.json"), metrics)
+
+
+def test_publishes_each_line_with_its_record_id_and_saves_the_position(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, "".join(line + "\n" for line in REQUEST_LINES[:3]))
+    sink = RecordingSink()
+    agent = request_agent(tmp_path, sink)
+    assert agent.poll_once() == 3
+    recs = sink.records("request_stages")
+    inode = os.stat(log).st_ino
+    starts = [0, len(REQUEST_LINES[0]) + 1, len(REQUEST_LINES[0]) + len(REQUEST_LINES[1]) + 2]
+    assert [r["record_id"] for r in recs] == [f"c:1:{inode}:{s}" for s in starts]
+    assert all(r["cluster"] == "c" and r["broker"] == 1 for r in recs)
+    assert PositionStore(tmp_path / "pos.json").load()["c/1"].offset == os.path.getsize(log)
+    assert agent.poll_once() == 0 and len(sink.durable) == 3
+
+
+def test_malformed_line_goes_to_quarantine_with_reason_and_record_id(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n" + REQUEST_LINES[1][:80] + "\n")
+    sink = RecordingSink()
+    request_agent(tmp_path, sink).poll_once()
+    [q] = sink.records("quarantine")
+    assert q["source"] == "request_log" and q["reason"] == "truncated_json"
+    assert q["record_id"] == f"c:1:{os.stat(log).st_ino}:{len(REQUEST_LINES[0]) + 1}"
+    assert q["origin"] == str(log) and q["broker"] == 1
+
+
+def test_failed_flush_rewinds_so_the_next_poll_sends_everything_once(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, "".join(line + "\n" for line in REQUEST_LINES[:4]))
+    sink = RecordingSink()
+    registry = CollectorRegistry()
+    agent = request_agent(tmp_path, sink, registry)
+    sink.fail_flushes = 1
+    assert agent.poll_once() == 0
+    assert sink.durable == [] and PositionStore(tmp_path / "pos.json").load() == {}
+    assert registry.get_sample_value("kmon_agent_flush_failures_total",
+                                     {"agent": "request-log-agent"}) == 1
+    append(log, REQUEST_LINES[4] + "\n")
+    assert agent.poll_once() == 5
+    ids = [r["record_id"] for r in sink.records("request_stages")]
+    assert len(ids) == len(set(ids)) == 5
+
+
+def test_restart_across_rotation_neither_loses_nor_repeats(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n" + REQUEST_LINES[1] + "\n")
+    sink = RecordingSink()
+    agent = request_agent(tmp_path, sink)
+    agent.poll_once()
+    agent.close()                                   # the agent stops ...
+    append(log, REQUEST_LINES[2] + "\n")
+    rotate(log)                                     # ... the broker rolls its log ...
+    append(log, REQUEST_LINES[3] + "\n")
+    agent = request_agent(tmp_path, sink)           # ... and a new agent resumes
+    agent.poll_once()
+    ids = [r["record_id"] for r in sink.records("request_stages")]
+    assert len(ids) == len(set(ids)) == 4
+
+
+def test_file_rotated_out_of_reach_while_down_is_counted_as_dropped(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n")
+    sink = RecordingSink()
+    request_agent(tmp_path, sink).poll_once()
+    append(log, REQUEST_LINES[1] + "\n")
+    rotate(log)
+    os.remove(f"{log}.1")                           # rolled past DefaultRolloverStrategy.max
+    append(log, REQUEST_LINES[2] + "\n")
+    registry = CollectorRegistry()
+    request_agent(tmp_path, sink, registry).poll_once()
+    assert registry.get_sample_value("kmon_agent_dropped_records_total",
+                                     {"agent": "request-log-agent", "reason": "rotated_away"}) == 1
+    assert len(sink.records("request_stages")) == 2
+
+
+def test_source_names_must_be_unique(tmp_path):
+    src = RequestLogSource("c", 1, tmp_path / "a.log")
+    with pytest.raises(ValueError, match="unique"):
+        RequestLogAgent([src, src], RecordingSink(), PositionStore(tmp_path / "p.json"),
+                        AgentMetrics(CollectorRegistry(), "a"))
