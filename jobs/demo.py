@@ -88,13 +88,12 @@ def run_demo(config: Config, keep: bool = False, messages: int = 20_000) -> int:
     from ingest.file_tailer import PositionStore
     from ingest.request_log_agent import RequestLogAgent, RequestLogSource
     from ingest.sinks import LandingSink
-    from jobs.bronze import from_kafka, from_landing, start_bronze
-    from jobs.gold import stage_percentiles
+    from jobs.bronze import from_kafka, start_bronze
     from jobs.lake import Lake, register_tables
-    from jobs.silver import REQUEST_STAGE_RULES, QUARANTINE_TABLE, rules_for, start_silver
+    from jobs.pipeline import Pipeline
+    from jobs.streams import QUARANTINE, stream
     from kmon.local_cluster import LocalCluster
     from kmon.spark_session import build_spark_session
-    from schemas import request_stages
 
     p = Progress(TOTAL_STEPS)
     lake_root = f"{config.work_dir}/demo/lake"
@@ -137,18 +136,13 @@ def run_demo(config: Config, keep: bool = False, messages: int = 20_000) -> int:
 
         p.step("bronze and silver: landing -> bronze.request_stages -> silver.request_stages "
                "(+ quarantine); Kafka source: topic orders -> bronze.orders")
-        for q in (start_bronze(from_landing(spark, lake, "request_stages"), lake,
-                               "request_stages", once),
-                  start_bronze(from_kafka(spark, {"kafka.bootstrap.servers": cluster.bootstrap_servers},
-                                          "orders"), lake, "orders", once)):
-            q.awaitTermination()
-        start_silver(spark, lake, "request_stages", request_stages,
-                     rules_for(request_stages, REQUEST_STAGE_RULES), once).awaitTermination()
+        pipeline = Pipeline(spark, lake, config.pipeline,
+                            streams=(stream("request_stages"), stream(QUARANTINE)))
+        pipeline.process_available()
+        start_bronze(from_kafka(spark, {"kafka.bootstrap.servers": cluster.bootstrap_servers},
+                                "orders"), lake, "orders", once).awaitTermination()
 
-        p.step("gold: stage percentiles per broker, API and minute")
-        silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))
-        stage_percentiles(silver).write.format("delta").mode("overwrite").save(
-            lake.table("gold", "request_stages_1m"))
+        p.step("gold: stage percentiles per broker, API and minute (and per 10 s)")
         tables = register_tables(spark, lake)
 
         p.step("summary")
@@ -168,7 +162,7 @@ def run_demo(config: Config, keep: bool = False, messages: int = 20_000) -> int:
             print(f"{r.broker:>6} {r.api:8} {r.requests:>9,} {r.total_p99_ms:>10} {r.queue_p99:>7} "
                   f"{r.local_p99:>7} {r.remote_p99:>7} {r.send_p99:>7}")
         counts = {t: spark.table(t).count() for t in tables}
-        quarantined = counts.get(f"silver.{QUARANTINE_TABLE}", 0)
+        quarantined = counts.get(f"silver.{QUARANTINE}", 0)
         print("\nDelta tables (under " + lake_root + "):")
         for t, c in counts.items():
             print(f"  {t:30s} {c:>9,} rows")

@@ -1,10 +1,23 @@
-"""Gold: per cluster / broker / API / window stage percentiles from silver.request_stages.
+"""Gold: windowed aggregates over silver, the tables dashboards, detectors and SQL start from.
 
-A streaming aggregation over event time (``ts``) with a watermark that bounds its state:
-for each window it keeps the request count and p50/p99/p999 of every stage
-(`percentile_approx`, relative error about 1/accuracy), and emits the window once the
-watermark passes its end. Quorum traffic on the controller listener is left out: it is
-not client traffic.
+- ``gold.request_stages_1m``: per cluster / broker / API / minute, the request count and
+  p50, p99 and p999 of every stage (`percentile_approx`, relative rank error about
+  1/accuracy). The watermark equals silver's lateness bound for request_stages, so a row
+  silver kept is never dropped here.
+- ``gold.request_stages_10s``: the same per 10 seconds with a short watermark, for the
+  detectors (a finding within a minute needs windows that close within seconds). Rows
+  later than its watermark are left out of this table only; Spark counts them
+  (``numRowsDroppedByWatermark`` in the query progress, exported as a metric) and the
+  minute table still has them.
+- ``gold.offset_commits_1m``: per cluster / group / topic / partition / minute: commits,
+  the last committed offset, the lowest and highest, tombstones.
+- ``gold.offset_lag_1m``: per cluster / group / topic / partition / minute: the partition's
+  latest offset (from partition_offsets) against the group's last commit at or before the
+  minute's end, and the lag between them. Written by MERGE on its key, so a replayed
+  batch rewrites the same rows.
+
+Quorum traffic on the controller listener is left out of the stage tables: it is not
+client traffic.
 """
 
 from __future__ import annotations
@@ -18,6 +31,9 @@ STAGES = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms"
           "response_queue_ms", "send_ms")
 QUANTILES = (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))
 PERCENTILE_ACCURACY = 10_000
+# Commits can arrive late when the offsets reader catches up after being down; the minute
+# table keeps them for this long (later ones are counted in the query progress).
+COMMITS_WATERMARK = "10 minutes"
 
 
 def stage_percentiles(silver: DataFrame, window: str = "1 minute",
@@ -35,17 +51,162 @@ def stage_percentiles(silver: DataFrame, window: str = "1 minute",
             "cluster", "broker", "api", "requests"]
     for s in STAGES:
         name = s[:-3]
-        cols += [F.col(f"_{s}")[i].alias(f"{name}_{label}_ms") for i, (label, _) in enumerate(QUANTILES)]
-    return agg.select(*cols)
+        cols += [F.col(f"_{s}")[i].alias(f"{name}_{label}_ms")
+                 for i, (label, _) in enumerate(QUANTILES)]
+    return agg.select(*cols).withColumn("date", F.to_date("window_start"))
 
 
-def start_gold_stage_percentiles(spark: SparkSession, lake: Lake, window: str = "1 minute",
-                                 watermark: str = "2 minutes", table: str = "request_stages_1m",
-                                 trigger: dict | None = None):
-    silver = spark.readStream.format("delta").load(lake.table("silver", "request_stages"))
-    out = stage_percentiles(silver, window, watermark)
+def offset_commits_per_minute(commits: DataFrame, watermark: str = "10 minutes") -> DataFrame:
+    if commits.isStreaming:
+        commits = commits.withWatermark("ts", watermark)
+    live = ~F.col("is_tombstone")
+    agg = (commits.groupBy(F.window("ts", "1 minute").alias("w"), "cluster", "group_id",
+                           "topic", "partition")
+           .agg(F.sum(live.cast("long")).alias("commits"),
+                F.sum(F.col("is_tombstone").cast("long")).alias("tombstones"),
+                F.max_by(F.when(live, F.col("offset")), F.when(live, F.col("ts_ms"))).alias("last_offset"),
+                F.min(F.when(live, F.col("offset"))).alias("min_offset"),
+                F.max(F.when(live, F.col("offset"))).alias("max_offset"),
+                F.max("ts_ms").alias("last_commit_ms")))
+    return (agg.select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+                       "cluster", "group_id", "topic", "partition", "commits", "tombstones",
+                       "last_offset", "min_offset", "max_offset", "last_commit_ms")
+            .withColumn("date", F.to_date("window_start")))
+
+
+def offset_lag(ends: DataFrame, commits: DataFrame) -> DataFrame:
+    """Per minute: latest end offset of each partition against each group's last commit.
+
+    `ends` are partition_offsets rows (any range); `commits` are offset_commits rows for the
+    same topic-partitions up to the last minute's end. The commit used is the newest one at
+    or before the minute's end (an as-of join), so lag is what it was at that minute.
+    """
+    per_min = (ends.groupBy(F.window("ts", "1 minute").alias("w"), "cluster", "topic",
+                            "partition")
+               .agg(F.max_by("latest_offset", "ts_ms").alias("end_offset"),
+                    F.max_by("earliest_offset", "ts_ms").alias("start_offset"))
+               .select(F.col("w.start").alias("window_start"),
+                       F.col("w.end").alias("window_end"), "cluster", "topic", "partition",
+                       "end_offset", "start_offset"))
+    c = commits.where(~F.col("is_tombstone")).select(
+        "cluster", "group_id", "topic", "partition", "offset", "ts_ms", "ts")
+    joined = per_min.alias("e").join(
+        c.alias("c"),
+        (F.col("e.cluster") == F.col("c.cluster")) & (F.col("e.topic") == F.col("c.topic"))
+        & (F.col("e.partition") == F.col("c.partition")) & (F.col("c.ts") < F.col("e.window_end")))
+    out = (joined.groupBy("e.window_start", "e.window_end", "e.cluster", "e.topic",
+                          "e.partition", "c.group_id", "e.end_offset", "e.start_offset")
+           .agg(F.max_by("c.offset", "c.ts_ms").alias("committed_offset"),
+                F.max("c.ts_ms").alias("last_commit_ms")))
+    return (out.withColumn("lag", F.greatest(F.col("end_offset") - F.col("committed_offset"),
+                                             F.lit(0)))
+            .withColumn("committed_below_start",
+                        F.col("committed_offset") < F.col("start_offset"))
+            .withColumn("date", F.to_date("window_start"))
+            .select("window_start", "window_end", "cluster", "group_id", "topic", "partition",
+                    "committed_offset", "last_commit_ms", "end_offset", "start_offset", "lag",
+                    "committed_below_start", "date"))
+
+
+def _start_append(out: DataFrame, lake: Lake, table: str, trigger: dict | None):
     writer = (out.writeStream.format("delta").queryName(f"gold_{table}")
               .option("checkpointLocation", lake.checkpoint(f"gold_{table}"))
+              .partitionBy("date")
               .outputMode("append"))
     return writer.trigger(**(trigger or {"processingTime": "10 seconds"})).start(
         lake.table("gold", table))
+
+
+def _silver_stream(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
+    return spark.readStream.format("delta").load(lake.table("silver", name))
+
+
+def start_stage_percentiles(spark: SparkSession, lake: Lake, table: str, window: str,
+                            watermark: str, trigger: dict | None = None):
+    out = stage_percentiles(_silver_stream(spark, lake, "request_stages"), window, watermark)
+    return _start_append(out, lake, table, trigger)
+
+
+def start_offset_commits_1m(spark: SparkSession, lake: Lake, watermark: str,
+                            trigger: dict | None = None):
+    out = offset_commits_per_minute(_silver_stream(spark, lake, "offset_commits"), watermark)
+    return _start_append(out, lake, "offset_commits_1m", trigger)
+
+
+LAG_KEY = ("window_start", "cluster", "group_id", "topic", "partition")
+
+
+def merge_offset_lag(spark: SparkSession, lake: Lake, ends: DataFrame,
+                     lookback_days: int = 7) -> None:
+    """Recompute lag for the minutes and partitions in `ends` and MERGE it into gold."""
+    from delta.tables import DeltaTable
+
+    if ends.isEmpty():
+        return
+    bounds = ends.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi")).first()
+    parts = ends.select("cluster", "topic", "partition").distinct()
+    # All end-offset rows of the touched minutes, not just this batch's, so a minute split
+    # across batches is recomputed whole.
+    all_ends = (spark.read.format("delta").load(lake.table("silver", "partition_offsets"))
+                .where(F.col("ts") >= F.date_trunc("minute", F.lit(bounds["lo"])))
+                .join(parts, ["cluster", "topic", "partition"], "left_semi"))
+    commits = (spark.read.format("delta").load(lake.table("silver", "offset_commits"))
+               .where((F.col("ts") <= F.lit(bounds["hi"]) + F.expr("INTERVAL 1 MINUTE"))
+                      & (F.col("ts") >= F.lit(bounds["lo"]) - F.expr(f"INTERVAL {lookback_days} DAYS")))
+               .join(parts, ["cluster", "topic", "partition"], "left_semi"))
+    lag = offset_lag(all_ends, commits)
+    path = lake.table("gold", "offset_lag_1m")
+    if not DeltaTable.isDeltaTable(spark, path):
+        lag.limit(0).write.format("delta").partitionBy("date").save(path)
+    cond = " AND ".join(f"t.{k} = s.{k}" for k in LAG_KEY)
+    (DeltaTable.forPath(spark, path).alias("t").merge(lag.alias("s"), cond)
+     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+
+def start_offset_lag_1m(spark: SparkSession, lake: Lake, trigger: dict | None = None,
+                        lookback_days: int = 7):
+    """Each batch of new end offsets recomputes the lag of its minutes (idempotent MERGE)."""
+    ends = _silver_stream(spark, lake, "partition_offsets")
+    writer = (ends.writeStream.queryName("gold_offset_lag_1m")
+              .option("checkpointLocation", lake.checkpoint("gold_offset_lag_1m"))
+              .foreachBatch(lambda df, _id: merge_offset_lag(spark, lake, df, lookback_days)))
+    return writer.trigger(**(trigger or {"processingTime": "10 seconds"})).start()
+
+
+GOLD_COLUMNS = {
+    "request_stages_1m / request_stages_10s": {
+        "window_start": "Start of the window (UTC)",
+        "window_end": "End of the window (exclusive)",
+        "cluster": "Watched cluster",
+        "broker": "Broker node id",
+        "api": "Request type (Produce, Fetch, ...)",
+        "requests": "Requests completed in the window",
+        "<stage>_p50_ms / _p99_ms / _p999_ms": "Percentiles of each stage: total, "
+            "request_queue, local, remote, throttle, response_queue, send (ms)",
+        "date": "Partition column: the window's UTC date",
+    },
+    "offset_commits_1m": {
+        "window_start": "Start of the minute", "window_end": "End of the minute",
+        "cluster": "Watched cluster", "group_id": "Consumer group", "topic": "Topic",
+        "partition": "Partition", "commits": "Offset commits in the minute",
+        "tombstones": "Offset deletions in the minute",
+        "last_offset": "Offset of the minute's last commit",
+        "min_offset": "Lowest offset committed in the minute",
+        "max_offset": "Highest offset committed in the minute",
+        "last_commit_ms": "Time of the minute's last commit or deletion, epoch ms",
+        "date": "Partition column",
+    },
+    "offset_lag_1m": {
+        "window_start": "Start of the minute", "window_end": "End of the minute",
+        "cluster": "Watched cluster", "group_id": "Consumer group", "topic": "Topic",
+        "partition": "Partition",
+        "committed_offset": "The group's last commit at or before the minute's end",
+        "last_commit_ms": "When that commit was made, epoch ms",
+        "end_offset": "The partition's latest offset, last reading in the minute",
+        "start_offset": "The partition's earliest offset, last reading in the minute",
+        "lag": "end_offset - committed_offset (messages not yet consumed), floor 0",
+        "committed_below_start": "The commit points below the log start: the group will hit "
+                                 "OffsetOutOfRange and reset",
+        "date": "Partition column",
+    },
+}

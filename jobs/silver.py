@@ -1,63 +1,88 @@
 """Silver: typed rows from bronze, validated; every rejected row goes to quarantine.
 
-For one stream, a streaming query reads ``bronze.<stream>``, decodes each value with the
-stream's schema from schemas/ (`from_json`, no Python on the row path), drops repeats of
-the same ``record_id`` (an agent re-sends after a crash) within a bounded watermark, and
-in each micro-batch splits rows by the validation rules: rows that pass are appended to
-``silver.<stream>``, the others to ``silver.quarantine`` with the first rule they broke
-and the raw value. Both writes are idempotent per batch (Delta txnAppId/txnVersion), so
-a restart that replays a batch writes nothing twice.
+For one stream (jobs/streams.py), a streaming query reads ``bronze.<stream>``, decodes each
+value with the stream's schema from schemas/ (`from_json`, no Python on the row path),
+drops repeats of the same ``record_id`` (an agent re-sends after a crash) within a bounded
+watermark, and in each micro-batch splits rows by the table's rules (jobs/validation.py):
+
+- rows that pass are appended to ``silver.<stream>``;
+- rows that are not JSON, break a rule, or whose event time is more than the stream's
+  lateness bound behind the newest event time seen so far go to ``silver.quarantine``
+  (schemas/quarantine.py) with the reason and the raw value;
+- rows that are late but within the bound are kept and counted;
+- one row per micro-batch goes to ``gold.pipeline_batches`` with the counts (rows in,
+  valid, quarantined, late, duplicates dropped) and the event-time high water.
+
+All three writes are idempotent per batch (Delta txnAppId/txnVersion), so a restart that
+replays a batch writes nothing twice. The high water of batch N is read back from
+``gold.pipeline_batches`` (rows of batches before N), so a replayed batch is judged
+exactly as it was the first time.
+
+The stream ``quarantine`` (what agents could not parse) goes through the same job: its
+valid rows are the quarantine rows themselves.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import ModuleType
+import time
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from jobs.lake import Lake
+from jobs.streams import QUARANTINE, Stream
+from jobs.streams import stream as stream_named
+from jobs.validation import first_broken_rule, rules
 
 RAW_MAX_CHARS = 16 * 1024
-QUARANTINE_TABLE = "quarantine"
+BATCHES_TABLE = "pipeline_batches"
+QUARANTINE_STREAM = stream_named(QUARANTINE)
+SOURCE_COLUMNS = ("value", "ingest_ts", "source_file", "kafka_topic", "kafka_partition",
+                  "kafka_offset")
+
+BATCH_SCHEMA = StructType([
+    StructField("query", StringType()),
+    StructField("batch_id", LongType()),
+    StructField("stream", StringType()),
+    StructField("rows_in", LongType()),
+    StructField("rows_valid", LongType()),
+    StructField("rows_quarantined", LongType()),
+    StructField("rows_late_within_bound", LongType()),
+    StructField("rows_late_beyond_bound", LongType()),
+    StructField("high_water_ms", LongType()),
+    StructField("batch_ts_ms", LongType()),
+])
+
+BATCH_COLUMNS = {
+    "query": "Streaming query that wrote the batch, e.g. silver_request_stages",
+    "batch_id": "Micro-batch id of that query",
+    "stream": "Telemetry stream",
+    "rows_in": "Rows in the batch after repeats were dropped",
+    "rows_valid": "Rows appended to the silver table",
+    "rows_quarantined": "Rows sent to silver.quarantine (any reason, late included)",
+    "rows_late_within_bound": "Valid rows older than the high water of earlier batches, "
+                              "but within the stream's lateness bound",
+    "rows_late_beyond_bound": "Rows quarantined as late_beyond_watermark",
+    "high_water_ms": "Newest event time seen by this query up to and including this batch",
+    "batch_ts_ms": "When the batch was written",
+}
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A row is valid for this rule when `valid_sql` is true (null counts as broken)."""
-    name: str
-    valid_sql: str
+CORRUPT = "_corrupt_record"
 
 
-def rules_for(table: ModuleType, extra: tuple[Rule, ...] = ()) -> tuple[Rule, ...]:
-    required = tuple(Rule(f"missing_field:{c}", f"{c} IS NOT NULL") for c in table.REQUIRED)
-    return required + tuple(extra)
+def record_schema(table) -> StructType:
+    return StructType([*table.SCHEMA.fields, StructField("record_id", StringType()),
+                       StructField(CORRUPT, StringType())])
 
 
-REQUEST_STAGE_RULES = tuple(
-    Rule(f"negative_time:{c}", f"{c} >= 0") for c in
-    ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
-     "response_queue_ms", "send_ms")) + (
-    Rule("unknown_api", "api_key BETWEEN 0 AND 1000"),
-)
-
-
-def record_schema(table: ModuleType) -> StructType:
-    return StructType([*table.SCHEMA.fields, StructField("record_id", StringType())])
-
-
-def first_broken_rule(rules: tuple[Rule, ...]) -> Column:
-    checks = [F.when(~F.coalesce(F.expr(r.valid_sql), F.lit(False)), F.lit(r.name)) for r in rules]
-    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
-
-
-def decode(bronze: DataFrame, table: ModuleType) -> DataFrame:
+def decode(bronze: DataFrame, table) -> DataFrame:
     """Bronze rows -> the record's columns, plus the raw value and a dedupe key."""
-    parsed = bronze.select(F.from_json("value", record_schema(table)).alias("r"), "value",
-                           "ingest_ts", "source_file", "kafka_topic", "kafka_partition",
-                           "kafka_offset")
+    parsed = bronze.select(F.from_json("value", record_schema(table),
+                                       {"mode": "PERMISSIVE",
+                                        "columnNameOfCorruptRecord": CORRUPT}).alias("r"),
+                           *SOURCE_COLUMNS)
     key = F.coalesce(F.col("r.record_id"),
                      F.sha2(F.concat_ws("|", "source_file", "kafka_topic",
                                         F.col("kafka_partition").cast("string"),
@@ -65,57 +90,138 @@ def decode(bronze: DataFrame, table: ModuleType) -> DataFrame:
     return parsed.withColumn("dedupe_key", key)
 
 
-def split_batch(batch: DataFrame, table: ModuleType, rules: tuple[Rule, ...],
-                stream: str) -> tuple[DataFrame, DataFrame]:
-    """(valid silver rows, quarantine rows) of one decoded micro-batch."""
-    flat = batch.select("r.*", "value", "ingest_ts", "source_file", "kafka_topic",
-                        "kafka_partition", "kafka_offset", F.col("r").isNull().alias("_unparsed"))
-    reason = F.when(F.col("_unparsed"), F.lit("not_json")).otherwise(first_broken_rule(rules))
-    flat = flat.withColumn("_reason", reason)
+def _event_ms(stream: Stream) -> F.Column:
+    return F.col("ingest_ts_ms") if stream.name == QUARANTINE else F.col("ts_ms")
+
+
+def classify(batch: DataFrame, stream: Stream, high_water_ms: int | None) -> DataFrame:
+    """Flatten a decoded batch and add `_reason` (null: valid) and `_late` (within bound)."""
+    table = stream.table
+    corrupt = F.col("r").isNull() | F.col(f"r.{CORRUPT}").isNotNull()
+    flat = batch.select("r.*", *SOURCE_COLUMNS, corrupt.alias("_unparsed")).drop(CORRUPT)
+    # A value that is JSON but did not fit the schema (a string where a number belongs)
+    # is "wrong_type"; anything else that did not parse is "not_json".
+    reason = (F.when(F.col("_unparsed") & F.expr("try_parse_json(value)").isNotNull(),
+                     F.lit("wrong_type"))
+              .when(F.col("_unparsed"), F.lit("not_json"))
+              .otherwise(first_broken_rule(rules(table))))
+    late = F.lit(False)
+    if stream.lateness_s is not None and high_water_ms is not None:
+        behind = F.lit(high_water_ms) - _event_ms(stream)
+        reason = F.coalesce(reason, F.when(behind > stream.lateness_s * 1000,
+                                           F.lit("late_beyond_watermark")))
+        late = F.coalesce(behind > 0, F.lit(False))
+    return flat.withColumn("_reason", reason).withColumn("_late", late & reason.isNull())
+
+
+def valid_rows(flat: DataFrame, stream: Stream) -> DataFrame:
+    table = stream.table
     derived = [F.expr(e).alias(c) for c, e in table.DERIVED.items()]
-    good = (flat.where(F.col("_reason").isNull())
-            .select(*[F.col(f.name) for f in table.SCHEMA.fields], *derived, "record_id"))
-    bad = (flat.where(F.col("_reason").isNotNull())
-           .select(F.get_json_object("value", "$.cluster").alias("cluster"),
-                   F.lit(stream).alias("stream"),
+    out = (flat.where(F.col("_reason").isNull())
+           .select(*[F.col(f.name) for f in table.SCHEMA.fields], *derived, "record_id"))
+    return out.withColumn("date", F.to_date(stream.time_column))
+
+
+def quarantine_rows(flat: DataFrame, stream: Stream) -> DataFrame:
+    """Rejected rows in the shape of schemas/quarantine.py, whatever the stream."""
+    def field(name: str, cast: str) -> F.Column:
+        return F.get_json_object("value", f"$.{name}").try_cast(cast)
+
+    origin = F.coalesce(F.col("kafka_topic"), F.col("source_file"))
+    out = (flat.where(F.col("_reason").isNotNull())
+           .select(field("cluster", "string").alias("cluster"),
+                   field("broker", "int").alias("broker"),
+                   F.lit(f"silver.{stream.name}").alias("source"),
                    F.col("_reason").alias("reason"),
                    F.substring("value", 1, RAW_MAX_CHARS).alias("raw"),
-                   F.length("value").alias("raw_len"),
-                   "record_id", "ingest_ts", "source_file", "kafka_topic", "kafka_partition",
-                   "kafka_offset"))
-    return good, bad
+                   F.lit("utf8").alias("raw_encoding"),
+                   F.octet_length("value").cast("long").alias("raw_bytes_len"),
+                   (F.length("value") > RAW_MAX_CHARS).alias("raw_truncated"),
+                   field("ts_ms", "long").alias("ts_ms"),
+                   (F.unix_micros("ingest_ts") / 1000).cast("long").alias("ingest_ts_ms"),
+                   origin.alias("origin"),
+                   F.col("kafka_partition").alias("source_partition"),
+                   F.col("kafka_offset").alias("source_offset"),
+                   F.col("ingest_ts"),
+                   "record_id"))
+    return out.withColumn("date", F.to_date("ingest_ts"))
 
 
-def _append(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by=()) -> None:
+def append_once(df: DataFrame, path: str, app_id: str, batch_id: int,
+                partition_by: tuple[str, ...] = ()) -> None:
+    """Append a micro-batch's rows; a replay of the same batch id writes nothing."""
     w = (df.write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", batch_id)
-         .option("mergeSchema", "true"))
+         .option("txnAppId", app_id).option("txnVersion", batch_id))
     if partition_by:
         w = w.partitionBy(*partition_by)
     w.save(path)
 
 
-def start_silver(spark: SparkSession, lake: Lake, stream: str, table: ModuleType,
-                 rules: tuple[Rule, ...], trigger: dict | None = None,
-                 dedupe_window: str = "10 minutes"):
-    bronze = spark.readStream.format("delta").load(lake.table("bronze", stream))
-    decoded = (decode(bronze, table)
+def previous_high_water(spark: SparkSession, lake: Lake, query: str, batch_id: int) -> int | None:
+    """The high water after the last batch of `query` before `batch_id` (None: no rows yet)."""
+    from delta.tables import DeltaTable
+
+    path = lake.table("gold", BATCHES_TABLE)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    row = (spark.read.format("delta").load(path)
+           .where((F.col("query") == query) & (F.col("batch_id") < batch_id))
+           .agg(F.max("high_water_ms").alias("hw")).first())
+    return row["hw"] if row else None
+
+
+def partition_columns(stream: Stream) -> tuple[str, ...]:
+    """Time range first (every incident query has one), then cluster; quarantine by date."""
+    return ("date",) if stream.name == QUARANTINE else ("date", "cluster")
+
+
+def start_silver(spark: SparkSession, lake: Lake, stream: Stream, trigger: dict | None = None,
+                 dedupe_window: str = "10 minutes", on_batch=None):
+    """Start silver_<stream>. `on_batch(stats_row_dict)` is called after each batch."""
+    query = f"silver_{stream.name}"
+    bronze = spark.readStream.format("delta").load(lake.table("bronze", stream.name))
+    decoded = (decode(bronze, stream.table)
                .withWatermark("ingest_ts", dedupe_window)
                .dropDuplicatesWithinWatermark(["dedupe_key"]))
-    silver_path = lake.table("silver", stream)
-    quarantine_path = lake.table("silver", QUARANTINE_TABLE)
+    silver_path = lake.table("silver", stream.name)
+    quarantine_path = lake.table("silver", QUARANTINE)
+    batches_path = lake.table("gold", BATCHES_TABLE)
+    memo: dict[str, int | None] = {}
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
+        hw_before = (memo["hw"] if memo.get("batch") == batch_id - 1
+                     else previous_high_water(spark, lake, query, batch_id))
+        flat = classify(batch, stream, hw_before).persist()
         try:
-            good, bad = split_batch(batch, table, rules, stream)
-            good = good.withColumn("date", F.to_date("ts"))
-            _append(good, silver_path, f"silver_{stream}", batch_id, ("date",))
-            _append(bad, quarantine_path, f"silver_{stream}_quarantine", batch_id)
+            counts = flat.agg(
+                F.count(F.lit(1)).alias("rows_in"),
+                F.sum(F.col("_reason").isNull().cast("long")).alias("rows_valid"),
+                F.sum(F.col("_late").cast("long")).alias("late_in"),
+                F.sum((F.col("_reason") == "late_beyond_watermark").cast("long")).alias("late_out"),
+                F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"),
+            ).first()
+            append_once(valid_rows(flat, stream), silver_path, query, batch_id,
+                        partition_columns(stream))
+            if stream.name == QUARANTINE or counts["rows_valid"] != counts["rows_in"]:
+                append_once(quarantine_rows(flat, stream), quarantine_path,
+                            f"{query}_quarantine", batch_id, partition_columns(QUARANTINE_STREAM))
+            hw = max([v for v in (hw_before, counts["max_ms"]) if v is not None], default=None)
+            stats = {"query": query, "batch_id": batch_id, "stream": stream.name,
+                     "rows_in": counts["rows_in"] or 0, "rows_valid": counts["rows_valid"] or 0,
+                     "rows_quarantined": (counts["rows_in"] or 0) - (counts["rows_valid"] or 0),
+                     "rows_late_within_bound": counts["late_in"] or 0,
+                     "rows_late_beyond_bound": counts["late_out"] or 0,
+                     "high_water_ms": hw,
+                     "batch_ts_ms": int(time.time() * 1000)}
+            append_once(spark.createDataFrame([stats], BATCH_SCHEMA), batches_path,
+                        f"{query}_batches", batch_id)
+            memo.update(batch=batch_id, hw=hw)
+            if on_batch is not None:
+                on_batch(stats)
         finally:
-            batch.unpersist()
+            flat.unpersist()
 
-    writer = (decoded.writeStream.queryName(f"silver_{stream}")
-              .option("checkpointLocation", lake.checkpoint(f"silver_{stream}"))
+    writer = (decoded.writeStream.queryName(query)
+              .option("checkpointLocation", lake.checkpoint(query))
               .foreachBatch(write_batch))
     return writer.trigger(**(trigger or {"processingTime": "5 seconds"})).start()

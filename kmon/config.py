@@ -76,11 +76,70 @@ class LocalClusterSection:
     extra_broker_config: dict = _key("Extra server.properties entries for every broker", {})
 
 
+@dataclass(frozen=True)
+class PipelineSection:
+    source: str = _key("Where the streaming jobs read telemetry: 'landing' (embedded: agents write "
+                       "JSON-lines files under <storage_root>/landing) or 'kafka' (telemetry topics "
+                       "on the monitoring Kafka, see [telemetry])", "landing",
+                       choices=("landing", "kafka"))
+    bronze_trigger_s: float = _key("Micro-batch interval of the bronze queries, seconds", 2.0,
+                                   min=0.5, max=3600)
+    silver_trigger_s: float = _key("Micro-batch interval of the silver queries, seconds", 4.0,
+                                   min=0.5, max=3600)
+    gold_trigger_s: float = _key("Micro-batch interval of the gold queries, seconds", 5.0,
+                                 min=0.5, max=3600)
+    dedupe_window_s: int = _key("How long silver remembers record ids to drop repeats an agent "
+                                "re-sent after a crash (state is bounded by this)", 600,
+                                min=10, max=86400)
+    fast_window_s: int = _key("Window of gold.request_stages_10s, seconds", 10, min=1, max=60)
+    fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "
+                                 "after the newest row (rows later than this are counted in the "
+                                 "query progress and kept by the minute table)", 20, min=1, max=600)
+    offset_lag_lookback_days: int = _key("How far back gold.offset_lag_1m looks for a group's "
+                                         "last commit", 7, min=1, max=365)
+    max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query",
+                                        2_000_000, min=1000)
+    max_files_per_trigger: int = _key("Landing source: most files per micro-batch per query",
+                                      1000, min=1)
+    progress_interval_s: float = _key("How often `kmon run` prints per-query progress", 10.0,
+                                      min=1, max=3600)
+
+
+@dataclass(frozen=True)
+class TelemetrySection:
+    bootstrap_servers: str = _key("Monitoring Kafka the agents publish to and the jobs read "
+                                  "(pipeline.source = 'kafka'); empty in the embedded mode", "")
+    topic_prefix: str = _key("Telemetry topics are <topic_prefix><stream>, e.g. "
+                             "kmon.request_stages", "kmon.")
+    client_config: dict = _key("librdkafka settings for the monitoring Kafka, e.g. "
+                               '{"security.protocol" = "SASL_SSL", "sasl.mechanism" = '
+                               '"SCRAM-SHA-512", "sasl.username" = "kmon", "ssl.ca.location" = '
+                               '"/etc/kafka/ca.pem"}; the Spark source gets the Java '
+                               "equivalents. Never put the password here", {})
+    sasl_password_env: str = _key("Environment variable holding the SASL password", "")
+    sasl_password_file: str = _key("File holding the SASL password (first line)", "")
+
+
+@dataclass(frozen=True)
+class WatchSection:
+    cluster: str = _key("Name of the watched cluster; every row carries it", "local")
+    bootstrap_servers: str = _key("Bootstrap servers of the watched cluster (offsets reader, "
+                                  "end offsets, remediation); empty means the local cluster "
+                                  "started by `kmon cluster up`", "")
+    client_config: dict = _key("librdkafka settings for the watched cluster (security as in "
+                               "[telemetry].client_config)", {})
+    sasl_password_env: str = _key("Environment variable holding the SASL password", "")
+    sasl_password_file: str = _key("File holding the SASL password (first line)", "")
+
+
 SECTIONS: dict[str, type] = {
     "kmon": KmonSection,
     "spark": SparkSection,
     "jvm": JvmSection,
     "local_cluster": LocalClusterSection,
+    "pipeline": PipelineSection,
+    "telemetry": TelemetrySection,
+    "watch": WatchSection,
     "findings": FindingsSection,
     "slow_broker": SlowBrokerSection,
     "offset_rewind": OffsetRewindSection,
@@ -96,6 +155,9 @@ class Config:
     spark: SparkSection = field(default_factory=SparkSection)
     jvm: JvmSection = field(default_factory=JvmSection)
     local_cluster: LocalClusterSection = field(default_factory=LocalClusterSection)
+    pipeline: PipelineSection = field(default_factory=PipelineSection)
+    telemetry: TelemetrySection = field(default_factory=TelemetrySection)
+    watch: WatchSection = field(default_factory=WatchSection)
     findings: FindingsSection = field(default_factory=FindingsSection)
     slow_broker: SlowBrokerSection = field(default_factory=SlowBrokerSection)
     offset_rewind: OffsetRewindSection = field(default_factory=OffsetRewindSection)

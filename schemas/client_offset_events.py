@@ -36,6 +36,11 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 
 REQUIRED = ("cluster", "ts_ms", "topic", "partition", "kind")
 
+CHECKS = {
+    "unknown_kind": "kind IN (" + ", ".join(f"'{k}'" for k in KINDS) + ")",
+    "negative_partition": "partition >= 0",
+}
+
 COLUMNS = {
     "cluster": SHARED_COLUMNS["cluster"],
     "ts_ms": "Time of the client log line, epoch ms UTC",

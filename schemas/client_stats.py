@@ -68,6 +68,11 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 
 REQUIRED = ("cluster", "ts_ms", "name", "type", "scope")
 
+CHECKS = {
+    "unknown_client_type": "type IN ('producer', 'consumer')",
+    "unknown_scope": "scope IN (" + ", ".join(f"'{s}'" for s in SCOPES) + ")",
+}
+
 COLUMNS = {
     "cluster": SHARED_COLUMNS["cluster"],
     "ts_ms": "When the statistics were emitted (callback time, or librdkafka's wall clock "

@@ -73,6 +73,12 @@ REQUIRED = ("cluster", "broker", "ts_ms", "level", "message", "kind")
 
 KINDS = tuple(k.value for k in LogEventKind)
 
+CHECKS = {
+    "unknown_kind": "kind IN (" + ", ".join(f"'{k}'" for k in KINDS) + ")",
+    "unknown_level": "level IN ('TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'FATAL')",
+    "negative_partition": "partition IS NULL OR partition >= 0",
+}
+
 COLUMNS = {
     **{c: SHARED_COLUMNS[c] for c in ("cluster", "broker", "ts_ms")},
     "log": "Which log file: server, controller, state-change, log-cleaner (as the agent names it)",

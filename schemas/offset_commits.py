@@ -36,6 +36,11 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 
 REQUIRED = ("cluster", "ts_ms", "group_id", "topic", "partition", "is_tombstone")
 
+CHECKS = {
+    "negative_partition": "partition >= 0",
+    "missing_offset": "is_tombstone OR offset IS NOT NULL",
+}
+
 COLUMNS = {
     "cluster": SHARED_COLUMNS["cluster"],
     "ts_ms": "Timestamp of the __consumer_offsets record (commit time for commits), epoch ms UTC",

@@ -32,15 +32,18 @@ SCHEMA = StructType([
 DERIVED = {"ingest_ts": "timestamp_millis(ingest_ts_ms)"}
 SILVER_SCHEMA = StructType([*SCHEMA.fields, StructField("ingest_ts", TimestampType())])
 
-REQUIRED = ("cluster", "source", "reason", "raw", "raw_bytes_len", "ingest_ts_ms")
+# cluster is not required: a line that is not even JSON names no cluster.
+REQUIRED = ("source", "reason", "raw", "raw_bytes_len", "ingest_ts_ms")
 
 COLUMNS = {
     "cluster": SHARED_COLUMNS["cluster"],
     "broker": "Broker the input came from, when known",
     "source": "Which parser or job rejected it: request_log, broker_log, client_log, "
-              "consumer_offsets, client_stats, or a silver job name",
+              "consumer_offsets, client_stats, jmx, or silver.<stream> for a row that failed "
+              "the silver table's validation (or arrived later than the watermark allows)",
     "reason": "Short machine reason, e.g. truncated_json, missing_field:totalTimeMs, "
-              "negative_time:localTimeMs, unknown_api, oversize_line, not_utf8",
+              "negative_time:local_ms, unknown_api, oversize_line, not_utf8, not_json, "
+              "late_beyond_watermark",
     "raw": "The input as text, cut to 16 KB (hex for binary input that is not UTF-8)",
     "raw_encoding": "utf8 or hex",
     "raw_bytes_len": "Size of the whole input in bytes",

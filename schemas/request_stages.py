@@ -56,6 +56,16 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 REQUIRED = ("cluster", "broker", "ts_ms", "api", "api_key", "total_ms", "request_queue_ms",
             "local_ms", "remote_ms", "throttle_ms", "response_queue_ms", "send_ms")
 
+STAGE_COLUMNS = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
+                 "response_queue_ms", "send_ms")
+
+# Row checks (name -> Spark SQL that is true for a valid row); see schemas/table.py.
+CHECKS = {
+    **{f"negative_time:{c}": f"{c} >= 0" for c in STAGE_COLUMNS},
+    "unknown_api": "api_key BETWEEN 0 AND 1000",
+    "negative_broker": "broker >= 0",
+}
+
 COLUMNS = {
     **{c: SHARED_COLUMNS[c] for c in ("cluster", "broker", "ts_ms")},
     "api": "API name as JMX RequestMetrics names it: Produce, Fetch, Metadata, ApiVersions, ...",

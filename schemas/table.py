@@ -11,6 +11,10 @@ client_stats, quarantine) declares:
 - ``SILVER_SCHEMA``: ``SCHEMA`` plus the derived columns: the Delta table.
 - ``REQUIRED``: columns a valid row never leaves null; a row missing one goes to
   quarantine.
+- ``CHECKS`` (optional): rule name -> Spark SQL condition a valid row satisfies. With
+  ``REQUIRED`` they are the table's one declaration of validity: the silver job routes
+  rows that break one to quarantine, the same rules become Delta CHECK constraints and a
+  great-expectations suite (jobs/validation.py).
 - ``COLUMNS``: column -> meaning, for every column of ``SILVER_SCHEMA`` (the README's
   table reference is generated from it).
 
@@ -31,6 +35,14 @@ SHARED_COLUMNS = {
     "broker": "Node id of the broker that wrote the line",
     "ts_ms": "Event time, epoch milliseconds UTC",
     "ts": "Event time as a timestamp (derived from ts_ms)",
+}
+
+# Columns the silver job adds to every table beside SILVER_SCHEMA.
+JOB_COLUMNS = {
+    "record_id": "Deterministic id of the record from its source coordinates (agents set it; "
+                 "a re-sent record has the same id and is dropped as a repeat)",
+    "date": "Partition column: the UTC date of the row's time (event time; ingest time for "
+            "quarantine)",
 }
 
 

@@ -15,17 +15,19 @@ from ingest.broker_log import parse_event
 from ingest.client_log import parse_client_line
 from ingest.client_stats import parse_client_stats
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
+from ingest.jmx_scraper import parse_exposition
 from ingest.malformed import Malformed
+from ingest.partition_offsets_agent import partition_offsets_record
 from ingest.request_log import parse_request_line
-from schemas import (client_offset_events, client_stats, log_events, offset_commits,
-                     quarantine, request_stages)
+from schemas import (broker_metrics, client_offset_events, client_stats, log_events,
+                     offset_commits, partition_offsets, quarantine, request_stages)
 from schemas.log_events import LogEventKind
 from tests.unit.captured import fixture_lines, line_containing
 
 pytestmark = pytest.mark.unit
 
 TABLES = [request_stages, log_events, client_offset_events, offset_commits, client_stats,
-          quarantine]
+          quarantine, broker_metrics, partition_offsets]
 
 
 def request_record():
@@ -52,6 +54,18 @@ def client_stats_records():
     return parse_client_stats(fixture_lines("client_stats/librdkafka-2.16.jsonl")[1], cluster="c")
 
 
+def broker_metrics_records():
+    text = ('kafka_network_requestmetrics_totaltimems{quantile="0.99",request="Produce"} 261.0\n'
+            'kafka_log_logcleanermanager_uncleanable_bytes{logdirectory="/d"} 0.0\n')
+    return parse_exposition(text, cluster="c", broker=1, ts_ms=1).records
+
+
+def partition_offsets_records():
+    rec = partition_offsets_record("c", 1, "t", 0, 0, 10, 1)
+    rec.pop("record_id", None)
+    return [rec]
+
+
 def quarantine_record():
     return Malformed("request_log", "empty_line", "").to_quarantine_record(
         cluster="c", ingest_ts_ms=1)
@@ -64,7 +78,20 @@ RECORDS = [
     ("consumer_offsets", offset_commits, lambda: [offset_commit_record()]),
     ("client_stats", client_stats, client_stats_records),
     ("quarantine_from_malformed", quarantine, lambda: [quarantine_record()]),
+    ("jmx", broker_metrics, broker_metrics_records),
+    ("partition_offsets", partition_offsets, partition_offsets_records),
 ]
+
+
+@pytest.mark.parametrize("table", TABLES, ids=[t.__name__.split(".")[-1] for t in TABLES])
+def test_every_table_is_a_registered_stream_with_checks_that_name_its_columns(table):
+    from jobs.streams import stream
+    from jobs.validation import rules
+
+    name = table.__name__.split(".")[-1]
+    assert stream(name).table is table
+    names = [r.name for r in rules(table)]
+    assert len(names) == len(set(names))
 
 
 @pytest.mark.parametrize("table,make", [r[1:] for r in RECORDS], ids=[r[0] for r in RECORDS])
@@ -94,7 +121,8 @@ def test_log_event_kinds_are_one_fixed_list():
 def test_importing_schemas_starts_no_spark_context():
     # In a fresh interpreter: in a full run the spark tier's session already exists here.
     code = ("import schemas.request_stages, schemas.log_events, schemas.client_offset_events, "
-            "schemas.offset_commits, schemas.client_stats, schemas.quarantine\n"
+            "schemas.offset_commits, schemas.client_stats, schemas.quarantine, "
+            "schemas.broker_metrics\n"
             "from pyspark import SparkContext\n"
             "assert SparkContext._active_spark_context is None, 'a SparkContext was started'\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,0 +1,210 @@
+"""The whole streaming pipeline as one object: start every query, report, stop cleanly.
+
+`Pipeline.start` creates any missing table (so every downstream query can start before
+data arrives), then starts, per stream, ``bronze_<s>`` (landing folder or telemetry topic
+-> bronze.<s>) and ``silver_<s>`` (bronze.<s> -> silver.<s> + silver.quarantine), then the
+gold queries. `stop` stops them downstream first, each at a micro-batch boundary, so every
+checkpoint stays consistent: a restart resumes where each query committed, and the
+idempotent writes make a replayed batch a no-op.
+
+`run_until_stopped` is what `kmon run` calls: it prints one progress line per query every
+``pipeline.progress_interval_s`` and raises if any query dies, naming it and its error.
+`process_available` runs every query once over all data available now and returns
+(tests, batch replays).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (DateType, IntegerType, LongType, StringType, StructField,
+                               StructType, TimestampType)
+
+from jobs import bronze, gold, silver
+from jobs.lake import Lake, register_tables
+from jobs.streams import STREAMS, Stream
+from jobs.validation import add_constraints
+
+log = logging.getLogger(__name__)
+
+BRONZE_SCHEMA = StructType([
+    StructField("value", StringType()), StructField("source", StringType()),
+    StructField("source_file", StringType()), StructField("kafka_topic", StringType()),
+    StructField("kafka_partition", IntegerType()), StructField("kafka_offset", LongType()),
+    StructField("kafka_ts", TimestampType()), StructField("ingest_ts", TimestampType()),
+    StructField("ingest_date", DateType()),
+])
+
+
+class PipelineFailed(RuntimeError):
+    """A streaming query stopped with an error; the message names the query."""
+
+
+@dataclass
+class Pipeline:
+    spark: SparkSession
+    lake: Lake
+    settings: object                      # kmon.config.PipelineSection
+    kafka_options: dict[str, str] | None = None   # Spark Kafka source options (source=kafka)
+    topic_prefix: str = "kmon."
+    streams: tuple[Stream, ...] = STREAMS
+    on_batch: Callable[[dict], None] | None = None  # silver batch stats, e.g. to the exporter
+    extra_queries: list[Callable[[dict | None], object]] = field(default_factory=list)
+    queries: list = field(default_factory=list)
+
+    # ---- tables ------------------------------------------------------------------------
+
+    def ensure_tables(self) -> None:
+        """Create missing bronze/silver tables with their schemas; add silver constraints."""
+        from delta.tables import DeltaTable
+
+        spark, lake = self.spark, self.lake
+        empty_bronze = spark.createDataFrame([], BRONZE_SCHEMA)
+        batches = lake.table("gold", silver.BATCHES_TABLE)
+        if not DeltaTable.isDeltaTable(spark, batches):
+            # Created here, not by the first silver batch: several silver queries write it.
+            spark.createDataFrame([], silver.BATCH_SCHEMA).write.format("delta").save(batches)
+        for s in self.streams:
+            bpath = lake.table("bronze", s.name)
+            if not DeltaTable.isDeltaTable(spark, bpath):
+                empty_bronze.write.format("delta").partitionBy("ingest_date").save(bpath)
+            spath = lake.table("silver", s.name)
+            if not DeltaTable.isDeltaTable(spark, spath):
+                flat = silver.classify(silver.decode(empty_bronze, s.table), s, None)
+                (silver.valid_rows(flat, s).write.format("delta")
+                 .partitionBy(*silver.partition_columns(s)).save(spath))
+                add_constraints(spark, spath, s.table)
+
+    # ---- queries -----------------------------------------------------------------------
+
+    def _raw(self, s: Stream):
+        if self.settings.source == "kafka":
+            if not self.kafka_options:
+                raise ValueError("pipeline.source is 'kafka' but no monitoring Kafka is "
+                                 "configured (telemetry.bootstrap_servers)")
+            return bronze.from_kafka(self.spark, self.kafka_options, self.topic_prefix + s.name,
+                                     self.settings.max_offsets_per_trigger)
+        _mkdirs(self.spark, self.lake.landing(s.name))
+        return bronze.from_landing(self.spark, self.lake, s.name,
+                                   self.settings.max_files_per_trigger)
+
+    def start(self, once: bool = False) -> list:
+        """Start every query; `once` processes what is available now and stops."""
+        st = self.settings
+        trig = (lambda _s: {"availableNow": True}) if once else (
+            lambda secs: {"processingTime": f"{secs} seconds"})
+        self.ensure_tables()
+        started = []
+        for s in self.streams:
+            started.append(bronze.start_bronze(self._raw(s), self.lake, s.name,
+                                               trig(st.bronze_trigger_s)))
+        if once:
+            _await(started)
+        for s in self.streams:
+            started.append(silver.start_silver(self.spark, self.lake, s, trig(st.silver_trigger_s),
+                                               f"{st.dedupe_window_s} seconds", self.on_batch))
+        if once:
+            _await(started)
+        names = {s.name for s in self.streams}
+        gold_trigger = trig(st.gold_trigger_s)
+        if "request_stages" in names:
+            lateness = next(s.lateness_s for s in self.streams if s.name == "request_stages")
+            started.append(gold.start_stage_percentiles(
+                self.spark, self.lake, "request_stages_1m", "1 minute", f"{lateness} seconds",
+                gold_trigger))
+            started.append(gold.start_stage_percentiles(
+                self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
+                f"{st.fast_watermark_s} seconds", gold_trigger))
+        if "offset_commits" in names:
+            started.append(gold.start_offset_commits_1m(self.spark, self.lake,
+                                                        gold.COMMITS_WATERMARK, gold_trigger))
+        if {"offset_commits", "partition_offsets"} <= names:
+            started.append(gold.start_offset_lag_1m(self.spark, self.lake, gold_trigger,
+                                                    st.offset_lag_lookback_days))
+        if once:
+            _await(started)
+        for make in self.extra_queries:
+            started.append(make(gold_trigger))
+        if once:
+            _await(started)
+        self.queries = started
+        register_tables(self.spark, self.lake)
+        return started
+
+    def process_available(self) -> None:
+        """Run every query over all data available now, in dependency order, then return."""
+        self.start(once=True)
+        self.queries = []
+
+    def stop(self) -> None:
+        """Stop downstream first; each query stops between micro-batches."""
+        for q in reversed(self.queries):
+            try:
+                q.stop()
+            except Exception as e:  # noqa: BLE001 - keep stopping the rest
+                log.warning("stopping %s: %s", q.name, e)
+        self.queries = []
+
+    # ---- progress ----------------------------------------------------------------------
+
+    def check(self) -> None:
+        for q in self.queries:
+            if not q.isActive and q.exception() is not None:
+                raise PipelineFailed(f"query {q.name} stopped: {q.exception()}")
+
+    def progress_lines(self) -> list[str]:
+        lines = []
+        for q in self.queries:
+            p = q.lastProgress
+            if not p:
+                lines.append(f"  {q.name:28s} starting")
+                continue
+            dur = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+            dropped = sum(op.get("numRowsDroppedByWatermark", 0)
+                          for op in p.get("stateOperators", []))
+            extra = f", {dropped} late rows left out" if dropped else ""
+            lines.append(f"  {q.name:28s} batch {p['batchId']:>5}  {p['numInputRows']:>8,} rows"
+                         f"  {p.get('processedRowsPerSecond', 0) or 0:>9,.0f} rows/s"
+                         f"  last batch {dur:5.1f}s{extra}")
+        return lines
+
+    def run_until_stopped(self, stop: threading.Event, out=sys.stdout) -> None:
+        t0 = time.monotonic()
+        next_report = t0
+        while not stop.is_set():
+            self.check()
+            if time.monotonic() >= next_report:
+                print(f"[+{time.monotonic() - t0:.0f}s] {len(self.queries)} queries running",
+                      file=out, flush=True)
+                for line in self.progress_lines():
+                    print(line, file=out, flush=True)
+                next_report += self.settings.progress_interval_s
+            stop.wait(0.5)
+
+
+def _await(queries) -> None:
+    for q in queries:
+        if q.isActive:
+            q.awaitTermination()
+        if q.exception() is not None:
+            raise PipelineFailed(f"query {q.name} failed: {q.exception()}")
+
+
+def _mkdirs(spark: SparkSession, path: str) -> None:
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(p)
+
+
+def quarantine_summary(spark: SparkSession, lake: Lake):
+    """Quarantined rows by source and reason (a DataFrame)."""
+    return (spark.read.format("delta").load(lake.table("silver", "quarantine"))
+            .groupBy("source", "reason").agg(F.count(F.lit(1)).alias("rows"))
+            .orderBy(F.desc("rows")))
