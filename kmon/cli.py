@@ -20,6 +20,8 @@ examples:
                                   into Delta and summarise every broker's request stages
   kmon cluster up --brokers 3     start a local KRaft cluster and leave it running
   kmon cluster pause 2            freeze broker 2 (SIGSTOP) to inject slowness
+  kmon run                        agents + streaming pipeline + detectors + exporter until Ctrl-C
+  kmon sql "SELECT * FROM gold.anomalies WHERE status = 'open'"
   kmon config --keys              every configuration key with its default and meaning
 
 Configuration: conf/kmon.toml (or --config FILE, or KMON_CONFIG); any key can be
@@ -116,6 +118,114 @@ def cmd_demo(args, config) -> int:
     return run_demo(config, keep=args.keep, messages=args.messages)
 
 
+def cmd_run(args, config) -> int:
+    from jobs.run import run
+    return run(config, agents=not args.no_agents, duration_s=args.duration,
+               exporter_port=args.exporter_port)
+
+
+def cmd_agents(args, config) -> int:
+    """The embedded agents alone (no Spark), e.g. beside `kmon run --no-agents`."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from ingest.supervisor import AgentSupervisor
+    from jobs.lake import Lake
+    from jobs.run import build_agents
+
+    registry = CollectorRegistry()
+    state = Path(args.state_dir) if args.state_dir else config.work_dir / "agent-state"
+    sup = AgentSupervisor(build_agents(config, registry, Lake(config.storage_root), state))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
+        print(f"agent metrics: http://127.0.0.1:{args.metrics_port}/metrics", flush=True)
+    sup.start()
+    print(f"agents running ({', '.join(s.name for s in sup.agents)}); positions in {state}; "
+          "Ctrl-C stops them after a final drain", flush=True)
+    stop.wait(args.duration) if args.duration else stop.wait()
+    sup.stop()
+    print("agents stopped; positions saved", flush=True)
+    return 0
+
+
+def _spark_with_tables(config):
+    from jobs.lake import Lake, register_tables
+    from kmon.spark_session import build_spark_session
+
+    spark = build_spark_session(config)
+    lake = Lake(config.storage_root)
+    return spark, lake, register_tables(spark, lake)
+
+
+def cmd_sql(args, config) -> int:
+    query = args.query if args.query != "-" else sys.stdin.read()
+    spark, _lake, tables = _spark_with_tables(config)
+    try:
+        if not tables:
+            print(f"kmon sql: no tables under {config.storage_root} yet (run `kmon run` or "
+                  "`kmon demo` first)", file=sys.stderr)
+            return 1
+        if args.tables:
+            print("\n".join(tables))
+            return 0
+        df = spark.sql(query)
+        if args.format == "json":
+            for row in df.limit(args.limit).toJSON().collect():
+                print(row)
+        elif args.format == "csv":
+            rows = df.limit(args.limit).collect()
+            print(",".join(df.columns))
+            for r in rows:
+                print(",".join("" if v is None else str(v) for v in r))
+        else:
+            df.show(args.limit, truncate=not args.wide)
+        return 0
+    finally:
+        spark.stop()
+
+
+def cmd_validate(args, config) -> int:
+    from pyspark.sql import functions as F
+
+    from jobs.streams import STREAMS, stream
+    from jobs.validation import validate_with_great_expectations
+
+    spark, lake, _tables = _spark_with_tables(config)
+    failed = 0
+    try:
+        for s in ([stream(args.table)] if args.table else STREAMS):
+            path = lake.table("silver", s.name)
+            try:
+                df = spark.read.format("delta").load(path)
+            except Exception:  # noqa: BLE001 - a table that does not exist yet
+                print(f"  silver.{s.name:22s} (no table yet)")
+                continue
+            if args.since_hours:
+                df = df.where(F.col(s.time_column) >= F.expr(
+                    f"current_timestamp() - INTERVAL {args.since_hours} HOURS"))
+            r = validate_with_great_expectations(df, s.name, s.table)
+            failed += not r.success
+            print(f"  silver.{s.name:22s} {r.rows:>10,} rows  "
+                  f"{'ok' if r.success else 'FAILED: ' + '; '.join(r.failures)}")
+        return 1 if failed else 0
+    finally:
+        spark.stop()
+
+
+def cmd_dashboards(args, config) -> int:
+    import os
+
+    from dashboards.build import main as build_dashboards
+    token = os.environ.get(args.token_env) if args.push else None
+    return build_dashboards(args.out, args.push, token)
+
+
 # ---- parser ----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,10 +264,50 @@ def build_parser() -> argparse.ArgumentParser:
                      "the pipeline, and a summary", "kmon demo")
     sp.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     sp.add_argument("--messages", type=int, default=20000, help="messages the workload produces")
+
+    sp = add("run", "Run the whole pipeline until Ctrl-C: agents, bronze/silver/gold queries, "
+                    "detectors and the Prometheus exporter, with progress per query",
+             "kmon cluster up && kmon run --duration 600")
+    sp.add_argument("--no-agents", action="store_true",
+                    help="run only the jobs and the exporter (agents run on the broker hosts)")
+    sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    sp.add_argument("--exporter-port", type=int,
+                    help="exporter port (default pipeline.exporter_port; 0 = off)")
+
+    sp = add("agents", "Run the agents for the local cluster alone (no Spark): request log, "
+                       "broker logs, JMX, __consumer_offsets, end offsets",
+             "kmon agents --metrics-port 9465")
+    sp.add_argument("--state-dir", help="where positions are kept (default <work_dir>/agent-state)")
+    sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    sp.add_argument("--metrics-port", type=int, default=0, help="serve agent metrics here")
+
+    sp = add("sql", "Run Spark SQL against the kmon tables (bronze.*, silver.*, gold.*)",
+             "kmon sql \"SELECT broker, max(total_p99_ms) FROM gold.request_stages_1m "
+             "GROUP BY broker\"")
+    sp.add_argument("query", nargs="?", default="-", help="the SQL ('-' reads standard input)")
+    sp.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
+    sp.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    sp.add_argument("--wide", action="store_true", help="do not cut long values")
+    sp.add_argument("--tables", action="store_true", help="list the registered tables and exit")
+
+    sp = add("validate", "Check silver tables with their great-expectations suites",
+             "kmon validate --table request_stages --since-hours 24")
+    sp.add_argument("--table", help="one silver table (default: all)")
+    sp.add_argument("--since-hours", type=float, help="only rows newer than this")
+
+    sp = add("dashboards", "Write the Grafana dashboards (JSON for file provisioning) and "
+                           "optionally push them to Grafana",
+             "GRAFANA_TOKEN=... kmon dashboards --push https://grafana.example.com")
+    sp.add_argument("--out", default="dashboards/generated", help="output folder")
+    sp.add_argument("--push", metavar="GRAFANA_URL", help="also upsert them into this Grafana")
+    sp.add_argument("--token-env", default="GRAFANA_TOKEN",
+                    help="environment variable holding the Grafana API token")
     return p
 
 
-COMMANDS = {"setup": cmd_setup, "config": cmd_config, "cluster": cmd_cluster, "demo": cmd_demo}
+COMMANDS = {"setup": cmd_setup, "config": cmd_config, "cluster": cmd_cluster, "demo": cmd_demo,
+            "run": cmd_run, "agents": cmd_agents, "sql": cmd_sql, "validate": cmd_validate,
+            "dashboards": cmd_dashboards}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,11 +324,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _setup_logging("DEBUG" if args.verbose else config.kmon.log_level)
     from kmon.jvm_deps import JvmDependencyError
+    from jobs.run import RunError
     from kmon.local_cluster import ClusterError
     from kmon.preflight import PreflightError
     try:
         return COMMANDS[args.command](args, config)
-    except (PreflightError, ClusterError, JvmDependencyError) as e:
+    except ConfigError as e:
+        print(f"kmon: configuration error: {e}", file=sys.stderr)
+        return 2
+    except (PreflightError, ClusterError, JvmDependencyError, RunError) as e:
         print(f"kmon: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -103,6 +103,8 @@ class PipelineSection:
                                       1000, min=1)
     progress_interval_s: float = _key("How often `kmon run` prints per-query progress", 10.0,
                                       min=1, max=3600)
+    exporter_port: int = _key("Port of kmon's Prometheus exporter (findings, pipeline and agent "
+                              "health) during `kmon run`; 0 turns it off", 9464, min=0, max=65535)
 
 
 @dataclass(frozen=True)

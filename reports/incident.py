@@ -1,0 +1,219 @@
+"""Collect an incident report's data from the lake with Spark SQL.
+
+Given an incident id (or a time range), `build_report` reads the findings from
+gold.anomalies, orders them as causal chains (reports/chain.py), works out the brokers,
+partitions and groups they name (reports/involved.py) and reads, over the incident's
+time span widened by `margin_ms` on both sides:
+
+- per broker, the p99 of every request stage per minute from gold.request_stages_1m for
+  the APIs its findings name (else Produce when it has traffic, else its busiest API);
+  when gold has no rows there (the gold job was down, or the window is older than gold
+  keeps), the same p99s computed from silver.request_stages;
+- per group and partition (the ones named, plus every group that committed on a named
+  partition, busiest first), the committed offsets per minute (gold.offset_commits_1m),
+  the lag (gold.offset_lag_1m), and the rewinds: commit by commit from
+  silver.offset_commits when it exists, else per minute from gold.offset_commits_1m.
+
+Every statement is run through `spark.sql` exactly as stored beside its rows
+(reports/queries.py), so the SQL under each chart reproduces it. A finding's own query is
+stored too; its row is taken from the findings query it is a subset of, to spare one
+Spark job per finding.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from detectors.findings import Finding
+from jobs.lake import Lake, register_tables
+from reports import queries as q
+from reports.chain import causal_order
+from reports.involved import involved_brokers, involved_groups, involved_partitions
+from reports.report_data import (BrokerSection, ChainLink, Chart, GroupSection, Marker,
+                                 Query, ReportData, Series)
+
+DEFAULT_MARGIN_MS = 15 * 60_000
+MAX_BROKERS = 12
+MAX_GROUPS = 12
+GROUPS_PER_PARTITION = 5
+MAX_MARKERS = 20
+STAGE_LABELS = {"total": "Total", "request_queue": "RequestQueue", "local": "Local",
+                "remote": "Remote", "throttle": "Throttle", "response_queue": "ResponseQueue",
+                "send": "ResponseSend"}
+
+
+class ReportError(RuntimeError):
+    """The report cannot be built (no anomalies table, no such incident)."""
+
+
+def run_query(spark, sql: str) -> Query:
+    df = spark.sql(sql)
+    return Query(sql=sql, columns=tuple(df.columns),
+                 rows=tuple(tuple(_plain(v) for v in r) for r in df.collect()))
+
+
+def _plain(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _exists(spark, table: str) -> bool:
+    return spark.catalog.tableExists(table)
+
+
+def _finding_markers(findings: Iterable[Finding], cluster: str) -> tuple[Marker, ...]:
+    chosen = sorted((f for f in findings if f.cluster == cluster),
+                    key=lambda f: (f.severity.rank, f.first_seen_ms))[:MAX_MARKERS]
+    return tuple(Marker(f.first_seen_ms, f"{f.type.value} {f.entity}", "finding")
+                 for f in sorted(chosen, key=lambda f: f.first_seen_ms))
+
+
+def _stage_series() -> tuple[Series, ...]:
+    return tuple(Series(col, f"{STAGE_LABELS[name]} p99", emphasis=name == "total")
+                 for name, col in zip(q.STAGE_NAMES, q.P99_COLUMNS))
+
+
+def _choose_apis(named: set[str], apis: Query) -> list[str]:
+    seen = apis.column("api") if apis.rows else []
+    if named:
+        return sorted(named)
+    if "Produce" in seen:
+        return ["Produce"]
+    return seen[:1]
+
+
+def _broker_section(spark, cluster: str, broker: int, named_apis: set[str], start_ms: int,
+                    end_ms: int, markers: tuple[Marker, ...], notes: list[str]) -> BrokerSection:
+    have_gold, have_silver = _exists(spark, q.STAGES_1M), _exists(spark, q.STAGES_SILVER)
+    apis = Query(q.broker_apis_gold(cluster, broker, start_ms, end_ms))
+    if have_gold:
+        apis = run_query(spark, apis.sql)
+    if not apis.rows and have_silver:
+        apis = run_query(spark, q.broker_apis_silver(cluster, broker, start_ms, end_ms))
+    charts = []
+    for api in _choose_apis(named_apis, apis):
+        attrs = {"cluster": cluster, "broker": str(broker), "api": api}
+        source, note = q.STAGES_1M, ("p99 of each stage per minute; the stages of one "
+                                     "request add up to its total, their p99s need not")
+        rows = Query(q.stages_gold(cluster, broker, api, start_ms, end_ms))
+        if have_gold:
+            rows = run_query(spark, rows.sql)
+        if not rows.rows and have_silver:
+            rows = run_query(spark, q.stages_silver(cluster, broker, api, start_ms, end_ms))
+            source = q.STAGES_SILVER
+            note = (f"{q.STAGES_1M} has no rows for broker {broker} {api} in this window: "
+                    f"p99s computed from the per-request rows of {q.STAGES_SILVER}")
+            notes.append(f"Broker {broker} {api}: {note}.")
+        if q.bucket_ms(start_ms, end_ms) != q.MINUTE_MS and source == q.STAGES_1M:
+            note = "max of the minute p99s per bucket (the window is too long for minutes)"
+        charts.append(Chart(
+            kind="stages", title=f"Broker {broker} — {api} request stages (p99)", query=rows,
+            series=_stage_series(), unit="ms", attrs=attrs, source=source, note=note,
+            markers=markers))
+    return BrokerSection(cluster, broker, apis, tuple(charts))
+
+
+def _group_section(spark, cluster: str, group: str, topic: str, partition: int,
+                   start_ms: int, end_ms: int, markers: tuple[Marker, ...]) -> GroupSection:
+    attrs = {"cluster": cluster, "group": group, "topic": topic, "partition": str(partition)}
+    commits = Query(q.committed_offsets(cluster, group, topic, partition, start_ms, end_ms))
+    if _exists(spark, q.COMMITS_1M):
+        commits = run_query(spark, commits.sql)
+    lag = Query(q.lag(cluster, group, topic, partition, start_ms, end_ms))
+    if _exists(spark, q.LAG_1M):
+        lag = run_query(spark, lag.sql)
+    if _exists(spark, q.COMMITS_SILVER):
+        rewinds_source = f"{q.COMMITS_SILVER} (every commit)"
+        rewinds = run_query(spark, q.rewinds_silver(cluster, group, topic, partition,
+                                                    start_ms, end_ms))
+    else:
+        rewinds_source = f"{q.COMMITS_1M} (per minute: from the previous minute's last commit)"
+        rewinds = Query(q.rewinds_gold(cluster, group, topic, partition, start_ms, end_ms))
+        if _exists(spark, q.COMMITS_1M):
+            rewinds = run_query(spark, rewinds.sql)
+    rewind_markers = tuple(Marker(int(r["t_ms"]), f"rewind {r['from_offset']} → "
+                                                  f"{r['to_offset']}", "rewind")
+                           for r in rewinds.records()[:MAX_MARKERS])
+    charts = (
+        Chart(kind="offsets", title=f"{group} on {topic}-{partition}: committed offset",
+              query=commits, series=(Series("last_offset", "last commit of the minute",
+                                            emphasis=True),
+                                     Series("min_offset", "lowest commit of the minute")),
+              unit="offset", attrs=attrs, source=q.COMMITS_1M, zero_based=False,
+              note="a lowest commit below the line before it is a rewind",
+              markers=markers + rewind_markers),
+        Chart(kind="lag", title=f"{group} on {topic}-{partition}: lag", query=lag,
+              series=(Series("lag", "lag (end offset − committed offset)", emphasis=True),),
+              unit="messages", attrs=attrs, source=q.LAG_1M, markers=markers),
+    )
+    return GroupSection(cluster, group, topic, partition, charts, rewinds, rewinds_source)
+
+
+def _groups_to_show(spark, findings: list[Finding], start_ms: int, end_ms: int,
+                    notes: list[str]) -> list[tuple[str, str, str, int]]:
+    named = sorted(involved_groups(findings))
+    found: list[tuple[str, str, str, int]] = []
+    if _exists(spark, q.COMMITS_1M):
+        for cluster, topic, partition in sorted(involved_partitions(findings)):
+            rows = run_query(spark, q.partition_groups(cluster, topic, partition, start_ms,
+                                                       end_ms, GROUPS_PER_PARTITION))
+            found += [(cluster, g, topic, partition) for g in rows.column("group_id")]
+    out = list(dict.fromkeys(named + found))
+    if len(out) > MAX_GROUPS:
+        notes.append(f"{len(out)} group/partition pairs are involved; the first {MAX_GROUPS} "
+                     f"are shown (named by a finding first)")
+    return out[:MAX_GROUPS]
+
+
+def build_report(spark, lake: Lake, *, incident_id: str | None = None,
+                 start_ms: int | None = None, end_ms: int | None = None,
+                 cluster: str | None = None, margin_ms: int = DEFAULT_MARGIN_MS,
+                 now_ms: int | None = None) -> ReportData:
+    """The report of one incident (its id or any member finding's id) or of a time range."""
+    if (incident_id is None) == (start_ms is None and end_ms is None):
+        raise ValueError("give either incident_id or start_ms and end_ms")
+    if incident_id is None and (start_ms is None or end_ms is None or end_ms <= start_ms):
+        raise ValueError("a range needs start_ms < end_ms")
+    register_tables(spark, lake)
+    if not _exists(spark, q.ANOMALIES):
+        raise ReportError(f"no {q.ANOMALIES} table under {lake.root}: no findings recorded yet")
+    where = (q.incident_filter(incident_id) if incident_id is not None
+             else q.range_filter(start_ms, end_ms, cluster))
+    rows = run_query(spark, q.findings(where))
+    findings = [Finding.from_row(r) for r in rows.records()]
+    if incident_id is not None:
+        if not findings:
+            raise ReportError(f"no finding with incident_id or finding_id {incident_id!r} in "
+                              f"{q.ANOMALIES}")
+        start_ms = min(f.first_seen_ms for f in findings) - margin_ms
+        end_ms = max(f.last_seen_ms for f in findings) + margin_ms
+        title = f"kmon incident {incident_id}"
+    else:
+        title = "kmon findings in a time range"
+    summary = run_query(spark, q.summary(where))
+
+    row_of = {r["finding_id"]: tuple(r.values()) for r in rows.records()}
+    chain = tuple(ChainLink(f, cause, depth, Query(q.finding(f.finding_id), rows.columns,
+                                                   (row_of[f.finding_id],)))
+                  for f, cause, depth in causal_order(findings))
+
+    notes: list[str] = []
+    brokers = sorted(involved_brokers(findings).items())
+    if len(brokers) > MAX_BROKERS:
+        notes.append(f"{len(brokers)} brokers are involved; the first {MAX_BROKERS} by id "
+                     f"are shown")
+    broker_sections = tuple(
+        _broker_section(spark, c, b, apis, start_ms, end_ms, _finding_markers(findings, c),
+                        notes)
+        for (c, b), apis in brokers[:MAX_BROKERS])
+    group_sections = tuple(
+        _group_section(spark, c, g, t, p, start_ms, end_ms, _finding_markers(findings, c))
+        for c, g, t, p in _groups_to_show(spark, findings, start_ms, end_ms, notes))
+    for table in (q.STAGES_1M, q.COMMITS_1M, q.LAG_1M):
+        if not _exists(spark, table):
+            notes.append(f"{table} does not exist under {lake.root}: its charts are empty")
+    return ReportData(
+        title=title, incident_id=incident_id, start_ms=start_ms, end_ms=end_ms,
+        generated_ms=now_ms if now_ms is not None else int(time.time() * 1000),
+        summary=summary, chain=chain, brokers=broker_sections, groups=group_sections,
+        notes=tuple(notes))

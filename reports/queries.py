@@ -1,0 +1,223 @@
+"""The Spark SQL behind every number of an incident report, as text.
+
+Each function returns one statement over the registered table names (gold.x, silver.x,
+see jobs/lake.register_tables) that an engineer can run as it is. The report runs exactly
+this text, so the numbers shown and the SQL printed under them cannot drift apart.
+
+Conventions: times go in as epoch milliseconds (`timestamp_millis(...)`) and come out
+as `t_ms` (`unix_millis(...)`, the bucket start), so nothing depends on the session or
+the reader's time zone; string values are quoted with `literal`; gold and silver tables
+are partitioned by `date`, so every range filter also names the dates (partition
+pruning on a fleet's tables). Series wider than one bucket per minute take the max of
+the minute p99s in the bucket: a p99 of p99s cannot be computed, and the max keeps a
+spike visible.
+"""
+
+from __future__ import annotations
+
+from jobs.gold import PERCENTILE_ACCURACY, STAGES
+
+from detectors.findings import Severity
+
+ANOMALIES = "gold.anomalies"
+STAGES_1M = "gold.request_stages_1m"
+STAGES_SILVER = "silver.request_stages"
+COMMITS_1M = "gold.offset_commits_1m"
+LAG_1M = "gold.offset_lag_1m"
+COMMITS_SILVER = "silver.offset_commits"
+
+# Finding.to_row() columns (is_root_cause is derived: finding_id = incident_id).
+FINDING_COLUMNS = ("finding_id", "cluster", "type", "severity", "entity_kind", "entity",
+                   "first_seen_ms", "last_seen_ms", "status", "evidence_json", "cause",
+                   "explanation", "suggested_action", "incident_id", "related", "resolved_ms")
+
+STAGE_NAMES = tuple(s[:-3] for s in STAGES)          # total, request_queue, ...
+P99_COLUMNS = tuple(f"{n}_p99_ms" for n in STAGE_NAMES)
+MINUTE_MS = 60_000
+# Candidate bucket widths; the report uses the narrowest that keeps a series this short.
+BUCKETS_MS = (MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS, 60 * MINUTE_MS, 360 * MINUTE_MS,
+              1440 * MINUTE_MS)
+MAX_POINTS = 720
+# How far before the window a rewind query looks for the commit a rewind moved back from.
+REWIND_LOOKBACK_MS = 60 * MINUTE_MS
+
+
+def literal(value: str) -> str:
+    """A Spark SQL string literal (backslash escapes, the parser default)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def bucket_ms(start_ms: int, end_ms: int) -> int:
+    for b in BUCKETS_MS:
+        if (end_ms - start_ms) / b <= MAX_POINTS:
+            return b
+    return BUCKETS_MS[-1]
+
+
+def _ts(ms: int) -> str:
+    return f"timestamp_millis({int(ms)})"
+
+
+def _range(column: str, start_ms: int, end_ms: int) -> str:
+    return (f"date BETWEEN to_date({_ts(start_ms)}) AND to_date({_ts(end_ms)})\n"
+            f"  AND {column} >= {_ts(start_ms)} AND {column} < {_ts(end_ms)}")
+
+
+def _bucket(column: str, width_ms: int) -> str:
+    return f"unix_millis({column}) div {width_ms} * {width_ms}"
+
+
+# --- findings ----------------------------------------------------------------------------
+
+def incident_filter(incident_id: str) -> str:
+    """An incident's findings; a finding linked to nothing can be reported by its own id."""
+    return f"incident_id = {literal(incident_id)} OR finding_id = {literal(incident_id)}"
+
+
+def range_filter(start_ms: int, end_ms: int, cluster: str | None = None) -> str:
+    """Findings seen at any time inside [start, end)."""
+    cond = f"first_seen_ms < {int(end_ms)} AND last_seen_ms >= {int(start_ms)}"
+    return cond + (f" AND cluster = {literal(cluster)}" if cluster else "")
+
+
+def findings(where: str) -> str:
+    return (f"SELECT {', '.join(FINDING_COLUMNS)}\nFROM {ANOMALIES}\nWHERE {where}\n"
+            f"ORDER BY first_seen_ms, finding_id")
+
+
+def finding(finding_id: str) -> str:
+    return (f"SELECT {', '.join(FINDING_COLUMNS)}\nFROM {ANOMALIES}\n"
+            f"WHERE finding_id = {literal(finding_id)}")
+
+
+def summary(where: str) -> str:
+    ranked = "array(" + ", ".join(literal(s.value) for s in Severity) + ")"
+    return (f"SELECT count(*) AS findings,\n"
+            f"  min(first_seen_ms) AS first_seen_ms,\n"
+            f"  max(last_seen_ms) AS last_seen_ms,\n"
+            f"  element_at({ranked}, min(array_position({ranked}, severity))) AS worst_severity,\n"
+            f"  count_if(status = 'open') AS open_findings,\n"
+            f"  array_sort(collect_set(CASE WHEN finding_id = incident_id THEN finding_id END))"
+            f" AS root_finding_ids\n"
+            f"FROM {ANOMALIES}\nWHERE {where}")
+
+
+# --- request stages ----------------------------------------------------------------------
+
+def _broker_filter(cluster: str, broker: int) -> str:
+    return f"cluster = {literal(cluster)} AND broker = {int(broker)}"
+
+
+def broker_apis_gold(cluster: str, broker: int, start_ms: int, end_ms: int) -> str:
+    return (f"SELECT api, sum(requests) AS requests\nFROM {STAGES_1M}\n"
+            f"WHERE {_broker_filter(cluster, broker)}\n  AND {_range('window_start', start_ms, end_ms)}\n"
+            f"GROUP BY api\nORDER BY requests DESC, api")
+
+
+def broker_apis_silver(cluster: str, broker: int, start_ms: int, end_ms: int) -> str:
+    return (f"SELECT api, count(*) AS requests\nFROM {STAGES_SILVER}\n"
+            f"WHERE {_broker_filter(cluster, broker)}\n"
+            f"  AND NOT coalesce(is_controller_traffic, false)\n"
+            f"  AND {_range('ts', start_ms, end_ms)}\n"
+            f"GROUP BY api\nORDER BY requests DESC, api")
+
+
+def stages_gold(cluster: str, broker: int, api: str, start_ms: int, end_ms: int) -> str:
+    width = bucket_ms(start_ms, end_ms)
+    where = (f"WHERE {_broker_filter(cluster, broker)} AND api = {literal(api)}\n"
+             f"  AND {_range('window_start', start_ms, end_ms)}\n")
+    if width == MINUTE_MS:
+        cols = ", ".join(("requests", *P99_COLUMNS))
+        return (f"SELECT unix_millis(window_start) AS t_ms, {cols}\nFROM {STAGES_1M}\n"
+                f"{where}ORDER BY t_ms")
+    cols = ",\n  ".join(["sum(requests) AS requests",
+                         *(f"max({c}) AS {c}" for c in P99_COLUMNS)])
+    return (f"SELECT {_bucket('window_start', width)} AS t_ms,\n  {cols}\nFROM {STAGES_1M}\n"
+            f"{where}GROUP BY 1\nORDER BY t_ms")
+
+
+def stages_silver(cluster: str, broker: int, api: str, start_ms: int, end_ms: int) -> str:
+    """The same p99s straight from the per-request rows (gold has none for the window)."""
+    width = bucket_ms(start_ms, end_ms)
+    cols = ",\n  ".join(["count(*) AS requests",
+                         *(f"percentile_approx({s}, 0.99, {PERCENTILE_ACCURACY}) AS {c}"
+                           for s, c in zip(STAGES, P99_COLUMNS))])
+    return (f"SELECT {_bucket('ts', width)} AS t_ms,\n  {cols}\nFROM {STAGES_SILVER}\n"
+            f"WHERE {_broker_filter(cluster, broker)} AND api = {literal(api)}\n"
+            f"  AND NOT coalesce(is_controller_traffic, false)\n"
+            f"  AND {_range('ts', start_ms, end_ms)}\n"
+            f"GROUP BY 1\nORDER BY t_ms")
+
+
+# --- offsets -----------------------------------------------------------------------------
+
+def _group_filter(cluster: str, group: str, topic: str, partition: int) -> str:
+    return (f"cluster = {literal(cluster)} AND group_id = {literal(group)}\n"
+            f"  AND topic = {literal(topic)} AND partition = {int(partition)}")
+
+
+def partition_groups(cluster: str, topic: str, partition: int, start_ms: int,
+                     end_ms: int, limit: int) -> str:
+    """The groups that committed on a partition in the window, busiest first."""
+    return (f"SELECT group_id, sum(commits) AS commits\nFROM {COMMITS_1M}\n"
+            f"WHERE cluster = {literal(cluster)} AND topic = {literal(topic)}"
+            f" AND partition = {int(partition)}\n  AND {_range('window_start', start_ms, end_ms)}\n"
+            f"GROUP BY group_id\nORDER BY commits DESC, group_id\nLIMIT {int(limit)}")
+
+
+def committed_offsets(cluster: str, group: str, topic: str, partition: int, start_ms: int,
+                      end_ms: int) -> str:
+    width = bucket_ms(start_ms, end_ms)
+    where = (f"WHERE {_group_filter(cluster, group, topic, partition)}\n"
+             f"  AND {_range('window_start', start_ms, end_ms)}\n")
+    if width == MINUTE_MS:
+        return (f"SELECT unix_millis(window_start) AS t_ms, last_offset, min_offset, max_offset,"
+                f" commits\nFROM {COMMITS_1M}\n{where}ORDER BY t_ms")
+    return (f"SELECT {_bucket('window_start', width)} AS t_ms,\n"
+            f"  max_by(last_offset, window_start) AS last_offset, min(min_offset) AS min_offset,\n"
+            f"  max(max_offset) AS max_offset, sum(commits) AS commits\nFROM {COMMITS_1M}\n"
+            f"{where}GROUP BY 1\nORDER BY t_ms")
+
+
+def lag(cluster: str, group: str, topic: str, partition: int, start_ms: int,
+        end_ms: int) -> str:
+    width = bucket_ms(start_ms, end_ms)
+    where = (f"WHERE {_group_filter(cluster, group, topic, partition)}\n"
+             f"  AND {_range('window_start', start_ms, end_ms)}\n")
+    if width == MINUTE_MS:
+        return (f"SELECT unix_millis(window_start) AS t_ms, lag, committed_offset, end_offset,"
+                f" start_offset\nFROM {LAG_1M}\n{where}ORDER BY t_ms")
+    return (f"SELECT {_bucket('window_start', width)} AS t_ms,\n"
+            f"  max(lag) AS lag, max_by(committed_offset, window_start) AS committed_offset,\n"
+            f"  max_by(end_offset, window_start) AS end_offset,\n"
+            f"  max_by(start_offset, window_start) AS start_offset\nFROM {LAG_1M}\n"
+            f"{where}GROUP BY 1\nORDER BY t_ms")
+
+
+def rewinds_silver(cluster: str, group: str, topic: str, partition: int, start_ms: int,
+                   end_ms: int) -> str:
+    """Every commit lower than the group's commit before it, in __consumer_offsets order."""
+    since = start_ms - REWIND_LOOKBACK_MS
+    return (f"SELECT t_ms, from_offset, to_offset, from_offset - to_offset AS messages_back\n"
+            f"FROM (\n"
+            f"  SELECT ts_ms AS t_ms, offset AS to_offset,\n"
+            f"    lag(offset) OVER (ORDER BY ts_ms, source_partition, source_offset) AS from_offset\n"
+            f"  FROM {COMMITS_SILVER}\n"
+            f"  WHERE {_group_filter(cluster, group, topic, partition)}\n"
+            f"    AND NOT is_tombstone\n"
+            f"    AND {_range('ts', since, end_ms)}\n"
+            f")\nWHERE to_offset < from_offset AND t_ms >= {int(start_ms)}\nORDER BY t_ms")
+
+
+def rewinds_gold(cluster: str, group: str, topic: str, partition: int, start_ms: int,
+                 end_ms: int) -> str:
+    """Minutes whose lowest commit lies below the previous minute's last (per minute only)."""
+    since = start_ms - REWIND_LOOKBACK_MS
+    return (f"SELECT t_ms, from_offset, to_offset, from_offset - to_offset AS messages_back\n"
+            f"FROM (\n"
+            f"  SELECT unix_millis(window_start) AS t_ms, min_offset AS to_offset,\n"
+            f"    lag(last_offset) OVER (ORDER BY window_start) AS from_offset\n"
+            f"  FROM {COMMITS_1M}\n"
+            f"  WHERE {_group_filter(cluster, group, topic, partition)}\n"
+            f"    AND {_range('window_start', since, end_ms)}\n"
+            f")\nWHERE to_offset < from_offset AND t_ms >= {int(start_ms)}\nORDER BY t_ms")

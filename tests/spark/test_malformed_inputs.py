@@ -1,0 +1,123 @@
+"""1,000 malformed request log lines of varied kinds, fed through the real agent into the
+running pipeline: every one lands in silver.quarantine with its reason, and the pipeline
+keeps running (valid lines written after them still reach silver)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from ingest.agent_metrics import AgentMetrics
+from ingest.file_tailer import PositionStore
+from ingest.request_log import MAX_LINE_CHARS
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+from ingest.sinks import LandingSink
+from jobs.lake import Lake
+from jobs.pipeline import Pipeline
+from jobs.streams import QUARANTINE, stream
+from tests.conftest import wait_until
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "request_log" / "kafka-4.3.1-request.log"
+PREFIX = "[2026-11-22 10:38:33,638] DEBUG Completed request:"
+
+
+def _good_body() -> dict:
+    for line in FIXTURE.read_text().splitlines():
+        if '"requestApiKey":0' in line:
+            return json.loads(line[len(PREFIX):])
+    raise AssertionError("no Produce line in the fixture")
+
+
+def _bad_lines(n: int, rng: random.Random) -> list[tuple[str, bytes]]:
+    """(kind, line) pairs; each kind is a different way a line can be broken."""
+    body = _good_body()
+    text = json.dumps(body)
+
+    def with_(**changes) -> bytes:
+        b = json.loads(text)
+        for k, v in changes.items():
+            if k == "api":
+                b["requestHeader"]["requestApiKey"] = v
+            else:
+                b[k] = v
+        return (PREFIX + json.dumps(b)).encode()
+
+    makers = {
+        "truncated_json": lambda: (PREFIX + text[: rng.randint(5, len(text) - 5)]).encode(),
+        "wrong_type": lambda: with_(totalTimeMs=rng.choice(["slow", [1], {"a": 1}, True])),
+        "unknown_api": lambda: with_(api=rng.randint(5000, 30000)),
+        "negative_time": lambda: with_(localTimeMs=-rng.uniform(0.1, 100)),
+        "garbage_bytes": lambda: bytes(rng.randrange(128, 256) for _ in range(rng.randint(1, 200))),
+        "oversize_line": lambda: (PREFIX + '{"x":"' + "a" * (MAX_LINE_CHARS + 10) + '"}').encode(),
+        "not_a_request_line": lambda: b"[2026-11-22 10:38:33,638] INFO something else entirely",
+        "missing_field": lambda: (PREFIX + json.dumps({k: v for k, v in body.items()
+                                                      if k != "requestHeader"})).encode(),
+    }
+    kinds = list(makers)
+    out = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        if kind == "oversize_line" and i >= len(kinds) * 3:  # a few 8 MB lines are enough
+            kind = "truncated_json"
+        out.append((kind, makers[kind]()))
+    return out
+
+
+def test_a_thousand_malformed_lines_are_quarantined_and_the_pipeline_keeps_running(
+        spark, kmon_config, tmp_path):
+    rng = random.Random(7)
+    lake = Lake(str(tmp_path / "lake"))
+    log = tmp_path / "kafka-request.log"
+    bad = _bad_lines(1000, rng)
+    good = (PREFIX + json.dumps(_good_body())).encode()
+    with open(log, "wb") as f:
+        for _, line in bad:
+            f.write(line + b"\n")
+    registry = CollectorRegistry()
+    agent = RequestLogAgent([RequestLogSource("m", 7, log)], LandingSink(lake.landing_root, "t"),
+                            PositionStore(tmp_path / "pos.json"), AgentMetrics(registry, "t"),
+                            batch_lines=300)
+    fast = kmon_config.with_overrides(pipeline={"bronze_trigger_s": 1, "silver_trigger_s": 1,
+                                                 "gold_trigger_s": 2})
+    pipeline = Pipeline(spark, lake, fast.pipeline,
+        streams=(stream("request_stages"), stream(QUARANTINE)))
+    pipeline.start()
+    try:
+        while agent.poll_once():
+            pass
+        q_path = lake.table("silver", QUARANTINE)
+
+        def quarantined():
+            pipeline.check()
+            return spark.read.format("delta").load(q_path).where("cluster = 'm'").count()
+
+        wait_until(lambda: quarantined() >= 1000, 300, "1,000 quarantined rows")
+        with open(log, "ab") as f:
+            for _ in range(10):
+                f.write(good + b"\n")
+        agent.poll_once()
+
+        def silver_rows():
+            pipeline.check()
+            return spark.read.format("delta").load(
+                lake.table("silver", "request_stages")).where("cluster = 'm'").count()
+
+        wait_until(lambda: silver_rows() == 10, 120, "valid lines after the bad ones")
+        assert all(q.isActive for q in pipeline.queries)
+    finally:
+        pipeline.stop()
+        agent.close()
+    rows = spark.read.format("delta").load(q_path).where("cluster = 'm'").collect()
+    assert len(rows) == 1000
+    assert len({r["record_id"] for r in rows}) == 1000
+    reasons = Counter(r["reason"].split(":")[0] for r in rows)
+    # Every kind of damage is named; nothing is quarantined without a reason.
+    assert {"truncated_json", "wrong_type", "unknown_api", "negative_time", "not_utf8",
+            "oversize_line", "not_request_line", "missing_field"} <= set(reasons), reasons
+    assert all(r["raw_bytes_len"] > 0 and r["raw"] for r in rows)
+    assert all(len(r["raw"]) <= 16 * 1024 for r in rows)
+    assert sum(1 for r in rows if r["raw_truncated"]) >= 3

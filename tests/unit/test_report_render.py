@@ -1,0 +1,277 @@
+"""The HTML incident report from hand-built data: sections, charts, SQL blocks, escaping,
+no network references; plus the pure pieces under it (causal order, involved entities,
+SVG paths, time arguments)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
+                                Status)
+from reports.chain import causal_order
+from reports.cli import default_out, parse_time
+from reports.involved import involved_brokers, involved_groups, involved_partitions
+from reports.render import render_html
+from reports.report_data import (BrokerSection, ChainLink, Chart, GroupSection, Marker,
+                                 Query, ReportData, Series)
+from reports.svg_chart import format_number, path_d
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_714_557_600_000  # 2024-05-01 10:00:00 UTC
+MIN = 60_000
+TOPIC = "<script>alert(1)</script>"
+GROUP = "o'brien & \"co\""
+STAGE_COLS = ("total_p99_ms", "request_queue_p99_ms", "local_p99_ms", "remote_p99_ms",
+              "throttle_p99_ms", "response_queue_p99_ms", "send_p99_ms")
+
+
+def _finding(fid, type_, entity, first, *, incident="e1", related=(), severity=Severity.HIGH,
+             evidence=None, cause="c", kind=EntityKind.PARTITION):
+    return Finding(finding_id=fid, cluster="c1", type=type_, severity=severity,
+                   entity_kind=kind, entity=entity, first_seen_ms=first, last_seen_ms=first,
+                   status=Status.OPEN, evidence=evidence or {}, cause=cause,
+                   explanation=f"explanation of {fid} on {TOPIC}",
+                   suggested_action=ActionKind.PAGE_HUMAN, incident_id=incident,
+                   related=tuple(related))
+
+
+def sample_findings() -> list[Finding]:
+    election = _finding(
+        "e1", AnomalyType.UNCLEAN_ELECTION, f"{TOPIC}-2", T0 + 5 * MIN, related=("t1", "r1"),
+        severity=Severity.CRITICAL, cause="unclean_leader_election",
+        evidence={"topic": TOPIC, "partition": 2, "old_leader": 1, "new_leader": 3,
+                  "lost_from": 900, "lost_until": 1000, "messages_lost": 100,
+                  "election_ms": T0 + 5 * MIN,
+                  "groups_inside": [{"group": GROUP, "committed_offset": 950}]})
+    truncation = _finding(
+        "t1", AnomalyType.LOG_TRUNCATION, f"{TOPIC}-2", T0 + 20 * MIN, related=("e1",),
+        evidence={"topic": TOPIC, "partition": 2, "broker": 1, "truncated_to": 900,
+                  "high_watermark": 1000})
+    rewind = _finding(
+        "r1", AnomalyType.OFFSET_REWIND, f"group:{GROUP}/{TOPIC}-2", T0 + 6 * MIN,
+        related=("e1",), kind=EntityKind.GROUP, cause="auto_reset_after_out_of_range",
+        evidence={"group": GROUP, "topic": TOPIC, "partition": 2, "old_position": 950,
+                  "new_position": 900, "duplicates": 0})
+    lonely = _finding("s9", AnomalyType.SLOW_BROKER, "broker:2", T0, incident=None,
+                      kind=EntityKind.BROKER, severity=Severity.WARNING,
+                      evidence={"broker": 2, "api": "Fetch", "stage": "local"})
+    return [rewind, lonely, truncation, election]
+
+
+def _stage_query(broker: int) -> Query:
+    rows = tuple((T0 + i * MIN, 100 + i, *(float(10 * (s + 1) + i) for s in range(7)))
+                 for i in range(30))
+    return Query(f"SELECT ... FROM gold.request_stages_1m WHERE broker = {broker}",
+                 ("t_ms", "requests", *STAGE_COLS), rows)
+
+
+def sample_report() -> ReportData:
+    """A report of an unclean election on a hostile topic name, built by hand."""
+    findings = sample_findings()
+    chain = tuple(ChainLink(f, cause, depth,
+                            Query(f"SELECT * FROM gold.anomalies WHERE finding_id = '{f.finding_id}'",
+                                  ("finding_id",), ((f.finding_id,),)))
+                  for f, cause, depth in causal_order(findings))
+    markers = (Marker(T0 + 5 * MIN, f"unclean_election {TOPIC}-2", "finding"),)
+    stage_series = tuple(Series(c, c.replace("_p99_ms", " p99"), emphasis=c == "total_p99_ms")
+                         for c in STAGE_COLS)
+    brokers = tuple(
+        BrokerSection("c1", b, Query("SELECT api, sum(requests) ...", ("api", "requests"),
+                                     (("Produce", 3000),)),
+                      (Chart("stages", f"Broker {b} Produce", _stage_query(b), stage_series,
+                             "ms", {"cluster": "c1", "broker": str(b), "api": "Produce"},
+                             "gold.request_stages_1m", markers=markers),))
+        for b in (1, 3))
+    offsets = Query("SELECT ... FROM gold.offset_commits_1m",
+                    ("t_ms", "last_offset", "min_offset", "max_offset", "commits"),
+                    tuple((T0 + i * MIN, 800 + 10 * i if i != 6 else 900,
+                           790 + 10 * i if i != 6 else 900, 800 + 10 * i, 4)
+                          for i in range(12)))
+    lag = Query("SELECT ... FROM gold.offset_lag_1m",
+                ("t_ms", "lag", "committed_offset", "end_offset", "start_offset"),
+                tuple((T0 + i * MIN, 5 + i if i != 3 else None, 0, 0, 0) for i in range(12)))
+    attrs = {"cluster": "c1", "group": GROUP, "topic": TOPIC, "partition": "2"}
+    group = GroupSection(
+        "c1", GROUP, TOPIC, 2,
+        (Chart("offsets", f"{GROUP} offsets", offsets,
+               (Series("last_offset", "last"), Series("min_offset", "lowest")), "offset",
+               attrs, "gold.offset_commits_1m", markers=markers, zero_based=False),
+         Chart("lag", f"{GROUP} lag", lag, (Series("lag", "lag"),), "messages", attrs,
+               "gold.offset_lag_1m", markers=markers)),
+        Query("SELECT ... FROM silver.offset_commits",
+              ("t_ms", "from_offset", "to_offset", "messages_back"),
+              ((T0 + 6 * MIN, 950, 900, 50),)),
+        "silver.offset_commits (every commit)")
+    summary = Query("SELECT count(*) AS findings ... FROM gold.anomalies",
+                    ("findings", "first_seen_ms", "last_seen_ms", "worst_severity",
+                     "open_findings", "root_finding_ids"),
+                    ((4, T0, T0 + 20 * MIN, "critical", 4, ("e1",)),))
+    return ReportData(title=f"kmon incident e1 {TOPIC}", incident_id="e1", start_ms=T0 - 5 * MIN,
+                      end_ms=T0 + 35 * MIN, generated_ms=T0 + 40 * MIN, summary=summary,
+                      chain=chain, brokers=brokers, groups=(group,),
+                      notes=(f"note about {TOPIC}",))
+
+
+class _Tags(HTMLParser):
+    """Every start tag with its attributes, and the text inside <script>/<style> tags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _parse(html_text: str) -> list[tuple[str, dict]]:
+    p = _Tags()
+    p.feed(html_text)
+    return p.tags
+
+
+# --- causal order and involved entities -------------------------------------------------
+
+def test_chain_puts_the_root_first_then_effects_in_time_order_and_lonely_findings_last():
+    order = causal_order(sample_findings())
+    assert [(f.finding_id, cause, depth) for f, cause, depth in order] == [
+        ("e1", None, 0), ("r1", "e1", 1), ("t1", "e1", 1), ("s9", None, 0)]
+
+
+def test_chain_without_its_root_starts_at_the_earliest_member():
+    findings = [f for f in sample_findings() if f.finding_id in ("t1", "r1")]
+    order = causal_order(findings)
+    assert [f.finding_id for f, _, _ in order] == ["r1", "t1"]
+    assert all(cause is None for _, cause, _ in order)
+
+
+def test_involved_entities_come_from_entity_and_evidence():
+    findings = sample_findings()
+    assert involved_brokers(findings) == {("c1", 1): set(), ("c1", 2): {"Fetch"},
+                                          ("c1", 3): set()}
+    assert involved_partitions(findings) == {("c1", TOPIC, 2)}
+    assert involved_groups(findings) == {("c1", GROUP, TOPIC, 2)}
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+def test_every_section_is_present():
+    html_text = render_html(sample_report())
+    ids = {a.get("id") for _, a in _parse(html_text)}
+    assert {"summary", "chain", "brokers", "groups", "notes"} <= ids
+    assert html_text.startswith("<!DOCTYPE html>")
+    assert "Root cause" in html_text and "critical" in html_text
+    assert "2024-05-01 10:00:00 UTC" in html_text  # the summary's time range
+
+
+def test_the_chain_lists_root_first_with_evidence_and_action():
+    tags = _parse(render_html(sample_report()))
+    items = [a for t, a in tags if t == "li" and "kmon-finding" in a.get("class", "")]
+    assert [a["data-finding-id"] for a in items] == ["e1", "r1", "t1", "s9"]
+    assert "kmon-root" in items[0]["class"]
+    html_text = render_html(sample_report())
+    assert html_text.count("Suggested action") == 4
+    assert "<dt>messages_lost</dt><dd>100</dd>" in html_text
+    assert "follows from unclean_election" in html_text
+    assert "&amp;lt;" not in html_text  # escaped once, not twice
+
+
+def test_charts_have_a_path_for_each_series_with_data():
+    tags = _parse(render_html(sample_report()))
+    svgs = [a for t, a in tags if t == "svg"]
+    assert [(a["data-kind"], a.get("data-broker")) for a in svgs] == [
+        ("stages", "1"), ("stages", "3"), ("offsets", None), ("lag", None)]
+    assert all("kmon-chart" in a["class"] for a in svgs)
+    assert svgs[2]["data-topic"] == TOPIC and svgs[2]["data-group"] == GROUP
+    # paths in document order: 7 stages x 2 brokers, 2 offset series, 1 lag series
+    paths = [a for t, a in tags if t == "path" and "kmon-series" in a.get("class", "")]
+    assert [p["data-series"] for p in paths] == [*STAGE_COLS, *STAGE_COLS, "last_offset",
+                                                 "min_offset", "lag"]
+    assert all(re.fullmatch(r"(M[-\d.]+,[-\d.]+(L[-\d.]+,[-\d.]+)+)+", p["d"]) for p in paths)
+    lag_path = paths[-1]["d"]
+    assert lag_path.count("M") == 2  # the missing value at minute 3 breaks the line
+    markers = [a for t, a in tags if t == "line" and "kmon-marker" in a.get("class", "")]
+    assert len(markers) == 4
+
+
+def test_a_sql_block_sits_under_every_chart_table_and_finding():
+    data = sample_report()
+    html_text = render_html(data)
+    details = [a for t, a in _parse(html_text) if t == "details"]
+    assert len(details) == len(data.queries())
+    assert all("kmon-sql" in a["class"] for a in details)
+    for query in data.queries():
+        assert f"<code class=\"language-sql\">{_esc(query.sql)}</code>" in html_text
+
+
+def test_untrusted_strings_are_escaped():
+    html_text = render_html(sample_report())
+    assert "<script" not in html_text.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_text
+    assert "o&#x27;brien &amp; &quot;co&quot;" in html_text
+    tags = [t for t, _ in _parse(html_text)]
+    assert "script" not in tags
+
+
+def test_no_external_references():
+    html_text = render_html(sample_report())
+    for tag, attrs in _parse(html_text):
+        for name in ("src", "href", "xlink:href", "action", "data"):
+            assert not re.match(r"\s*(https?:)?//", attrs.get(name) or ""), (tag, attrs)
+    assert "http://" not in html_text and "https://" not in html_text
+    assert "@import" not in html_text and "url(" not in html_text
+
+
+def test_an_empty_chart_says_so_and_draws_no_series():
+    data = sample_report()
+    empty = Chart("lag", "nothing", Query("SELECT 1", ("t_ms", "lag"), ()),
+                  (Series("lag", "lag"),), "messages", {"group": "g"}, "gold.offset_lag_1m")
+    g = data.groups[0]
+    data = ReportData(**{**data.__dict__, "groups": (GroupSection(
+        g.cluster, g.group, g.topic, g.partition, (empty,), g.rewinds, g.rewinds_source),)})
+    html_text = render_html(data)
+    assert 'data-empty="true"' in html_text and "no rows in this window" in html_text
+    assert "lag (no data)" in html_text
+
+
+def _esc(text: str) -> str:
+    import html
+    return html.escape(text, quote=True)
+
+
+# --- small pure pieces -------------------------------------------------------------------
+
+@pytest.mark.parametrize("points, expected", [
+    ([(0, 1), (10, 2)], "M0.0,1.0L10.0,2.0"),
+    ([(0, 1), (5, None), (10, 2), (20, 3)], "M-3.0,1.0L3.0,1.0M10.0,2.0L20.0,3.0"),
+    ([(0, None)], ""),
+])
+def test_path_data(points, expected):
+    assert path_d(points) == expected
+
+
+@pytest.mark.parametrize("value, text", [(3, "3"), (412.0, "412"), (0.12345, "0.123"),
+                                          (None, "None"), (10 ** 12, "1000000000000")])
+def test_number_format(value, text):
+    assert format_number(value) == text
+
+
+@pytest.mark.parametrize("text, ms", [
+    ("1714557600000", T0), ("2024-05-01T10:00:00Z", T0), ("2024-05-01T10:00", T0),
+    ("2024-05-01T12:00:00+02:00", T0), ("2024-05-01 10:00:00.250", T0 + 250)])
+def test_time_arguments(text, ms):
+    assert parse_time(text) == ms
+
+
+def test_bad_time_argument_names_the_formats():
+    with pytest.raises(argparse.ArgumentTypeError, match="ISO-8601"):
+        parse_time("yesterday")
+
+
+def test_default_report_file_names(tmp_path):
+    assert default_out(tmp_path, "ab/../c", None, None) == tmp_path / "reports" / "incident-ab_.._c.html"
+    assert default_out(tmp_path, None, 1, 2).name == "findings-1-2.html"
