@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 NAMESPACE = "kmon"
 SUBSYSTEM = "agent"
 
 
-class AgentMetrics:
-    def __init__(self, registry: CollectorRegistry, agent: str):
-        self.agent = agent
+class _Families:
+    """The metric families, created once per registry and shared by every agent in it."""
+
+    def __init__(self, registry: CollectorRegistry):
         self.records = Counter("records", "Records an agent published, by stream and outcome "
                                "(published or quarantined)", ["agent", "stream", "outcome"],
                                namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry)
@@ -44,6 +48,28 @@ class AgentMetrics:
                                        "nothing is published for them", ["agent", "source"],
                                        namespace=NAMESPACE, subsystem=SUBSYSTEM,
                                        registry=registry)
+
+
+
+_FAMILIES: "weakref.WeakKeyDictionary[CollectorRegistry, _Families]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+class AgentMetrics:
+    """One agent's view of the families: the agent name is the `agent` label.
+
+    Several agents can share one registry (`kmon run` serves them all on one endpoint);
+    each gets the same families and labels its own series.
+    """
+
+    def __init__(self, registry: CollectorRegistry, agent: str):
+        self.agent = agent
+        with _LOCK:
+            fam = _FAMILIES.get(registry)
+            if fam is None:
+                fam = _FAMILIES[registry] = _Families(registry)
+        self.__dict__.update(vars(fam))
+        self.flush_failures.labels(agent)  # present at 0 from the start, for alerts
 
     def published(self, stream: str, n: int = 1) -> None:
         self.records.labels(self.agent, stream, "published").inc(n)
