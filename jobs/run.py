@@ -43,19 +43,71 @@ def _local_cluster(config: Config):
     return cluster
 
 
+def sink_factory(config: Config, lake):
+    """A new sink per agent: the telemetry topics (source=kafka) or the landing folder."""
+    from ingest.sinks import KafkaSink, LandingSink, new_agent_id
+    from kmon.kafka_clients import librdkafka_config
+
+    if config.pipeline.source == "kafka":
+        conf = librdkafka_config(config.telemetry, "telemetry")
+        return lambda kind: KafkaSink(conf, config.telemetry.topic_prefix)
+    return lambda kind: LandingSink(lake.landing_root, new_agent_id(kind))
+
+
+def build_host_agents(config: Config, registry: CollectorRegistry, lake, state_dir: Path, *,
+                      broker: int | None, log_dir: str | None, request_log: str | None,
+                      metrics_url: str | None, offsets: bool):
+    """Agents for one broker host of a real cluster (and/or the cluster-wide offsets reader)."""
+    from ingest.broker_log_agent import BrokerLogAgent, broker_log_sources
+    from ingest.agent_metrics import AgentMetrics
+    from ingest.file_tailer import PositionStore
+    from ingest.jmx_scraper import JmxScraper, JmxSource
+    from ingest.offsets_agent import OffsetsAgent
+    from ingest.partition_offsets_agent import PartitionOffsetsAgent
+    from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+    from ingest.supervisor import Supervised
+    from kmon.kafka_clients import librdkafka_config
+
+    sink_for, name = sink_factory(config, lake), config.watch.cluster
+    state_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    if (log_dir or request_log or metrics_url) and broker is None:
+        raise RunError("--broker-id is required with --log-dir, --request-log or --metrics-url")
+    if request_log:
+        out.append(Supervised("request-log", RequestLogAgent(
+            [RequestLogSource(name, broker, Path(request_log))], sink_for("request-log"),
+            PositionStore(state_dir / "request-log.json"), AgentMetrics(registry, "request-log")),
+            1.0))
+    if log_dir:
+        out.append(Supervised("broker-logs", BrokerLogAgent(
+            broker_log_sources(name, broker, log_dir), sink_for("broker-logs"),
+            PositionStore(state_dir / "broker-logs.json"), AgentMetrics(registry, "broker-logs")),
+            1.0))
+    if metrics_url:
+        out.append(Supervised("jmx", JmxScraper([JmxSource(name, broker, metrics_url)],
+                                                sink_for("jmx"), AgentMetrics(registry, "jmx")),
+                              10.0))
+    if offsets:
+        conf = librdkafka_config(config.watch, "watch")
+        reader = OffsetsAgent(name, conf, sink_for("offsets"), state_dir / f"offsets-{name}.json",
+                              AgentMetrics(registry, "offsets"))
+        out.append(Supervised("offsets", reader, 1.0))
+        out.append(Supervised("partition-offsets", PartitionOffsetsAgent(
+            name, conf, sink_for("partition-offsets"), AgentMetrics(registry, "partition-offsets"),
+            partitions=reader.committed_partitions, include_all_topics=True), 10.0))
+    if not out:
+        raise RunError("nothing to run: give --request-log, --log-dir, --metrics-url "
+                       "(with --broker-id) and/or --offsets")
+    return out
+
+
 def build_agents(config: Config, registry: CollectorRegistry, lake, state_dir: Path,
                  cluster=None):
     """The embedded agents for the local cluster, each with its own sink."""
-    from ingest.sinks import KafkaSink, LandingSink, new_agent_id
     from ingest.supervisor import embedded_agents
-    from kmon.kafka_clients import librdkafka_config
 
     cluster = cluster or _local_cluster(config)
-    if config.pipeline.source == "kafka":
-        conf = librdkafka_config(config.telemetry, "telemetry")
-        sink_for = lambda kind: KafkaSink(conf, config.telemetry.topic_prefix)  # noqa: E731
-    else:
-        sink_for = lambda kind: LandingSink(lake.landing_root, new_agent_id(kind))  # noqa: E731
+    sink_for = sink_factory(config, lake)
     client = dict(config.watch.client_config)
     return embedded_agents(cluster_name=config.watch.cluster, nodes=cluster.nodes,
                            bootstrap=cluster.bootstrap_servers, client_config=client,

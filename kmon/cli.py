@@ -134,11 +134,19 @@ def cmd_agents(args, config) -> int:
 
     from ingest.supervisor import AgentSupervisor
     from jobs.lake import Lake
-    from jobs.run import build_agents
+    from jobs.run import build_agents, build_host_agents
 
     registry = CollectorRegistry()
     state = Path(args.state_dir) if args.state_dir else config.work_dir / "agent-state"
-    sup = AgentSupervisor(build_agents(config, registry, Lake(config.storage_root), state))
+    lake = Lake(config.storage_root)
+    if any(v is not None for v in (args.broker_id, args.log_dir, args.request_log,
+                                   args.metrics_url)) or args.offsets:
+        agents = build_host_agents(config, registry, lake, state, broker=args.broker_id,
+                                   log_dir=args.log_dir, request_log=args.request_log,
+                                   metrics_url=args.metrics_url, offsets=args.offsets)
+    else:
+        agents = build_agents(config, registry, lake, state)
+    sup = AgentSupervisor(agents)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -274,9 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--exporter-port", type=int,
                     help="exporter port (default pipeline.exporter_port; 0 = off)")
 
-    sp = add("agents", "Run the agents for the local cluster alone (no Spark): request log, "
-                       "broker logs, JMX, __consumer_offsets, end offsets",
-             "kmon agents --metrics-port 9465")
+    sp = add("agents", "Run the agents alone (no Spark): for the local cluster by default, or "
+                       "for one broker host of a real cluster (--broker-id ...) and/or the "
+                       "cluster's __consumer_offsets (--offsets)",
+             "kmon agents --broker-id 12 --request-log /var/log/kafka/kafka-request.log "
+             "--log-dir /var/log/kafka --metrics-url http://localhost:7071/metrics")
+    sp.add_argument("--broker-id", type=int, help="node id of the broker on this host")
+    sp.add_argument("--request-log", help="this broker's kafka-request.log")
+    sp.add_argument("--log-dir", help="this broker's log folder (server, controller, "
+                                      "state-change, log-cleaner logs)")
+    sp.add_argument("--metrics-url", help="this broker's JMX exporter /metrics URL")
+    sp.add_argument("--offsets", action="store_true",
+                    help="read __consumer_offsets and end offsets of watch.bootstrap_servers")
     sp.add_argument("--state-dir", help="where positions are kept (default <work_dir>/agent-state)")
     sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
     sp.add_argument("--metrics-port", type=int, default=0, help="serve agent metrics here")

@@ -1,0 +1,261 @@
+"""The incident report on real Spark and Delta: an unclean election on orders-2 (broker 1 ->
+3) sends a consumer group back from 950 to 900. The detectors and correlation make the two
+findings; silver tables hold the telemetry and the gold tables are made from them by the
+gold job's own functions; the report is built and rendered, and every SQL statement it
+embeds is run again and must return the numbers it shows."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ArrayType, BooleanType, LongType, StringType, StructField,
+                               StructType)
+
+from detectors.correlation import correlate
+from detectors.findings import AnomalyType, update_findings
+from detectors.offset_rewind import detect_offset_anomalies
+from detectors.partition_signals import GroupMembership, OffsetCommit, PartitionOffsets
+from detectors.unclean_election import UncleanElection, detect_unclean_elections
+from jobs.gold import offset_commits_per_minute, offset_lag, stage_percentiles
+from jobs.lake import Lake
+from reports import queries
+from reports.incident import ReportError, build_report
+from reports.render import render_html
+from reports.svg_chart import format_number, utc
+from schemas import offset_commits, partition_offsets, request_stages
+
+T0 = 1_714_557_600_000  # 2024-05-01 10:00:00 UTC
+MIN = 60_000
+GROUP = "bill'ing \"x\" <b>"  # a group id may hold anything; the SQL must quote it
+TABLES = (("gold", "anomalies"), ("gold", "request_stages_1m"), ("gold", "offset_commits_1m"),
+          ("gold", "offset_lag_1m"), ("silver", "request_stages"), ("silver", "offset_commits"),
+          ("silver", "partition_offsets"))
+
+ANOMALIES_SCHEMA = StructType([
+    *(StructField(c, StringType()) for c in ("finding_id", "cluster", "type", "severity",
+                                             "entity_kind", "entity")),
+    StructField("first_seen_ms", LongType()), StructField("last_seen_ms", LongType()),
+    *(StructField(c, StringType()) for c in ("status", "evidence_json", "cause", "explanation",
+                                             "suggested_action", "incident_id")),
+    StructField("related", ArrayType(StringType())), StructField("resolved_ms", LongType()),
+    StructField("is_root_cause", BooleanType()),
+])
+
+
+def at(seconds: float) -> int:
+    return T0 + int(seconds * 1000)
+
+
+COMMITS = [(60, 800), (270, 950), (360, 900), (420, 910), (600, 930), (780, 960)]
+ENDS = [(0, 780), (60, 820), (120, 860), (180, 900), (240, 990), (290, 1000), (310, 900),
+        (420, 920), (540, 935), (600, 940), (720, 960), (840, 975)]
+
+
+def incident_findings():
+    election = UncleanElection("c1", "orders", 2, at(300), old_leader=1, new_leader=3,
+                               leader_epoch=5)
+    commits = [OffsetCommit("c1", GROUP, "orders", 2, o, at(t)) for t, o in COMMITS]
+    offsets = [PartitionOffsets("c1", "orders", 2, at(t), end, 0) for t, end in ENDS]
+    now = at(900)
+    detections = (detect_unclean_elections([election], offsets=offsets, commits=commits)
+                  + detect_offset_anomalies(commits, offsets=offsets,
+                                            memberships=[GroupMembership("c1", GROUP, at(0), 2)],
+                                            now_ms=now))
+    return correlate(update_findings([], detections, now_ms=now))
+
+
+def _stage_rows() -> list[dict]:
+    rows = []
+    for i in range(120):  # every 10 s for 20 minutes
+        t = at(10 * i)
+        slow = 30 <= i < 40  # the minutes around the election
+        for broker in (1, 3):
+            for n in range(3):
+                remote = (400.0 if slow and broker == 1 else 5.0) + 7 * n + (i % 6)
+                stages = {"request_queue_ms": 1.0 + n, "local_ms": 2.0 + (i % 4), "remote_ms":
+                          remote, "throttle_ms": 0.0, "response_queue_ms": 0.5,
+                          "send_ms": 0.25 * (n + 1)}
+                rows.append({"cluster": "c1", "broker": broker, "ts_ms": t + n, "api": "Produce",
+                             "api_key": 0, "total_ms": sum(stages.values()),
+                             "is_controller_traffic": False, **stages})
+        rows.append({"cluster": "c1", "broker": 1, "ts_ms": t + 5, "api": "Fetch", "api_key": 1,
+                     "total_ms": 500.0, "request_queue_ms": 0.0, "local_ms": 1.0,
+                     "remote_ms": 499.0, "throttle_ms": 0.0, "response_queue_ms": 0.0,
+                     "send_ms": 0.0, "is_controller_traffic": False})
+        # quorum traffic on broker 3: must not reach any p99
+        rows.append({"cluster": "c1", "broker": 3, "ts_ms": t + 7, "api": "Produce",
+                     "api_key": 0, "total_ms": 9000.0, "request_queue_ms": 9000.0,
+                     "local_ms": 0.0, "remote_ms": 0.0, "throttle_ms": 0.0,
+                     "response_queue_ms": 0.0, "send_ms": 0.0, "is_controller_traffic": True})
+    return rows
+
+
+def _silver(spark, schema, rows):
+    return (spark.createDataFrame(rows, schema)
+            .withColumn("ts", F.timestamp_millis("ts_ms"))
+            .withColumn("date", F.to_date("ts")))
+
+
+def _write(df, lake: Lake, layer: str, name: str, partitioned: bool = True) -> None:
+    w = df.write.format("delta").mode("overwrite")
+    (w.partitionBy("date") if partitioned else w).save(lake.table(layer, name))
+
+
+def _drop_registrations(spark) -> None:
+    # The session is shared by the whole test run: another test may have registered the
+    # same names over its own lake.
+    for layer, name in TABLES:
+        spark.sql(f"DROP TABLE IF EXISTS {layer}.{name}")
+
+
+@pytest.fixture(scope="module")
+def incident(spark, tmp_path_factory):
+    lake = Lake(str(tmp_path_factory.mktemp("report_lake")))
+    findings = incident_findings()
+    assert {f.type for f in findings} == {AnomalyType.UNCLEAN_ELECTION, AnomalyType.OFFSET_REWIND}
+
+    stages = _silver(spark, request_stages.SCHEMA, _stage_rows())
+    _write(stages, lake, "silver", "request_stages")
+    # gold for broker 1 only: broker 3's chart must fall back to silver
+    _write(stage_percentiles(stages.where("broker = 1")), lake, "gold", "request_stages_1m")
+    commits = _silver(spark, offset_commits.SCHEMA, [
+        {"cluster": "c1", "ts_ms": at(t), "group_id": GROUP, "topic": "orders", "partition": 2,
+         "offset": o, "is_tombstone": False, "source_partition": 7, "source_offset": 100 + i}
+        for i, (t, o) in enumerate(COMMITS)])
+    _write(commits, lake, "silver", "offset_commits")
+    _write(offset_commits_per_minute(commits), lake, "gold", "offset_commits_1m")
+    ends = _silver(spark, partition_offsets.SCHEMA, [
+        {"cluster": "c1", "ts_ms": at(t), "topic": "orders", "partition": 2,
+         "earliest_offset": 0, "latest_offset": end, "leader": 1 if t < 300 else 3}
+        for t, end in ENDS])
+    _write(ends, lake, "silver", "partition_offsets")
+    _write(offset_lag(ends, commits), lake, "gold", "offset_lag_1m")
+    _write(spark.createDataFrame([f.to_row() for f in findings], ANOMALIES_SCHEMA), lake,
+           "gold", "anomalies", partitioned=False)
+
+    _drop_registrations(spark)
+    root = next(f for f in findings if f.type is AnomalyType.UNCLEAN_ELECTION)
+    data = build_report(spark, lake, incident_id=root.finding_id, now_ms=at(1000))
+    yield lake, findings, data, render_html(data)
+    _drop_registrations(spark)
+
+
+def _rows(spark, sql):
+    return tuple(tuple(tuple(v) if isinstance(v, list) else v for v in r)
+                 for r in spark.sql(sql).collect())
+
+
+def test_chain_summary_and_window(incident):
+    _lake, findings, data, _html = incident
+    election = next(f for f in findings if f.type is AnomalyType.UNCLEAN_ELECTION)
+    rewind = next(f for f in findings if f.type is AnomalyType.OFFSET_REWIND)
+    assert [(c.finding.finding_id, c.caused_by) for c in data.chain] == [
+        (election.finding_id, None), (rewind.finding_id, election.finding_id)]
+    assert data.chain[0].finding == election and data.chain[1].finding == rewind
+    s = data.summary.records()[0]
+    assert s == {"findings": 2, "first_seen_ms": at(300), "last_seen_ms": at(900),
+                 "worst_severity": "critical", "open_findings": 2,
+                 "root_finding_ids": (election.finding_id,)}
+    assert (data.start_ms, data.end_ms) == (at(300) - 15 * MIN, at(900) + 15 * MIN)
+
+
+def test_every_embedded_sql_returns_the_rows_the_report_holds(spark, incident):
+    _lake, _findings, data, _html = incident
+    assert len(data.queries()) == 1 + 2 + 2 * 2 + 3  # summary, findings, 2 brokers, 1 group
+    for q in data.queries():
+        assert _rows(spark, q.sql) == q.rows, q.sql
+        assert tuple(spark.sql(q.sql).columns) == q.columns
+
+
+def test_broker_stage_series_come_from_gold_or_fall_back_to_silver(spark, incident):
+    lake, _findings, data, _html = incident
+    assert [(b.broker, [c.attrs["api"] for c in b.charts]) for b in data.brokers] == [
+        (1, ["Produce"]), (3, ["Produce"])]
+    assert data.brokers[0].apis.rows == (("Fetch", 120), ("Produce", 360))
+    gold_chart, silver_chart = data.brokers[0].charts[0], data.brokers[1].charts[0]
+    assert gold_chart.source == "gold.request_stages_1m"
+    assert silver_chart.source == "silver.request_stages"
+    assert any("broker 3" in n.lower() for n in data.notes)
+
+    gold = (spark.read.format("delta").load(lake.table("gold", "request_stages_1m"))
+            .where("broker = 1 AND api = 'Produce'")
+            .select(F.unix_millis("window_start").alias("t"), "remote_p99_ms").orderBy("t")
+            .collect())
+    assert gold_chart.query.points("remote_p99_ms") == [
+        (r["t"], r["remote_p99_ms"]) for r in gold if data.start_ms <= r["t"] < data.end_ms]
+    assert max(v for _, v in gold_chart.query.points("remote_p99_ms")) >= 400
+    # the fallback computes what the gold job would have: same p99s, quorum traffic left out
+    silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))
+    expected = (stage_percentiles(silver.where("broker = 3"))
+                .where("api = 'Produce'").orderBy("window_start")
+                .select(F.unix_millis("window_start").alias("t"), "requests",
+                        *queries.P99_COLUMNS).collect())
+    assert [tuple(r) for r in expected] == [tuple(r) for r in silver_chart.query.rows]
+    assert max(silver_chart.query.column("request_queue_p99_ms")) < 10
+
+
+def test_group_offsets_lag_and_rewinds(spark, incident):
+    lake, _findings, data, _html = incident
+    assert [(g.group, g.topic, g.partition) for g in data.groups] == [(GROUP, "orders", 2)]
+    g = data.groups[0]
+    assert g.rewinds.records() == [{"t_ms": at(360), "from_offset": 950, "to_offset": 900,
+                                    "messages_back": 50}]
+    offsets, lag = g.charts
+    assert offsets.query.points("last_offset") == [
+        (T0 + MIN, 800.0), (T0 + 4 * MIN, 950.0), (T0 + 6 * MIN, 900.0), (T0 + 7 * MIN, 910.0),
+        (T0 + 10 * MIN, 930.0), (T0 + 13 * MIN, 960.0)]
+    gold_lag = {r["t"]: r["lag"] for r in spark.read.format("delta")
+                .load(lake.table("gold", "offset_lag_1m"))
+                .select(F.unix_millis("window_start").alias("t"), "lag").collect()}
+    assert dict(lag.query.points("lag")) == {t: float(v) for t, v in gold_lag.items()}
+    assert gold_lag[T0 + 4 * MIN] == 1000 - 950  # end 1000 at 4:50, last commit 950 at 4:30
+    assert any(m.kind == "rewind" and m.t_ms == at(360) for m in offsets.markers)
+
+
+def test_the_html_shows_the_numbers_the_sql_returns(spark, incident):
+    _lake, findings, data, page = incident
+    # every plotted point carries its value in a tooltip: compare with a fresh run of the SQL
+    for chart in [c for b in data.brokers for c in b.charts] + [c for g in data.groups
+                                                                for c in g.charts]:
+        fresh = spark.sql(chart.query.sql)
+        cols = fresh.columns
+        for row in fresh.collect():
+            for s in chart.series:
+                v = row[cols.index(s.column)]
+                if v is not None:
+                    tip = f"{s.label}: {format_number(float(v))} {chart.unit} at {utc(row['t_ms'])}"
+                    assert html.escape(tip, quote=True) in page, tip
+    # a finding's evidence as printed equals the JSON its SQL returns
+    for link in data.chain:
+        evidence = json.loads(spark.sql(link.query.sql).first()["evidence_json"])
+        for key in ("old_position", "new_position", "lost_from", "lost_until", "messages_lost"):
+            if key in evidence:
+                assert f"<dt>{key}</dt><dd>{format_number(evidence[key])}</dd>" in page
+    # the rewinds table and the summary
+    assert re.search(r'<td class="kmon-num">950</td><td class="kmon-num">900</td>'
+                     r'<td class="kmon-num">50</td>', page)
+    assert "2 (2 open)" in page
+    assert html.escape(GROUP, quote=True) in page and GROUP not in page
+    assert 'data-kind="stages" data-cluster="c1" data-broker="3"' in page
+
+
+def test_a_range_report_holds_only_what_it_covers(spark, incident):
+    lake, findings, _data, _html = incident
+    data = build_report(spark, lake, start_ms=at(330), end_ms=at(420), now_ms=at(1000))
+    assert [c.finding.type for c in data.chain] == [AnomalyType.OFFSET_REWIND]
+    assert data.chain[0].caused_by is None  # its cause lies before the range
+    assert (data.start_ms, data.end_ms) == (at(330), at(420))
+    assert data.summary.records()[0]["root_finding_ids"] == ()
+    for q in data.queries():
+        assert _rows(spark, q.sql) == q.rows, q.sql
+    assert "outside this report" in render_html(data)
+
+
+def test_an_unknown_incident_is_an_error(spark, incident):
+    lake, *_ = incident
+    with pytest.raises(ReportError, match="no finding"):
+        build_report(spark, lake, incident_id="nope'; DROP TABLE x")
