@@ -30,7 +30,7 @@ from pyspark.sql.types import (DateType, IntegerType, LongType, StringType, Stru
 from jobs import bronze, gold, silver
 from jobs.lake import Lake, register_tables
 from jobs.streams import STREAMS, Stream
-from jobs.validation import add_constraints
+from jobs.validation import add_constraints, constraint_properties
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,16 @@ class Pipeline:
             if not DeltaTable.isDeltaTable(spark, bpath):
                 empty_bronze.write.format("delta").partitionBy("ingest_date").save(bpath)
             spath = lake.table("silver", s.name)
-            if not DeltaTable.isDeltaTable(spark, spath):
-                flat = silver.classify(silver.decode(empty_bronze, s.table), s, None)
-                (silver.valid_rows(flat, s).write.format("delta")
-                 .partitionBy(*silver.partition_columns(s)).save(spath))
-                add_constraints(spark, spath, s.table)
+            if DeltaTable.isDeltaTable(spark, spath):
+                add_constraints(spark, spath, s.table)  # rules added since it was created
+                continue
+            flat = silver.classify(silver.decode(empty_bronze, s.table), s, None)
+            builder = (DeltaTable.createIfNotExists(spark).location(spath)
+                       .addColumns(silver.valid_rows(flat, s).schema)
+                       .partitionedBy(*silver.partition_columns(s)))
+            for key, value in constraint_properties(s.table).items():
+                builder = builder.property(key, value)
+            builder.execute()
 
     # ---- queries -----------------------------------------------------------------------
 

@@ -38,7 +38,10 @@ from jobs.validation import first_broken_rule, rules
 RAW_MAX_CHARS = 16 * 1024
 BATCHES_TABLE = "pipeline_batches"
 QUARANTINE_STREAM = stream_named(QUARANTINE)
-SOURCE_COLUMNS = ("value", "ingest_ts", "source_file", "kafka_topic", "kafka_partition",
+# Bronze columns carried beside the decoded record; bronze's `value` travels as `_raw`
+# because records may have a column of that name (broker_metrics does).
+RAW = "_raw"
+SOURCE_COLUMNS = (RAW, "ingest_ts", "source_file", "kafka_topic", "kafka_partition",
                   "kafka_offset")
 
 BATCH_SCHEMA = StructType([
@@ -79,14 +82,14 @@ def record_schema(table) -> StructType:
 
 def decode(bronze: DataFrame, table) -> DataFrame:
     """Bronze rows -> the record's columns, plus the raw value and a dedupe key."""
-    parsed = bronze.select(F.from_json("value", record_schema(table),
-                                       {"mode": "PERMISSIVE",
-                                        "columnNameOfCorruptRecord": CORRUPT}).alias("r"),
-                           *SOURCE_COLUMNS)
+    parsed = bronze.withColumnRenamed("value", RAW).select(
+        F.from_json(RAW, record_schema(table),
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("r"),
+        *SOURCE_COLUMNS)
     key = F.coalesce(F.col("r.record_id"),
                      F.sha2(F.concat_ws("|", "source_file", "kafka_topic",
                                         F.col("kafka_partition").cast("string"),
-                                        F.col("kafka_offset").cast("string"), "value"), 256))
+                                        F.col("kafka_offset").cast("string"), RAW), 256))
     return parsed.withColumn("dedupe_key", key)
 
 
@@ -101,7 +104,7 @@ def classify(batch: DataFrame, stream: Stream, high_water_ms: int | None) -> Dat
     flat = batch.select("r.*", *SOURCE_COLUMNS, corrupt.alias("_unparsed")).drop(CORRUPT)
     # A value that is JSON but did not fit the schema (a string where a number belongs)
     # is "wrong_type"; anything else that did not parse is "not_json".
-    reason = (F.when(F.col("_unparsed") & F.expr("try_parse_json(value)").isNotNull(),
+    reason = (F.when(F.col("_unparsed") & F.expr(f"try_parse_json({RAW})").isNotNull(),
                      F.lit("wrong_type"))
               .when(F.col("_unparsed"), F.lit("not_json"))
               .otherwise(first_broken_rule(rules(table))))
@@ -125,7 +128,7 @@ def valid_rows(flat: DataFrame, stream: Stream) -> DataFrame:
 def quarantine_rows(flat: DataFrame, stream: Stream) -> DataFrame:
     """Rejected rows in the shape of schemas/quarantine.py, whatever the stream."""
     def field(name: str, cast: str) -> F.Column:
-        return F.get_json_object("value", f"$.{name}").try_cast(cast)
+        return F.get_json_object(RAW, f"$.{name}").try_cast(cast)
 
     origin = F.coalesce(F.col("kafka_topic"), F.col("source_file"))
     out = (flat.where(F.col("_reason").isNotNull())
@@ -133,10 +136,10 @@ def quarantine_rows(flat: DataFrame, stream: Stream) -> DataFrame:
                    field("broker", "int").alias("broker"),
                    F.lit(f"silver.{stream.name}").alias("source"),
                    F.col("_reason").alias("reason"),
-                   F.substring("value", 1, RAW_MAX_CHARS).alias("raw"),
+                   F.substring(RAW, 1, RAW_MAX_CHARS).alias("raw"),
                    F.lit("utf8").alias("raw_encoding"),
-                   F.octet_length("value").cast("long").alias("raw_bytes_len"),
-                   (F.length("value") > RAW_MAX_CHARS).alias("raw_truncated"),
+                   F.octet_length(RAW).cast("long").alias("raw_bytes_len"),
+                   (F.length(RAW) > RAW_MAX_CHARS).alias("raw_truncated"),
                    field("ts_ms", "long").alias("ts_ms"),
                    (F.unix_micros("ingest_ts") / 1000).cast("long").alias("ingest_ts_ms"),
                    origin.alias("origin"),

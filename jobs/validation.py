@@ -47,6 +47,12 @@ def constraint_name(rule: Rule) -> str:
     return "kmon_" + re.sub(r"[^a-z0-9]+", "_", rule.name.lower()).strip("_")
 
 
+def constraint_properties(table: ModuleType) -> dict[str, str]:
+    """The rules as Delta table properties, to create a table with its constraints in one commit."""
+    return {f"delta.constraints.{constraint_name(r)}": f"coalesce({r.valid_sql}, false)"
+            for r in rules(table)}
+
+
 def add_constraints(spark, path: str, table: ModuleType) -> list[str]:
     """Add every rule as a Delta CHECK constraint on the table at `path` (idempotent)."""
     existing = {r["key"].removeprefix("delta.constraints.")

@@ -152,7 +152,7 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     agents = _start(agents_cmd, env, logs / "agents.log")
     job = _start(job_cmd, env, logs / "job.log")
     try:
-        wait_until(lambda: silver_rows() > 0, 240, "first silver rows from the running job")
+        wait_until(lambda: silver_rows() > 0, 900, "first silver rows from the running job")
         _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
         _kill9(agents)
         _kill9(job)
@@ -160,7 +160,7 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         agents = _start(agents_cmd, env, logs / "agents.log")
         job = _start(job_cmd, env, logs / "job.log")
         before = silver_rows()
-        wait_until(lambda: silver_rows() > before, 240, "silver rows after the restart")
+        wait_until(lambda: silver_rows() > before, 900, "silver rows after the restart")
         time.sleep(5)
         assert _term(agents) == 0, (logs / "agents.log").read_text()[-3000:]
         assert _term(job) == 0, (logs / "job.log").read_text()[-3000:]

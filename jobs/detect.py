@@ -1,0 +1,278 @@
+"""Run the detectors over the lake and keep their findings in gold.anomalies.
+
+One evaluation at `now_ms` (`evaluate`):
+
+1. read the inputs of [now - lookback, now) (detectors/inputs.py: Spark aggregates, only
+   small rows come back);
+2. run the four detectors (`run_detectors`: pure);
+3. read the findings of gold.anomalies that are still open, or resolved within
+   correlation.chain_window_s, and first seen at or before now (`read_findings`);
+4. `update_findings` turns the detections into findings with a lifecycle (refresh, open,
+   resolve), then `correlate` links them into incidents;
+5. MERGE the rows that changed into gold.anomalies by finding_id (`write_findings`).
+
+Finding ids are hashes of what was seen and when, never of when it was evaluated, so an
+evaluation repeated (a restarted query, a replay) writes the same rows again: the table
+stays one row per finding. gold.anomalies has the columns of `Finding.to_row` plus
+``date`` (the UTC date of first_seen, the partition column; first_seen never changes for
+an id, so neither does a row's partition).
+
+Three ways to run it:
+
+- `start_detector_query`: a streaming query that evaluates on every trigger, with a
+  ``rate`` source as its clock tick: every micro-batch evaluates, new telemetry or not,
+  so findings also resolve when the signal stops. ``on_findings(findings, now_ms)`` is
+  called after each evaluation (the exporter's ``KmonExporter.set_findings``).
+- `evaluate`: one evaluation (tests, a CLI command).
+- `replay`: batch mode over any historic range, evaluating at each step's end; the same
+  ids as a live run with the same evaluation times.
+
+`now_ms` always comes from the caller or a clock passed in (`system_clock_ms` is only the
+default clock of the streaming query).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ArrayType, BooleanType, DateType, LongType, StringType,
+                               StructField, StructType)
+
+from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
+from detectors.correlation import correlate
+from detectors.findings import Detection, Finding, sort_findings, update_findings
+from detectors.inputs import DetectorInputs, check_config, read_inputs
+from detectors.offset_rewind import detect_offset_anomalies
+from detectors.slow_broker import detect_slow_brokers
+from detectors.unclean_election import detect_unclean_elections
+from jobs.lake import Lake
+
+if TYPE_CHECKING:
+    from kmon.config import Config
+
+log = logging.getLogger(__name__)
+
+ANOMALIES_TABLE = "anomalies"
+QUERY_NAME = "detect_anomalies"
+# What one evaluation reads. It must hold slow_broker.persistence_lookback_windows closed
+# windows after gold's watermark delay (and min_history_windows more when there is no
+# hour of gold.request_stages_1m yet), and the evidence windows of the other detectors.
+DEFAULT_LOOKBACK_S = 300.0
+DEFAULT_TRIGGER = {"processingTime": "10 seconds"}
+
+ANOMALY_SCHEMA = StructType([
+    StructField("finding_id", StringType()),
+    StructField("cluster", StringType()),
+    StructField("type", StringType()),
+    StructField("severity", StringType()),
+    StructField("entity_kind", StringType()),
+    StructField("entity", StringType()),
+    StructField("first_seen_ms", LongType()),
+    StructField("last_seen_ms", LongType()),
+    StructField("status", StringType()),
+    StructField("evidence_json", StringType()),
+    StructField("cause", StringType()),
+    StructField("explanation", StringType()),
+    StructField("suggested_action", StringType()),
+    StructField("incident_id", StringType()),
+    StructField("related", ArrayType(StringType())),
+    StructField("resolved_ms", LongType()),
+    StructField("is_root_cause", BooleanType()),
+    StructField("date", DateType()),
+])
+
+ANOMALY_COLUMNS = {
+    "finding_id": "Deterministic id: hash of cluster, type, entity and first_seen's bucket",
+    "cluster": "Watched cluster",
+    "type": "Anomaly type (detectors/findings.py AnomalyType)",
+    "severity": "critical, high, warning or info",
+    "entity_kind": "broker, partition, group or cluster",
+    "entity": "What the finding is about, e.g. broker:3, orders-2, group:g/orders-2",
+    "first_seen_ms": "When the condition was first seen, epoch ms",
+    "last_seen_ms": "When it was last seen, epoch ms",
+    "status": "open or resolved",
+    "evidence_json": "The detector's evidence (every rule's result), JSON",
+    "cause": "The detector's cause, e.g. remote_produce_slow_follower",
+    "explanation": "One sentence for a human",
+    "suggested_action": "What the decision step may do: move_leadership, page_human, ...",
+    "incident_id": "finding_id of the incident's root cause (null when linked to nothing)",
+    "related": "Findings directly linked to this one by a causal rule",
+    "resolved_ms": "When it was resolved (null while open), epoch ms",
+    "is_root_cause": "This finding is its incident's root",
+    "date": "Partition column: the UTC date of first_seen",
+}
+
+
+def system_clock_ms() -> int:
+    """The wall clock, epoch ms: the streaming query's default clock."""
+    return time.time_ns() // 1_000_000
+
+
+# --- pure steps ------------------------------------------------------------------------------
+
+def run_detectors(inputs: DetectorInputs, config: "Config", now_ms: int) -> list[Detection]:
+    """Every detector over one range's inputs."""
+    return [
+        *detect_slow_brokers(inputs.stage_windows, follower_fetches=inputs.follower_fetches,
+                             isr_shrinks=inputs.isr_shrinks, client_sends=inputs.client_sends,
+                             baselines=inputs.baselines, config=config.slow_broker),
+        *detect_offset_anomalies(inputs.commits, offsets=inputs.partition_offsets,
+                                 resets=inputs.resets, memberships=inputs.memberships,
+                                 truncations=inputs.truncations, now_ms=now_ms,
+                                 config=config.offset_rewind),
+        *detect_compaction_lag(inputs.cleaner_gauges, runs=inputs.cleaner_runs,
+                               topic_configs=inputs.topic_configs, sizes=inputs.partition_sizes,
+                               config=config.compaction_lag),
+        *detect_unclean_elections(inputs.elections, meter_ticks=inputs.meter_ticks,
+                                  truncations=inputs.truncations,
+                                  offsets=inputs.partition_offsets, commits=inputs.commits,
+                                  config=config.unclean_election),
+    ]
+
+
+def next_findings(previous: Iterable[Finding], detections: Iterable[Detection],
+                  config: "Config", now_ms: int) -> list[Finding]:
+    """The lifecycle, then correlation: this evaluation's findings."""
+    updated = update_findings(previous, detections, now_ms=now_ms, config=config.findings)
+    return sort_findings(correlate(updated, config.correlation))
+
+
+def changed_findings(previous: Iterable[Finding], current: Iterable[Finding]) -> list[Finding]:
+    """The findings whose row differs from what the table holds (compared as rows, so
+    evidence that went through JSON compares equal to the same evidence fresh)."""
+    before = {f.finding_id: f.to_row() for f in previous}
+    return [f for f in current if before.get(f.finding_id) != f.to_row()]
+
+
+def replay_times(start_ms: int, end_ms: int, step_s: float) -> list[int]:
+    """Evaluation times of a replay: the end of each step of [start_ms, end_ms); the last
+    step may be shorter."""
+    step_ms = int(step_s * 1000)
+    if step_ms <= 0:
+        raise ValueError(f"replay step must be positive, got {step_s!r} s")
+    if end_ms <= start_ms:
+        raise ValueError(f"empty replay range [{start_ms}, {end_ms})")
+    times = list(range(start_ms + step_ms, end_ms, step_ms))
+    return times + [end_ms]
+
+
+def finding_row(f: Finding) -> dict:
+    """A gold.anomalies row: `Finding.to_row` plus its partition date."""
+    day = dt.datetime.fromtimestamp(f.first_seen_ms / 1000, tz=dt.timezone.utc).date()
+    return {**f.to_row(), "date": day}
+
+
+# --- the table -------------------------------------------------------------------------------
+
+def ensure_anomalies_table(spark: SparkSession, path: str) -> None:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        (spark.createDataFrame([], ANOMALY_SCHEMA).write.format("delta")
+         .partitionBy("date").save(path))
+
+
+def read_findings(spark: SparkSession, path: str, now_ms: int, config: "Config") -> list[Finding]:
+    """The findings an evaluation at now_ms starts from: open ones, and those resolved
+    within the correlation window (correlation may still link them), first seen by now
+    (a replay over a range already evaluated sees the table as it was)."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    chain_ms = int(config.correlation.chain_window_s * 1000)
+    rows = (spark.read.format("delta").load(path)
+            .where((F.col("first_seen_ms") <= now_ms)
+                   & ((F.col("status") == "open") | (F.col("resolved_ms") >= now_ms - chain_ms)))
+            .drop("date").collect())
+    return [Finding.from_row(r.asDict()) for r in rows]
+
+
+def write_findings(spark: SparkSession, path: str, findings: Iterable[Finding]) -> int:
+    """MERGE the findings into the table by finding_id; returns how many rows were sent."""
+    from delta.tables import DeltaTable
+
+    rows = [finding_row(f) for f in findings]
+    if not rows:
+        return 0
+    ensure_anomalies_table(spark, path)
+    source = spark.createDataFrame(rows, ANOMALY_SCHEMA)
+    (DeltaTable.forPath(spark, path).alias("t")
+     .merge(source.alias("s"), "t.date = s.date AND t.finding_id = s.finding_id")
+     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    return len(rows)
+
+
+# --- running ---------------------------------------------------------------------------------
+
+def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
+             lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
+             topic_configs: Iterable[CompactedTopicConfig] = ()) -> list[Finding]:
+    """One evaluation at now_ms over [now - lookback, now); returns its findings (open and
+    recently resolved, correlated) after writing the changed ones to gold.<table>."""
+    check_config(config)
+    path = lake.table("gold", table)
+    inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
+                         topic_configs)
+    detections = run_detectors(inputs, config, now_ms)
+    previous = read_findings(spark, path, now_ms, config)
+    findings = next_findings(previous, detections, config, now_ms)
+    written = write_findings(spark, path, changed_findings(previous, findings))
+    log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written; inputs %s",
+             now_ms, len(detections), len(findings),
+             sum(f.status.value == "open" for f in findings), written, inputs.counts())
+    return findings
+
+
+def replay(spark: SparkSession, lake: Lake, config: "Config", start_ms: int, end_ms: int,
+           step_s: float, *, lookback_s: float = DEFAULT_LOOKBACK_S,
+           table: str = ANOMALIES_TABLE,
+           topic_configs: Iterable[CompactedTopicConfig] = ()) -> list[Finding]:
+    """Evaluate at the end of every step of [start_ms, end_ms), writing gold.<table>;
+    returns every finding the replay touched, in its last state."""
+    configs = list(topic_configs)
+    last: dict[str, Finding] = {}
+    for now_ms in replay_times(start_ms, end_ms, step_s):
+        for f in evaluate(spark, lake, config, now_ms, lookback_s, table=table,
+                          topic_configs=configs):
+            last[f.finding_id] = f
+    return sort_findings(last.values())
+
+
+def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
+                         trigger: Mapping | None = None,
+                         on_findings: Callable[[list[Finding], int], None] | None = None, *,
+                         clock: Callable[[], int] = system_clock_ms,
+                         lookback_s: float = DEFAULT_LOOKBACK_S,
+                         table: str = ANOMALIES_TABLE,
+                         topic_configs: Callable[[int], list[CompactedTopicConfig]] | None = None,
+                         query_name: str = QUERY_NAME):
+    """A StreamingQuery that evaluates at clock() on every trigger.
+
+    `trigger` is a DataStreamWriter.trigger keyword dict (default every 10 s;
+    {"availableNow": True} evaluates once and stops). `topic_configs(now_ms)` gives the
+    watched cluster's compacted topic configs (e.g. a `detectors.inputs.TopicConfigCache`
+    over `describe_compacted_topics`). The table is created before the query starts so
+    the catalog can register it.
+    """
+    check_config(config)
+    ensure_anomalies_table(spark, lake.table("gold", table))
+
+    def on_tick(_batch, _batch_id: int) -> None:
+        now_ms = clock()
+        configs = topic_configs(now_ms) if topic_configs is not None else ()
+        findings = evaluate(spark, lake, config, now_ms, lookback_s, table=table,
+                            topic_configs=configs)
+        if on_findings is not None:
+            on_findings(findings, now_ms)
+
+    ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    writer = (ticks.writeStream.queryName(query_name)
+              .option("checkpointLocation", lake.checkpoint(query_name))
+              .foreachBatch(on_tick))
+    return writer.trigger(**dict(trigger or DEFAULT_TRIGGER)).start()

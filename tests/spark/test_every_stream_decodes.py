@@ -1,0 +1,14 @@
+"""Every registered stream's silver table can be created and decodes a record of its own schema
+(catches column clashes such as a record with a `value` column)."""
+
+from jobs.lake import Lake
+from jobs.pipeline import Pipeline
+
+
+def test_every_stream_has_a_silver_table_with_its_columns(spark, kmon_config, tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    p = Pipeline(spark, lake, kmon_config.pipeline)
+    p.ensure_tables()
+    for s in p.streams:
+        cols = spark.read.format("delta").load(lake.table("silver", s.name)).columns
+        assert cols == s.table.SILVER_SCHEMA.fieldNames() + ["record_id", "date"], s.name
