@@ -26,6 +26,7 @@ from detectors.offset_rewind import OffsetRewindSection
 from detectors.slow_broker import SlowBrokerSection
 from detectors.unclean_election import UncleanElectionSection
 from kmon.config_keys import ConfigError, _key  # noqa: F401 - ConfigError is re-exported
+from remediation.config import RemediationSection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_FILE = REPO_ROOT / "conf" / "kmon.toml"
@@ -148,6 +149,7 @@ SECTIONS: dict[str, type] = {
     "compaction_lag": CompactionLagSection,
     "unclean_election": UncleanElectionSection,
     "correlation": CorrelationSection,
+    "remediation": RemediationSection,
 }
 
 
@@ -166,6 +168,7 @@ class Config:
     compaction_lag: CompactionLagSection = field(default_factory=CompactionLagSection)
     unclean_election: UncleanElectionSection = field(default_factory=UncleanElectionSection)
     correlation: CorrelationSection = field(default_factory=CorrelationSection)
+    remediation: RemediationSection = field(default_factory=RemediationSection)
     source: str = "<defaults>"
 
     @property

@@ -121,7 +121,8 @@ def cooled_down(cluster: str, target: str, history: Iterable[PastAction],
                 config: RemediationSection, now_ms: int, exclude: str | None = None) -> Verdict:
     ends = cooldown_ends_ms(cluster, target, history, config, exclude)
     if ends is not None and now_ms < ends:
-        return Verdict(False, f"{target} was acted on {_secs(now_ms - (ends - config.cooldown_ms))} "
+        last = ends - config.cooldown_ms
+        return Verdict(False, f"{target} was acted on {_secs(now_ms - last)} "
                               f"ago; cooldown {config.cooldown_s:.0f} s "
                               f"(remediation.cooldown_s) ends in {_secs(ends - now_ms)}")
     return ALLOWED
