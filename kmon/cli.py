@@ -162,6 +162,32 @@ def cmd_agents(args, config) -> int:
     return 0
 
 
+def cmd_remediate(args, config) -> int:
+    """The remediation executor: consume the action queue and act with guards until Ctrl-C."""
+    import signal
+    import threading
+
+    from remediation.executor import build_executor
+    from remediation.stores import JsonLinesResultStore
+
+    bootstrap = None
+    if not config.watch.bootstrap_servers:
+        from jobs.run import _local_cluster
+        bootstrap = _local_cluster(config).bootstrap_servers
+    results = JsonLinesResultStore(config.work_dir / "remediation" / "results.jsonl")
+    executor = build_executor(config, bootstrap_servers=bootstrap,
+                              queue_bootstrap_servers=config.telemetry.bootstrap_servers or bootstrap,
+                              results=results)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"remediation executor running (dry_run={config.remediation.dry_run}, enabled: "
+          f"{', '.join(config.remediation.enabled_actions) or 'none'}); results in "
+          f"{config.work_dir / 'remediation' / 'results.jsonl'}", flush=True)
+    executor.run(stop)
+    return 0
+
+
 def _spark_with_tables(config):
     from jobs.lake import Lake, register_tables
     from kmon.spark_session import build_spark_session
@@ -298,6 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
     sp.add_argument("--metrics-port", type=int, default=0, help="serve agent metrics here")
 
+    add("remediate", "Run the remediation executor: take actions from the queue, re-check "
+                     "preconditions and guards, act (or log in dry-run), record the result",
+        "KMON__REMEDIATION__DRY_RUN=true kmon remediate")
+
     sp = add("sql", "Run Spark SQL against the kmon tables (bronze.*, silver.*, gold.*)",
              "kmon sql \"SELECT broker, max(total_p99_ms) FROM gold.request_stages_1m "
              "GROUP BY broker\"")
@@ -323,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"setup": cmd_setup, "config": cmd_config, "cluster": cmd_cluster, "demo": cmd_demo,
-            "run": cmd_run, "agents": cmd_agents, "sql": cmd_sql, "validate": cmd_validate,
+            "run": cmd_run, "agents": cmd_agents, "remediate": cmd_remediate, "sql": cmd_sql, "validate": cmd_validate,
             "dashboards": cmd_dashboards}
 
 

@@ -131,6 +131,7 @@ def workload(kafka_cluster):
     return {"topic": topic, "commits": [(g, tp.topic, tp.partition, tp.offset) for g, tp in commits]}
 
 
+@pytest.mark.timeout(2400)  # two Spark jobs start in subprocesses; slow on a busy 2-core box
 def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_matches_raw(
         kafka_cluster, workload, spark, kmon_config, tmp_path):
     lake_root = str(tmp_path / "lake")
