@@ -188,6 +188,11 @@ def cmd_remediate(args, config) -> int:
     return 0
 
 
+def cmd_report(args, config) -> int:
+    from reports.cli import run as run_report
+    return run_report(args, config)
+
+
 def _spark_with_tables(config):
     from jobs.lake import Lake, register_tables
     from kmon.spark_session import build_spark_session
@@ -328,6 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "preconditions and guards, act (or log in dry-run), record the result",
         "KMON__REMEDIATION__DRY_RUN=true kmon remediate")
 
+    sp = add("report", "Write an incident's self-contained HTML report: chain of findings, "
+                       "stage breakdowns, offsets, lag, and the SQL behind every number",
+             "kmon report --incident <id>   or   kmon report --from 2026-11-22T10:00Z "
+             "--to 2026-11-22T11:00Z --out r.html")
+    from reports.cli import add_arguments as report_arguments
+    report_arguments(sp)
+
     sp = add("sql", "Run Spark SQL against the kmon tables (bronze.*, silver.*, gold.*)",
              "kmon sql \"SELECT broker, max(total_p99_ms) FROM gold.request_stages_1m "
              "GROUP BY broker\"")
@@ -353,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"setup": cmd_setup, "config": cmd_config, "cluster": cmd_cluster, "demo": cmd_demo,
-            "run": cmd_run, "agents": cmd_agents, "remediate": cmd_remediate, "sql": cmd_sql, "validate": cmd_validate,
+            "run": cmd_run, "agents": cmd_agents, "remediate": cmd_remediate,
+            "report": cmd_report, "sql": cmd_sql, "validate": cmd_validate,
             "dashboards": cmd_dashboards}
 
 

@@ -209,9 +209,9 @@ def build_report(spark, lake: Lake, *, incident_id: str | None = None,
     group_sections = tuple(
         _group_section(spark, c, g, t, p, start_ms, end_ms, _finding_markers(findings, c))
         for c, g, t, p in _groups_to_show(spark, findings, start_ms, end_ms, notes))
-    for table in (q.STAGES_1M, q.COMMITS_1M, q.LAG_1M):
+    for table in (q.STAGES_1M, q.STAGES_SILVER, q.COMMITS_1M, q.LAG_1M, q.COMMITS_SILVER):
         if not _exists(spark, table):
-            notes.append(f"{table} does not exist under {lake.root}: its charts are empty")
+            notes.append(f"{table} does not exist under {lake.root}")
     return ReportData(
         title=title, incident_id=incident_id, start_ms=start_ms, end_ms=end_ms,
         generated_ms=now_ms if now_ms is not None else int(time.time() * 1000),

@@ -7,8 +7,8 @@ this text, so the numbers shown and the SQL printed under them cannot drift apar
 Conventions: times go in as epoch milliseconds (`timestamp_millis(...)`) and come out
 as `t_ms` (`unix_millis(...)`, the bucket start), so nothing depends on the session or
 the reader's time zone; string values are quoted with `literal`; gold and silver tables
-are partitioned by `date`, so every range filter also names the dates (partition
-pruning on a fleet's tables). Series wider than one bucket per minute take the max of
+are partitioned by `date`, so every range filter also names the dates, a day wider on
+each side (partition pruning on a fleet's tables, right in any session time zone). Series wider than one bucket per minute take the max of
 the minute p99s in the bucket: a p99 of p99s cannot be computed, and the max keeps a
 spike visible.
 """
@@ -59,7 +59,10 @@ def _ts(ms: int) -> str:
 
 
 def _range(column: str, start_ms: int, end_ms: int) -> str:
-    return (f"date BETWEEN to_date({_ts(start_ms)}) AND to_date({_ts(end_ms)})\n"
+    # The date partitions were written in UTC; a day of slack on each side keeps the
+    # pruning right in a session with another time zone.
+    return (f"date BETWEEN date_sub(to_date({_ts(start_ms)}), 1) "
+            f"AND date_add(to_date({_ts(end_ms)}), 1)\n"
             f"  AND {column} >= {_ts(start_ms)} AND {column} < {_ts(end_ms)}")
 
 
@@ -95,7 +98,8 @@ def summary(where: str) -> str:
     return (f"SELECT count(*) AS findings,\n"
             f"  min(first_seen_ms) AS first_seen_ms,\n"
             f"  max(last_seen_ms) AS last_seen_ms,\n"
-            f"  element_at({ranked}, min(array_position({ranked}, severity))) AS worst_severity,\n"
+            f"  element_at({ranked}, CAST(min(array_position({ranked}, severity)) AS INT))"
+            f" AS worst_severity,\n"
             f"  count_if(status = 'open') AS open_findings,\n"
             f"  array_sort(collect_set(CASE WHEN finding_id = incident_id THEN finding_id END))"
             f" AS root_finding_ids\n"
@@ -110,7 +114,8 @@ def _broker_filter(cluster: str, broker: int) -> str:
 
 def broker_apis_gold(cluster: str, broker: int, start_ms: int, end_ms: int) -> str:
     return (f"SELECT api, sum(requests) AS requests\nFROM {STAGES_1M}\n"
-            f"WHERE {_broker_filter(cluster, broker)}\n  AND {_range('window_start', start_ms, end_ms)}\n"
+            f"WHERE {_broker_filter(cluster, broker)}\n"
+            f"  AND {_range('window_start', start_ms, end_ms)}\n"
             f"GROUP BY api\nORDER BY requests DESC, api")
 
 
@@ -201,7 +206,8 @@ def rewinds_silver(cluster: str, group: str, topic: str, partition: int, start_m
     return (f"SELECT t_ms, from_offset, to_offset, from_offset - to_offset AS messages_back\n"
             f"FROM (\n"
             f"  SELECT ts_ms AS t_ms, offset AS to_offset,\n"
-            f"    lag(offset) OVER (ORDER BY ts_ms, source_partition, source_offset) AS from_offset\n"
+            f"    lag(offset) OVER (PARTITION BY group_id, topic, partition\n"
+            f"      ORDER BY ts_ms, source_partition, source_offset) AS from_offset\n"
             f"  FROM {COMMITS_SILVER}\n"
             f"  WHERE {_group_filter(cluster, group, topic, partition)}\n"
             f"    AND NOT is_tombstone\n"
@@ -216,7 +222,8 @@ def rewinds_gold(cluster: str, group: str, topic: str, partition: int, start_ms:
     return (f"SELECT t_ms, from_offset, to_offset, from_offset - to_offset AS messages_back\n"
             f"FROM (\n"
             f"  SELECT unix_millis(window_start) AS t_ms, min_offset AS to_offset,\n"
-            f"    lag(last_offset) OVER (ORDER BY window_start) AS from_offset\n"
+            f"    lag(last_offset) OVER (PARTITION BY group_id, topic, partition\n"
+            f"      ORDER BY window_start) AS from_offset\n"
             f"  FROM {COMMITS_1M}\n"
             f"  WHERE {_group_filter(cluster, group, topic, partition)}\n"
             f"    AND {_range('window_start', since, end_ms)}\n"

@@ -99,6 +99,8 @@ def severity_badge(severity: str) -> str:
 def _evidence_value(key: str, v: Any) -> str:
     if v is None:
         return "—"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, (dict, list)):
         return esc(json.dumps(v, sort_keys=True))
     text = esc(format_number(v))
@@ -126,7 +128,7 @@ def summary_section(data: ReportData) -> str:
     root = data.root
     by_id = {c.finding.finding_id: c.finding for c in data.chain}
     roots = [by_id[r] for r in s.get("root_finding_ids") or () if r in by_id]
-    root_text = "—"
+    root_text = "— (no finding here is an incident's root cause)"
     if root is not None:
         root_text = (f"<strong>{esc(_finding_name(root))}</strong> "
                      f'<span class="kmon-cause">({esc(root.cause)})</span><br>'

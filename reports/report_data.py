@@ -109,8 +109,9 @@ class ReportData:
 
     @property
     def root(self) -> Finding | None:
-        """The first root cause in the chain (the incident's own root in incident mode)."""
-        return self.chain[0].finding if self.chain else None
+        """The first root cause in the chain (the incident's own root in incident mode);
+        None when no finding here is one (a range that starts after the root)."""
+        return next((c.finding for c in self.chain if c.finding.is_root_cause), None)
 
     def queries(self) -> list[Query]:
         """Every query behind the report, summary first."""

@@ -166,7 +166,8 @@ def line_chart(*, kind: str, title: str, lines: Sequence[Line], start_ms: int, e
                        f"<title>{esc(m.label)} at {esc(utc(m.t_ms))}</title></line>")
     out.append("</g>")
     out.append('<g class="kmon-data">')
-    for ln in lines:
+    # emphasised lines last, so they are drawn on top of the others
+    for ln in sorted(lines, key=lambda ln: ln.emphasis):
         pts = sorted(ln.points)
         if not any(v is not None for _, v in pts):
             continue

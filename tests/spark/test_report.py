@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -28,6 +32,7 @@ from reports.render import render_html
 from reports.svg_chart import format_number, utc
 from schemas import offset_commits, partition_offsets, request_stages
 
+REPO = Path(__file__).resolve().parents[2]
 T0 = 1_714_557_600_000  # 2024-05-01 10:00:00 UTC
 MIN = 60_000
 GROUP = "bill'ing \"x\" <b>"  # a group id may hold anything; the SQL must quote it
@@ -157,10 +162,11 @@ def test_chain_summary_and_window(incident):
         (election.finding_id, None), (rewind.finding_id, election.finding_id)]
     assert data.chain[0].finding == election and data.chain[1].finding == rewind
     s = data.summary.records()[0]
-    assert s == {"findings": 2, "first_seen_ms": at(300), "last_seen_ms": at(900),
+    # the rewind recovered with the commit of 960 at 13:00
+    assert s == {"findings": 2, "first_seen_ms": at(300), "last_seen_ms": at(780),
                  "worst_severity": "critical", "open_findings": 2,
                  "root_finding_ids": (election.finding_id,)}
-    assert (data.start_ms, data.end_ms) == (at(300) - 15 * MIN, at(900) + 15 * MIN)
+    assert (data.start_ms, data.end_ms) == (at(300) - 15 * MIN, at(780) + 15 * MIN)
 
 
 def test_every_embedded_sql_returns_the_rows_the_report_holds(spark, incident):
@@ -175,7 +181,7 @@ def test_broker_stage_series_come_from_gold_or_fall_back_to_silver(spark, incide
     lake, _findings, data, _html = incident
     assert [(b.broker, [c.attrs["api"] for c in b.charts]) for b in data.brokers] == [
         (1, ["Produce"]), (3, ["Produce"])]
-    assert data.brokers[0].apis.rows == (("Fetch", 120), ("Produce", 360))
+    assert data.brokers[0].apis.rows == (("Produce", 360), ("Fetch", 120))
     gold_chart, silver_chart = data.brokers[0].charts[0], data.brokers[1].charts[0]
     assert gold_chart.source == "gold.request_stages_1m"
     assert silver_chart.source == "silver.request_stages"
@@ -252,10 +258,43 @@ def test_a_range_report_holds_only_what_it_covers(spark, incident):
     assert data.summary.records()[0]["root_finding_ids"] == ()
     for q in data.queries():
         assert _rows(spark, q.sql) == q.rows, q.sql
-    assert "outside this report" in render_html(data)
+    page = render_html(data)
+    assert "outside this report" in page and "no finding here is an incident" in page
+
+
+def test_a_long_range_uses_wider_buckets(spark, incident):
+    lake, *_ = incident
+    data = build_report(spark, lake, start_ms=T0 - 12 * 60 * MIN, end_ms=T0 + 60 * MIN,
+                        now_ms=at(1000))
+    assert queries.bucket_ms(data.start_ms, data.end_ms) == 5 * MIN
+    for q in data.queries():
+        assert _rows(spark, q.sql) == q.rows, q.sql
+    stages = data.brokers[0].charts[0].query.records()
+    assert [r["t_ms"] for r in stages] == [T0 + i * 5 * MIN for i in range(4)]
+    assert [r["requests"] for r in stages] == [90] * 4  # 3 Produce every 10 s
+    assert max(r["remote_p99_ms"] for r in stages) >= 400  # the spike survives as a max
+    offsets = data.groups[0].charts[0].query.records()
+    assert [(r["t_ms"] - T0, r["last_offset"], r["min_offset"]) for r in offsets] == [
+        (0, 950, 800), (5 * MIN, 910, 900), (10 * MIN, 960, 930)]
 
 
 def test_an_unknown_incident_is_an_error(spark, incident):
     lake, *_ = incident
     with pytest.raises(ReportError, match="no finding"):
         build_report(spark, lake, incident_id="nope'; DROP TABLE x")
+
+
+def test_the_command_writes_the_report_and_prints_its_path(incident, tmp_path):
+    lake, _findings, data, _html = incident
+    out = tmp_path / "out" / "incident.html"
+    env = {**os.environ, "KMON__SPARK__STORAGE_ROOT": lake.root,
+           "KMON__SPARK__SHUFFLE_PARTITIONS": "2"}
+    # its own process and Spark session, as `kmon report` runs; the timeout is a hang guard
+    r = subprocess.run([sys.executable, "-m", "reports.cli", "--incident", data.incident_id,
+                        "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == str(out.resolve())
+    page = out.read_text(encoding="utf-8")
+    assert f'data-finding-id="{data.chain[0].finding.finding_id}"' in page
+    assert page.count('class="kmon-chart"') == 4

@@ -56,7 +56,7 @@ def sample_findings() -> list[Finding]:
         "r1", AnomalyType.OFFSET_REWIND, f"group:{GROUP}/{TOPIC}-2", T0 + 6 * MIN,
         related=("e1",), kind=EntityKind.GROUP, cause="auto_reset_after_out_of_range",
         evidence={"group": GROUP, "topic": TOPIC, "partition": 2, "old_position": 950,
-                  "new_position": 900, "duplicates": 0})
+                  "new_position": 900, "duplicates": 0, "active": True})
     lonely = _finding("s9", AnomalyType.SLOW_BROKER, "broker:2", T0, incident=None,
                       kind=EntityKind.BROKER, severity=Severity.WARNING,
                       evidence={"broker": 2, "api": "Fetch", "stage": "local"})
@@ -74,8 +74,8 @@ def sample_report() -> ReportData:
     """A report of an unclean election on a hostile topic name, built by hand."""
     findings = sample_findings()
     chain = tuple(ChainLink(f, cause, depth,
-                            Query(f"SELECT * FROM gold.anomalies WHERE finding_id = '{f.finding_id}'",
-                                  ("finding_id",), ((f.finding_id,),)))
+                            Query(f"SELECT * FROM gold.anomalies WHERE finding_id = "
+                                  f"'{f.finding_id}'", ("finding_id",), ((f.finding_id,),)))
                   for f, cause, depth in causal_order(findings))
     markers = (Marker(T0 + 5 * MIN, f"unclean_election {TOPIC}-2", "finding"),)
     stage_series = tuple(Series(c, c.replace("_p99_ms", " p99"), emphasis=c == "total_p99_ms")
@@ -176,6 +176,7 @@ def test_the_chain_lists_root_first_with_evidence_and_action():
     html_text = render_html(sample_report())
     assert html_text.count("Suggested action") == 4
     assert "<dt>messages_lost</dt><dd>100</dd>" in html_text
+    assert "<dt>active</dt><dd>true</dd>" in html_text
     assert "follows from unclean_election" in html_text
     assert "&amp;lt;" not in html_text  # escaped once, not twice
 
@@ -187,9 +188,11 @@ def test_charts_have_a_path_for_each_series_with_data():
         ("stages", "1"), ("stages", "3"), ("offsets", None), ("lag", None)]
     assert all("kmon-chart" in a["class"] for a in svgs)
     assert svgs[2]["data-topic"] == TOPIC and svgs[2]["data-group"] == GROUP
-    # paths in document order: 7 stages x 2 brokers, 2 offset series, 1 lag series
+    # paths in document order: 7 stages x 2 brokers (the total drawn last, on top),
+    # 2 offset series, 1 lag series
     paths = [a for t, a in tags if t == "path" and "kmon-series" in a.get("class", "")]
-    assert [p["data-series"] for p in paths] == [*STAGE_COLS, *STAGE_COLS, "last_offset",
+    stages = [*STAGE_COLS[1:], STAGE_COLS[0]]
+    assert [p["data-series"] for p in paths] == [*stages, *stages, "last_offset",
                                                  "min_offset", "lag"]
     assert all(re.fullmatch(r"(M[-\d.]+,[-\d.]+(L[-\d.]+,[-\d.]+)+)+", p["d"]) for p in paths)
     lag_path = paths[-1]["d"]
@@ -272,6 +275,15 @@ def test_bad_time_argument_names_the_formats():
         parse_time("yesterday")
 
 
+def test_rendering_needs_no_spark():
+    import subprocess
+    import sys
+    code = ("import sys, reports.render, reports.report_data, reports.chain, reports.cli; "
+            "sys.exit('pyspark' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
 def test_default_report_file_names(tmp_path):
-    assert default_out(tmp_path, "ab/../c", None, None) == tmp_path / "reports" / "incident-ab_.._c.html"
+    assert default_out(tmp_path, "ab/../c", None, None) == (
+        tmp_path / "reports" / "incident-ab_.._c.html")
     assert default_out(tmp_path, None, 1, 2).name == "findings-1-2.html"
