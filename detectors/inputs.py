@@ -377,7 +377,11 @@ def describe_compacted_topics(admin_config: Mapping[str, Any], cluster: str,
                                      request_timeout=timeout_s)
     out = []
     for resource, fut in futures.items():
-        entries = {k: e.value for k, e in fut.result(timeout=timeout_s + 5).items()}
+        try:
+            entries = {k: e.value for k, e in fut.result(timeout=timeout_s + 5).items()}
+        except Exception as e:  # noqa: BLE001 - one topic's error must not hide the others
+            log.warning("describe_configs %s on %s: %s", resource.name, cluster, e)
+            continue
         c = compacted_topic_config(cluster, resource.name, entries)
         if c is not None:
             out.append(c)
@@ -448,7 +452,7 @@ def _window_start(window_ms: int) -> Column:
 
 
 def _p99_columns() -> list[str]:
-    return [f"{s}_p99_ms" for s in STAGES]
+    return [f"{s}_p99_ms" for s in ("total", *STAGES)]
 
 
 def read_stage_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
