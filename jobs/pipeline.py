@@ -148,13 +148,22 @@ class Pipeline:
         self.start(once=True)
         self.queries = []
 
-    def stop(self) -> None:
-        """Stop downstream first; each query stops between micro-batches."""
+    def stop(self, batch_wait_s: float = 60.0) -> None:
+        """Stop downstream first, each between micro-batches where possible.
+
+        A query in the middle of a batch gets up to `batch_wait_s` to finish it; one still
+        busy after that is interrupted, which is safe too (the batch is replayed on restart
+        and every write is idempotent), just slower to recover.
+        """
         for q in reversed(self.queries):
             try:
+                deadline = time.monotonic() + batch_wait_s
+                while (q.isActive and q.status.get("isTriggerActive")
+                       and time.monotonic() < deadline):
+                    time.sleep(0.2)
                 q.stop()
-            except Exception as e:  # noqa: BLE001 - keep stopping the rest
-                log.warning("stopping %s: %s", q.name, e)
+            except Exception as e:  # noqa: BLE001 - keep stopping the rest (JVM may be gone)
+                log.warning("stopping a query: %s", str(e).splitlines()[0] if str(e) else e)
         self.queries = []
 
     # ---- progress ----------------------------------------------------------------------

@@ -142,7 +142,13 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
     pipeline = Pipeline(spark, lake, config.pipeline, kafka_options=kafka_options,
                         topic_prefix=config.telemetry.topic_prefix,
                         on_batch=lambda s: exporter.quarantined(s["stream"], s["rows_quarantined"]))
-    _add_detectors(pipeline, spark, lake, config, exporter)
+    local = None
+    if not config.watch.bootstrap_servers:
+        try:
+            local = _local_cluster(config).bootstrap_servers
+        except RunError:
+            local = None  # jobs only, e.g. replaying landed telemetry
+    _add_detectors(pipeline, spark, lake, config, exporter, local)
     stop = threading.Event()
 
     def on_signal(signum, _frame):
@@ -180,14 +186,25 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
     return 0
 
 
-def _add_detectors(pipeline, spark, lake, config, exporter) -> None:
-    try:
-        from jobs.detect import start_detector_query
-    except ImportError:  # detectors on Spark not available in this checkout
-        return
+def _add_detectors(pipeline, spark, lake, config, exporter, bootstrap: str | None) -> None:
+    """The detector query (every trigger, gold.anomalies) feeding the exporter.
+
+    Compacted topics' configs (for the compaction-lag contract) come from the watched
+    cluster when it is reachable: `bootstrap` (the local cluster) or watch.bootstrap_servers.
+    """
+    from detectors.inputs import TopicConfigCache, describe_compacted_topics
+    from jobs.detect import start_detector_query
+    from kmon.kafka_clients import librdkafka_config
+
+    topic_configs = None
+    if bootstrap or config.watch.bootstrap_servers:
+        admin = librdkafka_config(config.watch, "watch", bootstrap)
+        topic_configs = TopicConfigCache(
+            lambda: describe_compacted_topics(admin, config.watch.cluster))
     pipeline.extra_queries.append(
         lambda trigger: start_detector_query(spark, lake, config, trigger,
-                                             on_findings=exporter.set_findings))
+                                             on_findings=exporter.set_findings,
+                                             topic_configs=topic_configs))
 
 
 def _report_health(pipeline, exporter, stop: threading.Event) -> None:

@@ -39,9 +39,9 @@ def extra_tables() -> list[tuple[str, str, dict[str, str]]]:
     """Tables other packages declare (anomalies, remediation), when those packages exist."""
     out = []
     try:
-        from jobs.detect import ANOMALIES_COLUMNS
+        from jobs.detect import ANOMALY_COLUMNS
         out.append(("gold.anomalies", "One row per finding, updated in place (MERGE on "
-                    "finding_id) as it persists and resolves.", ANOMALIES_COLUMNS))
+                    "finding_id) as it persists and resolves.", ANOMALY_COLUMNS))
     except ImportError:
         pass
     return out
