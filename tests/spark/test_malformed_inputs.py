@@ -23,28 +23,36 @@ from tests.conftest import wait_until
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "request_log" / "kafka-4.3.1-request.log"
 PREFIX = "[2026-11-22 10:38:33,638] DEBUG Completed request:"
+SUFFIX = " (kafka.request.logger)"
+
+
+def _line(body: dict) -> bytes:
+    """A request log line as the broker writes it: compact JSON, then the logger name."""
+    return (PREFIX + json.dumps(body, separators=(",", ":")) + SUFFIX).encode()
 
 
 def _good_body() -> dict:
     for line in FIXTURE.read_text().splitlines():
         if '"requestApiKey":0' in line:
-            return json.loads(line[len(PREFIX):])
+            # "[%d] %p %m (%c)": the JSON object, then the logger name
+            return json.JSONDecoder().raw_decode(line, line.index("request:") + 8)[0]
     raise AssertionError("no Produce line in the fixture")
 
 
 def _bad_lines(n: int, rng: random.Random) -> list[tuple[str, bytes]]:
     """(kind, line) pairs; each kind is a different way a line can be broken."""
     body = _good_body()
-    text = json.dumps(body)
+    text = json.dumps(body, separators=(",", ":"))
 
     def with_(**changes) -> bytes:
         b = json.loads(text)
         for k, v in changes.items():
             if k == "api":
                 b["requestHeader"]["requestApiKey"] = v
+                b["requestHeader"].pop("requestApiKeyName", None)
             else:
                 b[k] = v
-        return (PREFIX + json.dumps(b)).encode()
+        return _line(b)
 
     makers = {
         "truncated_json": lambda: (PREFIX + text[: rng.randint(5, len(text) - 5)]).encode(),
@@ -54,8 +62,7 @@ def _bad_lines(n: int, rng: random.Random) -> list[tuple[str, bytes]]:
         "garbage_bytes": lambda: bytes(rng.randrange(128, 256) for _ in range(rng.randint(1, 200))),
         "oversize_line": lambda: (PREFIX + '{"x":"' + "a" * (MAX_LINE_CHARS + 10) + '"}').encode(),
         "not_a_request_line": lambda: b"[2026-11-22 10:38:33,638] INFO something else entirely",
-        "missing_field": lambda: (PREFIX + json.dumps({k: v for k, v in body.items()
-                                                      if k != "requestHeader"})).encode(),
+        "missing_field": lambda: _line({k: v for k, v in body.items() if k != "requestHeader"}),
     }
     kinds = list(makers)
     out = []
@@ -73,7 +80,7 @@ def test_a_thousand_malformed_lines_are_quarantined_and_the_pipeline_keeps_runni
     lake = Lake(str(tmp_path / "lake"))
     log = tmp_path / "kafka-request.log"
     bad = _bad_lines(1000, rng)
-    good = (PREFIX + json.dumps(_good_body())).encode()
+    good = _line(_good_body())
     with open(log, "wb") as f:
         for _, line in bad:
             f.write(line + b"\n")
