@@ -8,6 +8,8 @@ written again, one that was not is replayed from the same source offsets.
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -33,8 +35,11 @@ def from_landing(spark: SparkSession, lake: Lake, stream: str,
 
 def from_kafka(spark: SparkSession, kafka_options: dict[str, str], topic: str,
                max_offsets_per_trigger: int = 2_000_000) -> DataFrame:
+    # A pattern, not `subscribe`: a telemetry topic nobody has written yet (no quarantine
+    # records so far, say) does not exist, and `subscribe` fails the query on it; the
+    # pattern picks the topic up when it appears.
     reader = (spark.readStream.format("kafka")
-              .option("subscribe", topic)
+              .option("subscribePattern", "^" + re.escape(topic) + "$")
               .option("startingOffsets", "earliest")
               .option("failOnDataLoss", "false")
               .option("maxOffsetsPerTrigger", max_offsets_per_trigger))
