@@ -78,12 +78,22 @@ class AgentSupervisor:
                 log.warning("closing agent %s: %s", s.name, e)
 
 
-def embedded_agents(*, cluster_name: str, nodes, bootstrap: str, client_config: dict,
-                    sink_for: Callable[[str], Sink], state_dir: Path,
-                    registry: CollectorRegistry, clock: Callable[[], float] = time.time,
-                    jmx_interval_s: float = 10.0, end_offsets_interval_s: float = 10.0
-                    ) -> list[Supervised]:
-    """Every agent for brokers whose files are on this machine (`nodes`: LocalCluster nodes)."""
+@dataclass(frozen=True)
+class BrokerHost:
+    """What one broker exposes on this machine; None for what is not followed here."""
+    broker: int
+    request_log: Path | None = None
+    log_dir: Path | None = None
+    metrics_url: str | None = None
+
+
+def build_agents(*, cluster_name: str, hosts: list[BrokerHost], offsets_client: dict | None,
+                 sink_for: Callable[[str], Sink], state_dir: Path,
+                 registry: CollectorRegistry, clock: Callable[[], float] = time.time,
+                 jmx_interval_s: float = 10.0, end_offsets_interval_s: float = 10.0
+                 ) -> list[Supervised]:
+    """One agent per kind of source that `hosts` name, plus the __consumer_offsets reader
+    and the end-offsets agent when `offsets_client` (librdkafka settings) is given."""
     from ingest.broker_log_agent import BrokerLogAgent, broker_log_sources
     from ingest.file_tailer import PositionStore
     from ingest.jmx_scraper import JmxScraper, JmxSource
@@ -92,26 +102,43 @@ def embedded_agents(*, cluster_name: str, nodes, bootstrap: str, client_config: 
     from ingest.request_log_agent import RequestLogAgent, RequestLogSource
 
     state_dir.mkdir(parents=True, exist_ok=True)
-    conf = {**client_config, "bootstrap.servers": bootstrap}
-    request_log = RequestLogAgent(
-        [RequestLogSource(cluster_name, n.node_id, n.request_log) for n in nodes],
-        sink_for("request-log"), PositionStore(state_dir / "request-log.json"),
-        AgentMetrics(registry, "request-log"), clock)
-    broker_logs = BrokerLogAgent(
-        [s for n in nodes for s in broker_log_sources(cluster_name, n.node_id, n.log_dir)],
-        sink_for("broker-logs"), PositionStore(state_dir / "broker-logs.json"),
-        AgentMetrics(registry, "broker-logs"), clock)
-    jmx = JmxScraper([JmxSource(cluster_name, n.node_id, n.metrics_url) for n in nodes],
-                     sink_for("jmx"), AgentMetrics(registry, "jmx"), clock)
-    offsets = OffsetsAgent(cluster_name, conf, sink_for("offsets"),
-                           state_dir / f"offsets-{cluster_name}.json",
-                           AgentMetrics(registry, "offsets"), clock)
-    ends = PartitionOffsetsAgent(cluster_name, conf, sink_for("partition-offsets"),
-                                 AgentMetrics(registry, "partition-offsets"),
-                                 partitions=offsets.committed_partitions, clock=clock,
-                                 include_all_topics=True)
-    return [Supervised("request-log", request_log, 1.0),
-            Supervised("broker-logs", broker_logs, 1.0),
-            Supervised("jmx", jmx, jmx_interval_s),
-            Supervised("offsets", offsets, 1.0),
-            Supervised("partition-offsets", ends, end_offsets_interval_s)]
+    out = []
+    request_logs = [RequestLogSource(cluster_name, h.broker, Path(h.request_log))
+                    for h in hosts if h.request_log]
+    if request_logs:
+        out.append(Supervised("request-log", RequestLogAgent(
+            request_logs, sink_for("request-log"), PositionStore(state_dir / "request-log.json"),
+            AgentMetrics(registry, "request-log"), clock), 1.0))
+    broker_logs = [s for h in hosts if h.log_dir
+                   for s in broker_log_sources(cluster_name, h.broker, h.log_dir)]
+    if broker_logs:
+        out.append(Supervised("broker-logs", BrokerLogAgent(
+            broker_logs, sink_for("broker-logs"), PositionStore(state_dir / "broker-logs.json"),
+            AgentMetrics(registry, "broker-logs"), clock), 1.0))
+    endpoints = [JmxSource(cluster_name, h.broker, h.metrics_url) for h in hosts if h.metrics_url]
+    if endpoints:
+        out.append(Supervised("jmx", JmxScraper(endpoints, sink_for("jmx"),
+                                                AgentMetrics(registry, "jmx"), clock),
+                              jmx_interval_s))
+    if offsets_client is not None:
+        reader = OffsetsAgent(cluster_name, offsets_client, sink_for("offsets"),
+                              state_dir / f"offsets-{cluster_name}.json",
+                              AgentMetrics(registry, "offsets"), clock)
+        ends = PartitionOffsetsAgent(cluster_name, offsets_client, sink_for("partition-offsets"),
+                                     AgentMetrics(registry, "partition-offsets"),
+                                     partitions=reader.committed_partitions, clock=clock,
+                                     include_all_topics=True)
+        out += [Supervised("offsets", reader, 1.0),
+                Supervised("partition-offsets", ends, end_offsets_interval_s)]
+    return out
+
+
+def embedded_agents(*, cluster_name: str, nodes, bootstrap: str, client_config: dict,
+                    sink_for: Callable[[str], Sink], state_dir: Path,
+                    registry: CollectorRegistry, clock: Callable[[], float] = time.time
+                    ) -> list[Supervised]:
+    """Every agent for brokers whose files are on this machine (`nodes`: LocalCluster nodes)."""
+    hosts = [BrokerHost(n.node_id, n.request_log, n.log_dir, n.metrics_url) for n in nodes]
+    return build_agents(cluster_name=cluster_name, hosts=hosts,
+                        offsets_client={**client_config, "bootstrap.servers": bootstrap},
+                        sink_for=sink_for, state_dir=state_dir, registry=registry, clock=clock)

@@ -58,43 +58,16 @@ def build_host_agents(config: Config, registry: CollectorRegistry, lake, state_d
                       broker: int | None, log_dir: str | None, request_log: str | None,
                       metrics_url: str | None, offsets: bool):
     """Agents for one broker host of a real cluster (and/or the cluster-wide offsets reader)."""
-    from ingest.broker_log_agent import BrokerLogAgent, broker_log_sources
-    from ingest.agent_metrics import AgentMetrics
-    from ingest.file_tailer import PositionStore
-    from ingest.jmx_scraper import JmxScraper, JmxSource
-    from ingest.offsets_agent import OffsetsAgent
-    from ingest.partition_offsets_agent import PartitionOffsetsAgent
-    from ingest.request_log_agent import RequestLogAgent, RequestLogSource
-    from ingest.supervisor import Supervised
+    from ingest.supervisor import BrokerHost, build_agents as agents_for
     from kmon.kafka_clients import librdkafka_config
 
-    sink_for, name = sink_factory(config, lake), config.watch.cluster
-    state_dir.mkdir(parents=True, exist_ok=True)
-    out = []
     if (log_dir or request_log or metrics_url) and broker is None:
         raise RunError("--broker-id is required with --log-dir, --request-log or --metrics-url")
-    if request_log:
-        out.append(Supervised("request-log", RequestLogAgent(
-            [RequestLogSource(name, broker, Path(request_log))], sink_for("request-log"),
-            PositionStore(state_dir / "request-log.json"), AgentMetrics(registry, "request-log")),
-            1.0))
-    if log_dir:
-        out.append(Supervised("broker-logs", BrokerLogAgent(
-            broker_log_sources(name, broker, log_dir), sink_for("broker-logs"),
-            PositionStore(state_dir / "broker-logs.json"), AgentMetrics(registry, "broker-logs")),
-            1.0))
-    if metrics_url:
-        out.append(Supervised("jmx", JmxScraper([JmxSource(name, broker, metrics_url)],
-                                                sink_for("jmx"), AgentMetrics(registry, "jmx")),
-                              10.0))
-    if offsets:
-        conf = librdkafka_config(config.watch, "watch")
-        reader = OffsetsAgent(name, conf, sink_for("offsets"), state_dir / f"offsets-{name}.json",
-                              AgentMetrics(registry, "offsets"))
-        out.append(Supervised("offsets", reader, 1.0))
-        out.append(Supervised("partition-offsets", PartitionOffsetsAgent(
-            name, conf, sink_for("partition-offsets"), AgentMetrics(registry, "partition-offsets"),
-            partitions=reader.committed_partitions, include_all_topics=True), 10.0))
+    hosts = [BrokerHost(broker, Path(request_log) if request_log else None,
+                        Path(log_dir) if log_dir else None, metrics_url)] if broker is not None else []
+    out = agents_for(cluster_name=config.watch.cluster, hosts=hosts,
+                     offsets_client=librdkafka_config(config.watch, "watch") if offsets else None,
+                     sink_for=sink_factory(config, lake), state_dir=state_dir, registry=registry)
     if not out:
         raise RunError("nothing to run: give --request-log, --log-dir, --metrics-url "
                        "(with --broker-id) and/or --offsets")
