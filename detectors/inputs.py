@@ -63,13 +63,14 @@ Where each input comes from:
   describe_configs, `describe_compacted_topics`), only when the caller gives a client
   config; cached by `TopicConfigCache`.
 
+- `GroupMembership` <- silver.group_members (the coordinator's GroupMetadata records: one
+  per rebalance, one with no members when the group empties) for the groups of the
+  collected commits. A record is the group's state until the next one, so the last record
+  before the range is carried forward to the range start (observed_ms = start_ms): the
+  rule's membership_max_age_s is about polled samples, and a change log is never stale.
+  Groups of the KIP-848 protocol write other records and get no membership.
+
 Not available yet (the rules get nothing, and say less):
-- `GroupMembership`: no table holds group membership (librdkafka statistics do not carry
-  the group id, and nothing polls describeConsumerGroups). Without it offset_rewind never
-  classifies operator_reset by "committed while the group was empty" (only by a logged
-  seek), never stale_offset_after_coordinator_move, and never reports operator forward
-  resets. An agent polling AdminClient describe_consumer_groups into a
-  silver.group_members table would fill it.
 - `PartitionSize`: no table holds partition sizes (JMX kafka.log:type=Log,name=Size is
   not in the scraper's rules), so compaction_lag's growing-partition rule never fires.
 """
@@ -158,7 +159,7 @@ class DetectorInputs:
     commits: list[OffsetCommit] = field(default_factory=list)
     partition_offsets: list[PartitionOffsets] = field(default_factory=list)
     resets: list[ClientOffsetReset] = field(default_factory=list)
-    memberships: list[GroupMembership] = field(default_factory=list)   # no source yet
+    memberships: list[GroupMembership] = field(default_factory=list)
     truncations: list[LogTruncation] = field(default_factory=list)
     elections: list[UncleanElection] = field(default_factory=list)
     meter_ticks: list[UncleanElectionMeterTick] = field(default_factory=list)
@@ -601,6 +602,34 @@ def read_resets(spark: SparkSession, lake: Lake, r: TimeRange) -> list[ClientOff
     return [client_reset_from_row(x.asDict()) for x in rows]
 
 
+def read_memberships(spark: SparkSession, lake: Lake, r: TimeRange,
+                     groups: Iterable[tuple[str, str]]) -> list[GroupMembership]:
+    """Membership changes of the given (cluster, group)s in the range, each group's state
+    before the range carried forward to the range start."""
+    wanted = sorted(set(groups))
+    df = _table(spark, lake, "silver", "group_members")
+    if df is None or not wanted:
+        return []
+    keys = spark.createDataFrame(wanted, "cluster string, group_id string")
+    rows = (_silver_range(df, r.back(COMMIT_SEED_S)).join(F.broadcast(keys),
+                                                          ["cluster", "group_id"])
+            .select("cluster", "group_id", "ts_ms", "source_partition", "source_offset",
+                    "member_count")
+            .orderBy("cluster", "group_id", "ts_ms", "source_partition", "source_offset")
+            .collect())
+    out: list[GroupMembership] = []
+    before: dict[tuple[str, str], GroupMembership] = {}
+    for x in rows:
+        m = GroupMembership(cluster=x["cluster"], group=x["group_id"],
+                            observed_ms=max(int(x["ts_ms"]), r.start_ms),
+                            member_count=int(x["member_count"]))
+        if x["ts_ms"] < r.start_ms:
+            before[(m.cluster, m.group)] = m
+        else:
+            out.append(m)
+    return sorted(list(before.values()) + out, key=lambda m: (m.cluster, m.group, m.observed_ms))
+
+
 COMMIT_KEY = ("cluster", "group_id", "topic", "partition")
 COMMIT_ORDER = ("commit_ms", "source_partition", "source_offset")
 
@@ -741,6 +770,7 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
     election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
     reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
     out.commits = read_commits(spark, lake, r, election_tps, reset_gtps)
+    out.memberships = read_memberships(spark, lake, r, {(c.cluster, c.group) for c in out.commits})
     offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
                   | {(e.cluster, e.topic, e.partition) for e in out.resets}
                   | {(t.cluster, t.topic, t.partition) for t in out.truncations})

@@ -15,7 +15,8 @@ Key: int16 key version (since 3.x named the record type) then
 
 - 0 (LegacyOffsetCommitKey), 1 (OffsetCommitKey): group STRING, topic STRING, partition
   INT32 — an offset commit;
-- 2 (GroupMetadataKey): group STRING — classic group metadata, skipped ("group_metadata");
+- 2 (GroupMetadataKey): group STRING — a classic group's state after each rebalance or
+  when it empties (`parse_group_record`, stream ``group_members``);
 - 3 .. 255: records of newer group protocols (KIP-848 consumer groups, share and streams
   groups; 4.3.1's CoordinatorRecordType defines 3..23), skipped ("newer_group_record");
   a larger number is not a record type but damage ("bad_key_version").
@@ -30,6 +31,14 @@ Value: int16 value version then
   INT64, TAGGED_FIELDS — tag 0 is the topic id (16 bytes, a Uuid): present in the 4.3.1
   classes (``SCHEMA_4``), absent from older copies of OffsetCommitValue.json. Unknown tags
   are skipped, as Kafka's own reader does.
+
+GroupMetadataValue (GroupMetadataValue.json; flexible from v4): protocolType STRING,
+generation INT32, protocol NULLABLE STRING, leader NULLABLE STRING, currentStateTimestamp
+INT64 (v2+), members ARRAY of MemberMetadata: memberId STRING, groupInstanceId NULLABLE
+STRING (v3+), clientId STRING, clientHost STRING, rebalanceTimeout INT32 (v1+),
+sessionTimeout INT32, subscription BYTES, assignment BYTES (v4: compact types and tagged
+fields after each struct). A group whose last member left is written with no members:
+that is how the detectors know an offset commit came from an admin tool.
 
 Kafka 4.3.1 writes key version 1 and value version 4 with the topic id (captured), where
 TELEMETRY.md expected v3. A null value is a tombstone: the group's offset for that
@@ -142,7 +151,7 @@ def decode_key(key: bytes) -> tuple[int, str, str, int] | Skipped:
     if version < 0 or version > MAX_RECORD_TYPE:
         raise ValueError("bad_key_version")
     if version == 2:
-        return Skipped(SOURCE, "group_metadata")
+        return Skipped(SOURCE, "group_metadata")  # parse_group_record handles these
     if version > 2:
         return Skipped(SOURCE, "newer_group_record")
     group, topic, partition = r.string(), r.string(), r.int32()
@@ -221,6 +230,89 @@ def parse_offset_record(key: bytes | None, value: bytes | None, *, cluster: str,
     return rec
 
 
+GROUP_RECORD_FIELDS = (
+    "cluster", "ts_ms", "group_id", "protocol_type", "generation", "protocol", "leader",
+    "member_count", "client_ids", "state_ts_ms", "value_version", "is_tombstone",
+    "source_partition", "source_offset",
+)
+MAX_CLIENT_IDS = 50
+
+
+def is_group_key(key: bytes | None) -> bool:
+    """A GroupMetadataKey (key version 2)?"""
+    return key is not None and len(key) >= 2 and _I16.unpack(bytes(key[:2]))[0] == 2
+
+
+def decode_group_value(value: bytes) -> dict:
+    """The fields of a GroupMetadataValue that kmon keeps; raises like `decode_key`."""
+    r = _Reader(value)
+    version = r.int16()
+    if version < 0 or version > 4:
+        raise ValueError(f"unknown_value_version:{version}")
+    flexible = version >= 4
+    text = r.compact_string if flexible else r.string
+
+    def blob() -> None:
+        r._take(r.uvarint() - 1 if flexible else r.int32())
+
+    out = {"value_version": version, "protocol_type": text(), "generation": r.int32(),
+           "protocol": text(), "leader": text(), "state_ts_ms": None}
+    if version >= 2:
+        ts = r.int64()
+        out["state_ts_ms"] = ts if ts >= 0 else None
+    count = r.uvarint() - 1 if flexible else r.int32()
+    if count < 0:
+        raise ValueError("bad_member_count")
+    clients = []
+    for _ in range(count):
+        text()                        # memberId
+        if version >= 3:
+            text()                    # groupInstanceId
+        clients.append(text())        # clientId
+        text()                        # clientHost
+        if version >= 1:
+            r.int32()                 # rebalanceTimeout
+        r.int32()                     # sessionTimeout
+        blob()                        # subscription
+        blob()                        # assignment
+        if flexible:
+            r.tagged_fields()
+    if flexible:
+        r.tagged_fields()
+    if not r.at_end():
+        raise ValueError("trailing_bytes")
+    out["member_count"] = count
+    out["client_ids"] = sorted({c for c in clients if c})[:MAX_CLIENT_IDS]
+    return out
+
+
+def parse_group_record(key: bytes, value: bytes | None, *, cluster: str,
+                       source_partition: int | None = None, source_offset: int | None = None,
+                       ts_ms: int | None = None) -> dict | Malformed:
+    """A GroupMetadataKey/Value pair -> a group_members record (a tombstone: group deleted)."""
+    try:
+        r = _Reader(bytes(key))
+        r.int16()
+        group = r.string()
+        if not r.at_end():
+            raise ValueError("trailing_bytes")
+        v = decode_group_value(bytes(value)) if value is not None else {}
+    except _Truncated:
+        return Malformed(SOURCE, "truncated_key" if value is None else "truncated_value",
+                         _raw(key, value), ts_ms)
+    except UnicodeDecodeError:
+        return Malformed(SOURCE, "not_utf8", _raw(key, value), ts_ms)
+    except ValueError as e:
+        return Malformed(SOURCE, str(e), _raw(key, value), ts_ms)
+    rec = dict.fromkeys(GROUP_RECORD_FIELDS)
+    rec.update(v)
+    rec.update(cluster=cluster, ts_ms=ts_ms, group_id=group, is_tombstone=value is None,
+               source_partition=source_partition, source_offset=source_offset)
+    if value is None:
+        rec["member_count"], rec["client_ids"] = 0, []
+    return rec
+
+
 # ---- encoding: for tests only (round trips of every version) -----------------------------
 
 def _string(s: str | None) -> bytes:
@@ -271,3 +363,38 @@ def encode_value(offset: int, metadata: str | None, commit_ts_ms: int, *, versio
         for tag, data in sorted(tagged.items()):
             out += _uvarint(tag) + _uvarint(len(data)) + data
     return out
+
+
+def encode_group_value(members: list[tuple[str, str]], *, generation: int = 1,
+                       protocol: str | None = "range", leader: str | None = None,
+                       version: int = 3, state_ts_ms: int = -1) -> bytes:
+    """A GroupMetadataValue of any version 0..4; members are (member id, client id). Tests."""
+    flexible = version >= 4
+    text = _compact_string if flexible else _string
+
+    def blob(b: bytes) -> bytes:
+        return (_uvarint(len(b) + 1) if flexible else _I32.pack(len(b))) + b
+
+    out = _I16.pack(version) + text("consumer") + _I32.pack(generation) + text(protocol)
+    out += text(leader if leader is not None or not members else members[0][0])
+    if version >= 2:
+        out += _I64.pack(state_ts_ms)
+    out += _uvarint(len(members) + 1) if flexible else _I32.pack(len(members))
+    for member_id, client_id in members:
+        out += text(member_id)
+        if version >= 3:
+            out += text(None)
+        out += text(client_id) + text("/127.0.0.1")
+        if version >= 1:
+            out += _I32.pack(300000)
+        out += _I32.pack(45000) + blob(b"sub") + blob(b"assign")
+        if flexible:
+            out += _uvarint(0)
+    if flexible:
+        out += _uvarint(0)
+    return out
+
+
+def encode_group_key(group: str) -> bytes:
+    """A GroupMetadataKey. Tests only."""
+    return _I16.pack(2) + _string(group)

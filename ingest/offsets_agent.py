@@ -8,7 +8,9 @@ commit ever (librdkafka insists on a ``group.id``; it is never joined) — and
 never show up. Each record goes through `ingest.consumer_offsets.parse_offset_record`:
 
 - an offset commit or tombstone -> stream ``offset_commits``;
-- group metadata and newer group-protocol records (`Skipped`) -> counted in
+- a classic group's metadata (`parse_group_record`: generation, member count and client
+  ids after each rebalance, none once the group is empty) -> stream ``group_members``;
+- newer group-protocol records (`Skipped`) -> counted in
   ``kmon_agent_skipped_records_total`` by reason, not published;
 - damaged bytes (`Malformed`) -> stream ``quarantine`` with the reason.
 
@@ -44,7 +46,7 @@ from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Consumer
                              KafkaException, TopicPartition)
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.consumer_offsets import parse_offset_record
+from ingest.consumer_offsets import is_group_key, parse_group_record, parse_offset_record
 from ingest.malformed import Malformed, Skipped
 from ingest.sinks import Sink, SinkError
 
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 STREAM = "offset_commits"
+GROUP_STREAM = "group_members"
 QUARANTINE = "quarantine"
 DEFAULT_GROUP_ID = "kmon-offsets-reader"
 
@@ -229,9 +232,11 @@ class OffsetsAgent:
                  timestamp: tuple[int, int], now_ms: int) -> tuple[str, int] | None:
         """Send one record; returns the (topic, partition) of a published commit."""
         ts_type, ts = timestamp
-        rec = parse_offset_record(key, value, cluster=self.cluster, source_partition=partition,
-                                  source_offset=offset,
-                                  ts_ms=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts)
+        parse, stream = ((parse_group_record, GROUP_STREAM) if is_group_key(key)
+                         else (parse_offset_record, STREAM))
+        rec = parse(key, value, cluster=self.cluster, source_partition=partition,
+                    source_offset=offset,
+                    ts_ms=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts)
         rid = offsets_record_id(self.cluster, partition, offset)
         # Keyed by source partition: the telemetry topic keeps __consumer_offsets' order,
         # and a group always lives in one source partition, so its commits stay in order.
@@ -245,12 +250,12 @@ class OffsetsAgent:
                                          source_offset=offset)
             q["record_id"] = rid
             self.sink.send(QUARANTINE, sink_key, q)
-            self.metrics.quarantined(STREAM)
+            self.metrics.quarantined(stream)
             return None
         rec["record_id"] = rid
-        self.sink.send(STREAM, sink_key, rec)
-        self.metrics.published(STREAM)
-        return rec["topic"], rec["partition"]
+        self.sink.send(stream, sink_key, rec)
+        self.metrics.published(stream)
+        return (rec["topic"], rec["partition"]) if stream == STREAM else None
 
     def _rewind(self, consumer: Consumer) -> None:
         """After a failed flush, read again from the saved positions.

@@ -55,11 +55,16 @@ def from_kafka(spark: SparkSession, kafka_options: dict[str, str], topic: str,
                     F.col("timestamp").alias("kafka_ts")))
 
 
+def with_ingest_time(raw: DataFrame) -> DataFrame:
+    """A raw source's rows in the bronze shape: stamped with the time they were read."""
+    return (raw.withColumn("ingest_ts", F.current_timestamp())
+               .withColumn("ingest_date", F.to_date("ingest_ts"))
+               .select(*BRONZE_COLUMNS))
+
+
 def start_bronze(raw: DataFrame, lake: Lake, stream: str, trigger: dict | None = None):
     """Append the raw stream to bronze.<stream>, partitioned by ingest date."""
-    out = (raw.withColumn("ingest_ts", F.current_timestamp())
-              .withColumn("ingest_date", F.to_date("ingest_ts"))
-              .select(*BRONZE_COLUMNS))
+    out = with_ingest_time(raw)
     writer = (out.writeStream.format("delta")
               .queryName(f"bronze_{stream}")
               .option("checkpointLocation", lake.checkpoint(f"bronze_{stream}"))

@@ -1,24 +1,53 @@
-"""`kmon demo`: the main job on its embedded default.
+"""`kmon demo`: the whole system on one machine, four real faults, a summary.
 
-Today it runs the foundation slice end to end, all real parts: a local 3-broker KRaft
-cluster from the Apache jars, a workload (acks=all and acks=1 producers, a consumer group,
-a compacted topic), the request log agent publishing to the landing folder, the bronze and
-silver Delta jobs, stage percentiles per broker and API in gold, and the workload topic
-streamed into Delta through the Spark Kafka source. Fault injection and findings join as
-the detectors land (issue 6).
+Live mode (the default) runs, all real parts:
+
+1. a local 3-broker KRaft cluster from the Apache jars (a previous demo's cluster and
+   data are removed first, so a second run starts clean);
+2. a workload: acks=all and acks=1 producers, consumer groups that commit, a compacted
+   topic, and a topic set up for an unclean election (faults/workload.py);
+3. the agents, the streaming pipeline, the detector query, the remediation decision step
+   and the Prometheus exporter: what `kmon run` runs (jobs/run.py `Monitor`);
+4. a healthy warm-up (the detectors learn each broker's normal latency; nothing may be
+   flagged), then four faults one after another (faults/): a slow broker, offset
+   rewinds, compaction lag, an unclean election with its chain. Each finding is printed
+   as the detector query hands it over; a fault counts as detected when every finding
+   it expects has appeared, and its time to detect runs from the moment it was caused;
+5. a summary table (fault, detected, time to detect, action queued), the incident report,
+   the exporter URL and the Delta tables to query.
+
+Ctrl-C at any point stops the faults (a frozen broker is resumed), the workload, the
+agents and the queries, and the cluster: nothing is left running. ``--keep`` leaves the
+cluster and the lake for a look around.
+
+Replay mode (``--replay``) needs no cluster: it copies telemetry captured from a demo run
+(``demo/capture/``, kept small) into a fresh lake, runs every query once over it, replays
+the detectors over the captured time range and prints the findings and the same summary.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
+import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from jobs.run import RunError
+from kmon.config import REPO_ROOT, Config
 
-from kmon.config import Config
+log = logging.getLogger(__name__)
 
-TOTAL_STEPS = 7
+CAPTURE_DIR = REPO_ROOT / "demo" / "capture"
+DEMO_CLUSTER = "demo"
+
+
+class DemoError(RunError):
+    """The demo cannot start; the message is one line saying what to do."""
 
 
 class Progress:
@@ -27,154 +56,554 @@ class Progress:
     def __init__(self, total: int, out=sys.stdout):
         self.total, self.n, self.t0, self.out = total, 0, time.monotonic(), out
 
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
     def step(self, text: str) -> None:
         self.n += 1
-        print(f"[{self.n}/{self.total}] {text}  (+{time.monotonic() - self.t0:.0f}s)",
-              file=self.out, flush=True)
+        print(f"[{self.n}/{self.total}] {text}  (+{self.elapsed():.0f}s)", file=self.out,
+              flush=True)
 
     def note(self, text: str) -> None:
         print(f"      {text}", file=self.out, flush=True)
 
 
-def _workload(cluster, messages: int, progress: Progress, duration_s: float = 15.0) -> dict:
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+# --- findings as they appear ------------------------------------------------------------------
 
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    topics = [NewTopic("orders", 6, 3, config={"min.insync.replicas": "2"}),
-              NewTopic("clicks", 6, 3),
-              NewTopic("customers", 3, 3, config={"cleanup.policy": "compact",
-                                                   "segment.ms": "10000",
-                                                   "min.cleanable.dirty.ratio": "0.01"})]
-    for t, f in admin.create_topics(topics).items():
-        f.result(60)
-    time.sleep(1)  # leaders elected
-    bs = cluster.bootstrap_servers
-    all_acks = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "client.id": "orders-producer"})
-    one_ack = Producer({"bootstrap.servers": bs, "acks": "1", "linger.ms": 5,
-                        "client.id": "clicks-producer"})
-    t0 = time.monotonic()
-    for i in range(messages):
-        # Paced over duration_s so brokers see a steady stream of requests, not one burst.
-        if i % 100 == 0:
-            ahead = t0 + duration_s * i / messages - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-        all_acks.produce("orders", key=str(i % 500).encode(), value=b"o" * 200)
-        one_ack.produce("clicks", value=b"c" * 100)
-        if i % 10 == 0:
-            all_acks.produce("customers", key=f"customer-{i % 200}".encode(), value=str(i).encode())
-        if i % 1000 == 0:
-            all_acks.poll(0)
-            one_ack.poll(0)
-        if i and i % (messages // 4 or 1) == 0:
-            progress.note(f"produced {i:,} of {messages:,} orders and clicks")
-    all_acks.flush(60)
-    one_ack.flush(60)
-    consumer = Consumer({"bootstrap.servers": bs, "group.id": "billing",
-                         "auto.offset.reset": "earliest", "client.id": "billing-consumer"})
-    consumer.subscribe(["orders"])
-    consumed, deadline = 0, time.monotonic() + 120
-    while consumed < messages and time.monotonic() < deadline:
-        consumed += sum(1 for m in consumer.consume(1000, timeout=1) if m.error() is None)
-    consumer.commit(asynchronous=False)
-    consumer.close()
-    return {"produced": messages, "consumed": consumed}
+def finding_line(f) -> str:
+    cause = f" ({f.cause})" if f.cause else ""
+    incident = f" incident {f.incident_id[:12]}" if f.incident_id else ""
+    return (f"{f.severity.value.upper():8s} {f.type.value}{cause} on {f.entity}{incident}: "
+            f"{f.explanation[:160]}")
 
 
-def run_demo(config: Config, keep: bool = False, messages: int = 20_000) -> int:
-    from ingest.agent_metrics import AgentMetrics
-    from ingest.file_tailer import PositionStore
-    from ingest.request_log_agent import RequestLogAgent, RequestLogSource
-    from ingest.sinks import LandingSink
-    from jobs.bronze import from_kafka, start_bronze
-    from jobs.lake import Lake, register_tables
-    from jobs.pipeline import Pipeline
-    from jobs.streams import QUARANTINE, stream
+class FindingTracker:
+    """Keeps what the detector query hands over; prints each finding once, when it first
+    appears; answers which findings appeared after a time."""
+
+    def __init__(self, out=sys.stdout, clock=lambda: int(time.time() * 1000)):
+        self.out, self.clock = out, clock
+        self.first_seen: dict[str, tuple[int, object]] = {}   # finding_id -> (wall ms, finding)
+        self.latest: dict[str, object] = {}
+        self.evaluations = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, findings, now_ms: int) -> None:
+        wall = self.clock()
+        with self.lock:
+            self.evaluations += 1
+            for f in findings:
+                self.latest[f.finding_id] = f
+                if f.finding_id not in self.first_seen and f.status.value == "open":
+                    self.first_seen[f.finding_id] = (wall, f)
+                    print(f"   >> {finding_line(f)}", file=self.out, flush=True)
+
+    def since(self, start_ms: int) -> list[tuple[int, object]]:
+        with self.lock:
+            return sorted(((t, self.latest.get(fid, f)) for fid, (t, f) in self.first_seen.items()
+                           if t >= start_ms), key=lambda x: x[0])
+
+
+# --- the summary --------------------------------------------------------------------------------
+
+@dataclass
+class FaultOutcome:
+    name: str
+    title: str
+    started_ms: int
+    detected_ms: int | None = None
+    findings: list = field(default_factory=list)        # (wall ms, Finding) that showed it
+    parts_seen: dict = field(default_factory=dict)       # part -> wall ms
+    action: str = "-"
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def detected(self) -> bool:
+        return self.detected_ms is not None
+
+    @property
+    def time_to_detect_s(self) -> float | None:
+        return None if self.detected_ms is None else (self.detected_ms - self.started_ms) / 1000
+
+    def to_json(self) -> dict:
+        return {"fault": self.name, "title": self.title, "detected": self.detected,
+                "time_to_detect_s": self.time_to_detect_s, "action": self.action,
+                "findings": [{"type": f.type.value, "entity": f.entity, "cause": f.cause,
+                              "incident_id": f.incident_id, "evidence": f.evidence,
+                              "seen_after_s": (t - self.started_ms) / 1000}
+                             for t, f in self.findings],
+                "parts_seen_after_s": {p: (t - self.started_ms) / 1000
+                                       for p, t in self.parts_seen.items()},
+                "notes": self.notes}
+
+
+def summary_table(outcomes: list[FaultOutcome]) -> str:
+    rows = [("fault", "detected", "time to detect", "finding", "action queued")]
+    for o in outcomes:
+        first = o.findings[0][1] if o.findings else None
+        rows.append((o.title, "yes" if o.detected else "NO",
+                     f"{o.time_to_detect_s:.0f} s" if o.detected else "-",
+                     f"{first.type.value} {first.entity}" if first else "-", o.action))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line]
+    for i, r in enumerate(rows):
+        out.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
+        if i == 0:
+            out.append(line)
+    out.append(line)
+    return "\n".join(out)
+
+
+# --- live mode ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DemoSettings:
+    warmup_s: float = 150.0          # healthy period before the first fault
+    detect_timeout_s: float = 300.0  # per fault
+    settle_s: float = 20.0           # after a fault is healed, before the next
+    exporter_port: int = 9464
+    rate_per_s: float = 40.0         # messages/s per workload producer
+
+
+SHORT = DemoSettings(warmup_s=120.0, detect_timeout_s=240.0, settle_s=10.0)
+
+
+def demo_config(config: Config) -> Config:
+    """The demo's cluster and lake: its own names and folders, broker settings the faults
+    need, and a pipeline trimmed for one machine (no bronze copy: the landing files are
+    the raw copy)."""
+    from faults.unclean_election import BROKER_CONFIG
+
+    root = config.work_dir / "demo"
+    brokers = {**BROKER_CONFIG, "log.cleaner.backoff.ms": "1000",
+               **config.local_cluster.extra_broker_config}
+    return config.with_overrides(
+        local_cluster={"name": DEMO_CLUSTER, "brokers": 3, "extra_broker_config": brokers},
+        spark={"storage_root": str(root / "lake")},
+        pipeline={"bronze_tables": False},
+        remediation={"enabled_actions": ["move_leadership", "restore_group_offsets",
+                                         "page_human"], "dry_run": True})
+
+
+def _check_port(port: int) -> None:
+    import socket
+
+    if not port:
+        return
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise DemoError(f"port {port} (the exporter) is in use: stop what holds it, or run "
+                            f"`kmon demo --exporter-port <free port>`") from None
+
+
+def preflight(config: Config, port: int) -> None:
+    from kmon.preflight import PreflightError, check_disk, check_java, check_python
+
+    try:
+        check_python()
+        check_java(config.jvm.java_home)
+        check_disk(config.work_dir)
+    except PreflightError as e:
+        raise DemoError(str(e)) from None
+    _check_port(port)
+
+
+def clean_previous(config: Config, say) -> None:
+    """A second run starts clean: stop a demo cluster left running, remove its data."""
     from kmon.local_cluster import LocalCluster
-    from kmon.spark_session import build_spark_session
 
-    p = Progress(TOTAL_STEPS)
-    lake_root = f"{config.work_dir}/demo/lake"
-    lake = Lake(lake_root)
-    cluster = LocalCluster(config, name="demo", owner_bound=not keep)
+    old = LocalCluster(config, name=DEMO_CLUSTER)
+    if old.nodes and any(r["state"] != "stopped" for r in old.status()):
+        say("stopping the cluster a previous demo left running")
+        old.stop()
+    shutil.rmtree(config.work_dir / "demo", ignore_errors=True)
+
+
+def _faults(brokers: int):
+    from faults.compaction_lag import CompactionLag
+    from faults.offset_rewind import OffsetRewinds
+    from faults.slow_broker import SlowBroker
+    from faults.unclean_election import UncleanElection
+
+    return [SlowBroker(broker=min(2, brokers)), OffsetRewinds(), CompactionLag(),
+            UncleanElection()]
+
+
+def _client_log_agent(config: Config, workload, groups: list[str], registry, lake, state_dir):
+    from ingest.agent_metrics import AgentMetrics
+    from ingest.client_log_agent import ClientLogAgent, ClientLogSource
+    from ingest.file_tailer import PositionStore
+    from ingest.supervisor import Supervised
+    from jobs.run import sink_factory
+
+    sources = [ClientLogSource(config.watch.cluster, f"{g}-consumer", workload.consumer_log(g),
+                               group_id=g, client_software="librdkafka") for g in groups]
+    for s in sources:
+        s.path.touch()
+    agent = ClientLogAgent(sources, sink_factory(config, lake)("client-log"),
+                           PositionStore(state_dir / "client-log.json"),
+                           AgentMetrics(registry, "client-log"))
+    return Supervised("client-log", agent, 1.0)
+
+
+def _action_for(monitor, outcome: FaultOutcome) -> str:
+    """What the decision step did about the fault's findings (from gold.remediation_decisions)."""
+    if monitor.decisions is None or not outcome.findings:
+        return "-"
+    ids = [f.finding_id for _, f in outcome.findings]
+    try:
+        decisions = monitor.decisions.decisions.load(finding_ids=ids, since_ms=outcome.started_ms)
+    except Exception as e:  # noqa: BLE001 - the summary still prints
+        log.warning("reading decisions: %s", e)
+        return "?"
+    acted = [d for d in decisions if d.action is not None]
+    if acted:
+        return ", ".join(sorted({f"{d.action.kind.value} (dry run)" for d in acted}))
+    return ", ".join(sorted({f"none: {d.reason[:40]}" for d in decisions})) or "none"
+
+
+def run_demo(config: Config, *, keep: bool = False, short: bool = False,
+             exporter_port: int | None = None, summary_json: str | None = None,
+             faults: list[str] | None = None, capture_to: str | None = None,
+             out=sys.stdout) -> int:
+    from confluent_kafka.admin import NewTopic
+    from prometheus_client import CollectorRegistry
+
+    from faults.base import FaultContext
+    from faults.workload import ConsumerSpec, ProducerSpec, Workload, create_topics
+    from jobs.run import Monitor, build_agents
+    from kmon.local_cluster import LocalCluster
+
+    settings = SHORT if short else DemoSettings()
+    port = settings.exporter_port if exporter_port is None else exporter_port
+    config = demo_config(config)
+    preflight(config, port)
+    selected = _faults(config.local_cluster.brokers)
+    if faults:
+        unknown = set(faults) - {f.name for f in selected}
+        if unknown:
+            raise DemoError(f"unknown fault(s) {', '.join(sorted(unknown))}: choose from "
+                            f"{', '.join(f.name for f in selected)}")
+        selected = [f for f in selected if f.name in faults]
+    p = Progress(6, out)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        if not stop.is_set():
+            print(f"\nkmon demo: {signal.Signals(signum).name}: stopping the faults, the "
+                  f"workload, the pipeline and the cluster...", file=out, flush=True)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    cluster = workload = monitor = None
+    ctx = None
+    outcomes: list[FaultOutcome] = []
     try:
         p.step(f"starting a real {config.local_cluster.brokers}-broker Kafka cluster (KRaft)")
-        import shutil
-        shutil.rmtree(f"{config.work_dir}/demo", ignore_errors=True)  # a second run starts clean
+        clean_previous(config, p.note)
+        cluster = LocalCluster(config, name=DEMO_CLUSTER, owner_bound=not keep)
         cluster.start()
         p.note(f"bootstrap.servers={cluster.bootstrap_servers}")
+        if stop.is_set():
+            return 130
 
-        p.step(f"running the workload with the request log agent following every broker: "
-               f"{messages:,} orders (acks=all), {messages:,} clicks (acks=1), a compacted "
-               f"topic, consumer group 'billing'")
+        p.step("workload: orders (acks=all, group billing), clicks (acks=1, group analytics), "
+               "compacted customers, ledger (unclean election allowed)")
+        workload = Workload(cluster.bootstrap_servers, config.work_dir / "demo" / "clients")
+        create_topics(cluster.bootstrap_servers, [
+            NewTopic("orders", 6, 3, config={"min.insync.replicas": "2"}),
+            NewTopic("clicks", 6, 3)])
+        ctx = FaultContext(cluster, workload, say=lambda t: p.note(t), stop=stop)
+        for f in selected:
+            f.prepare(ctx)
+        rate = settings.rate_per_s
+        workload.start_producer(ProducerSpec("orders-producer", "orders", rate, acks="all"))
+        workload.start_producer(ProducerSpec("clicks-producer", "clicks", rate, acks="1"))
+        workload.start_consumer(ConsumerSpec("billing", ("orders",)))
+        workload.start_consumer(ConsumerSpec("analytics", ("clicks",)))
+
+        p.step("agents, streaming pipeline, detectors, remediation decisions, exporter "
+               "(Spark local mode with Delta)")
         registry = CollectorRegistry()
-        metrics = AgentMetrics(registry, "request-log-agent")
-        agent = RequestLogAgent(
-            [RequestLogSource("local", n.node_id, n.request_log) for n in cluster.nodes],
-            LandingSink(lake.landing_root, "request-log-agent"),
-            PositionStore(f"{config.work_dir}/demo/agent-positions.json"), metrics)
-        stop_agent = threading.Event()
-        agent_thread = threading.Thread(target=agent.run, args=(stop_agent, 1.0), daemon=True)
-        agent_thread.start()
-        w = _workload(cluster, messages, p)
-        p.note(f"consumed {w['consumed']:,} orders")
+        tracker = FindingTracker(out)
+        monitor = Monitor(config, registry=registry, watched_bootstrap=cluster.bootstrap_servers,
+                          cluster_sizes={config.watch.cluster: len(cluster.nodes)},
+                          on_findings=[tracker])
+        state_dir = config.work_dir / "demo" / "agent-state"
+        monitor.agents = build_agents(config, registry, monitor.lake, state_dir, cluster) + [
+            _client_log_agent(config, workload, sorted(workload.consumer_specs), registry,
+                              monitor.lake, state_dir)]
+        monitor.start(port, out)
+        threading.Thread(target=monitor.health_loop, args=(stop,), daemon=True).start()
 
-        p.step("request log agent: draining the last lines into the landing folder")
-        stop_agent.set()
-        agent_thread.join(60)
-        count = lambda outcome: registry.get_sample_value(  # noqa: E731
-            "kmon_agent_records_total", {"agent": "request-log-agent",
-                                         "stream": "request_stages", "outcome": outcome}) or 0
-        published, quarantined = count("published"), count("quarantined")
-        p.note(f"{published:,.0f} request records published, {quarantined:,.0f} quarantined at the edge")
+        p.step(f"healthy warm-up ({settings.warmup_s:.0f} s): the detectors learn normal "
+               f"latency; nothing may be flagged")
+        warm_start = int(time.time() * 1000)
+        _wait_healthy(monitor, tracker, settings.warmup_s, stop, p)
+        healthy = tracker.since(warm_start)
+        p.note(f"healthy run: {len(healthy)} finding(s) in {settings.warmup_s:.0f} s, "
+               f"{tracker.evaluations} detector evaluations")
 
-        p.step("starting Spark with Delta (local mode)")
-        spark = build_spark_session(config.with_overrides(spark={"storage_root": lake_root}))
-        once = {"availableNow": True}
-
-        p.step("bronze and silver: landing -> bronze.request_stages -> silver.request_stages "
-               "(+ quarantine); Kafka source: topic orders -> bronze.orders")
-        pipeline = Pipeline(spark, lake, config.pipeline,
-                            streams=(stream("request_stages"), stream(QUARANTINE)))
-        pipeline.process_available()
-        start_bronze(from_kafka(spark, {"kafka.bootstrap.servers": cluster.bootstrap_servers},
-                                "orders"), lake, "orders", once).awaitTermination()
-
-        p.step("gold: stage percentiles per broker, API and minute (and per 10 s)")
-        tables = register_tables(spark, lake)
+        p.step(f"causing {len(selected)} faults, one after another")
+        for i, fault in enumerate(selected, 1):
+            if stop.is_set():
+                break
+            p.note(f"--- fault {i}/{len(selected)}: {fault.title} ---")
+            outcome = _cause(fault, ctx, tracker, settings, stop, p, monitor)
+            outcome.action = _action_for(monitor, outcome)
+            outcomes.append(outcome)
+            status = (f"detected in {outcome.time_to_detect_s:.0f} s" if outcome.detected
+                      else f"NOT detected within {settings.detect_timeout_s:.0f} s")
+            p.note(f"{fault.title}: {status}")
+            if i < len(selected) and not stop.is_set():
+                stop.wait(settings.settle_s)
 
         p.step("summary")
-        summary = spark.sql("""
-            SELECT broker, api, count(*) AS requests,
-                   round(percentile_approx(total_ms, 0.99), 1) AS total_p99_ms,
-                   round(percentile_approx(request_queue_ms, 0.99), 1) AS queue_p99,
-                   round(percentile_approx(local_ms, 0.99), 1) AS local_p99,
-                   round(percentile_approx(remote_ms, 0.99), 1) AS remote_p99,
-                   round(percentile_approx(send_ms, 0.99), 1) AS send_p99
-            FROM silver.request_stages
-            WHERE api IN ('Produce', 'Fetch') AND NOT is_controller_traffic
-            GROUP BY broker, api ORDER BY api, broker""").collect()
-        print(f"\n{'broker':>6} {'api':8} {'requests':>9} {'total p99':>10} {'queue':>7} "
-              f"{'local':>7} {'remote':>7} {'send':>7}   (ms)")
-        for r in summary:
-            print(f"{r.broker:>6} {r.api:8} {r.requests:>9,} {r.total_p99_ms:>10} {r.queue_p99:>7} "
-                  f"{r.local_p99:>7} {r.remote_p99:>7} {r.send_p99:>7}")
-        counts = {t: spark.table(t).count() for t in tables}
-        quarantined = counts.get(f"silver.{QUARANTINE}", 0)
-        print("\nDelta tables (under " + lake_root + "):")
-        for t, c in counts.items():
-            print(f"  {t:30s} {c:>9,} rows")
-        print(f"\nquarantined rows: {quarantined:,}; orders in Delta via the Kafka source: "
-              f"{counts.get('bronze.orders', 0):,} of {w['produced']:,}")
-        print("Fetch from consumers waits up to fetch.max.wait.ms (500 ms) in Remote time on a "
-              "quiet topic: that is purgatory, not slowness.")
-        spark.stop()
-        if keep:
-            print(f"\ncluster left running: bootstrap.servers={cluster.bootstrap_servers}; "
-                  "stop it with `kmon cluster down --name demo`")
-        return 0
+        print("\n" + summary_table(outcomes), file=out, flush=True)
+        if healthy:
+            print(f"\nhealthy warm-up flagged {len(healthy)} finding(s): "
+                  + "; ".join(finding_line(f) for _, f in healthy), file=out)
+        report = _write_report(monitor, config, outcomes, out)
+        lake_root = config.storage_root
+        print(f"\nincident report: {report or '(not written)'}", file=out)
+        print(f"exporter: http://127.0.0.1:{port}/metrics (while the demo runs)", file=out)
+        print(f"Delta tables under {lake_root}; query them with\n"
+              f"  KMON__SPARK__STORAGE_ROOT={lake_root} ./kmonw sql \"SELECT type, entity, "
+              f"cause, status FROM gold.anomalies ORDER BY first_seen_ms\"", file=out, flush=True)
+        if capture_to:
+            import dataclasses
+
+            from detectors.inputs import describe_compacted_topics
+            configs = describe_compacted_topics({"bootstrap.servers": cluster.bootstrap_servers},
+                                                config.watch.cluster)
+            capture(Path(config.storage_root) / "landing", outcomes, warm_start,
+                    int(time.time() * 1000), [dataclasses.asdict(c) for c in configs],
+                    Path(capture_to), out)
+        if summary_json:
+            Path(summary_json).write_text(json.dumps({
+                "healthy_findings": [finding_line(f) for _, f in healthy],
+                "faults": [o.to_json() for o in outcomes], "report": str(report or ""),
+                "lake": lake_root}, indent=2, default=str))
+        if stop.is_set():
+            return 130
+        return 0 if all(o.detected for o in outcomes) and len(outcomes) == len(selected) else 1
     finally:
-        if not keep:
+        for f in selected:
+            try:
+                if ctx is not None:
+                    f.heal(ctx)
+            except Exception as e:  # noqa: BLE001 - keep tearing down
+                log.warning("healing %s: %s", f.name, e)
+        if workload is not None:
+            workload.stop()
+        if monitor is not None:
+            monitor.stop()
+        if cluster is not None and not keep:
             cluster.stop()
+        elif cluster is not None:
+            print(f"\ncluster left running: bootstrap.servers={cluster.bootstrap_servers}; "
+                  f"stop it with `kmon cluster down --name {DEMO_CLUSTER}`", file=out)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _wait_healthy(monitor, tracker: FindingTracker, seconds: float, stop: threading.Event,
+                  p: Progress) -> None:
+    end = time.monotonic() + seconds
+    while not stop.is_set() and time.monotonic() < end:
+        stop.wait(min(15.0, max(0.0, end - time.monotonic())))
+        monitor.pipeline.check()
+        p.note(f"warming up: {tracker.evaluations} detector evaluations, "
+               f"{_silver_batches(monitor)} silver batches so far")
+
+
+def _silver_batches(monitor) -> int:
+    n = 0
+    for q in list(monitor.pipeline.queries):
+        if q.name.startswith("silver_") and q.lastProgress:
+            n += int(q.lastProgress["batchId"]) + 1
+    return n
+
+
+def _cause(fault, ctx, tracker: FindingTracker, settings: DemoSettings, stop: threading.Event,
+           p: Progress, monitor) -> FaultOutcome:
+    from faults.base import FaultRun
+
+    started = int(time.time() * 1000)
+    run = FaultRun(fault.name, started)
+    outcome = FaultOutcome(fault.name, fault.title, started, notes=run.notes)
+
+    def check() -> bool:
+        for t, f in tracker.since(started):
+            part = fault.part_of(f)
+            if part is not None and part not in outcome.parts_seen:
+                outcome.parts_seen[part] = t
+                outcome.findings.append((t, f))
+        if set(outcome.parts_seen) >= set(fault.parts):
+            outcome.detected_ms = max(outcome.parts_seen.values())
+            return True
+        return False
+
+    deadline = time.monotonic() + settings.detect_timeout_s
+    last_note = [time.monotonic()]
+
+    def done() -> bool:
+        """Detected, timed out or stopping; prints progress every 15 s meanwhile."""
+        monitor.pipeline.check()
+        if time.monotonic() - last_note[0] >= 15:
+            last_note[0] = time.monotonic()
+            p.note(f"waiting for the detectors: {(time.time() * 1000 - started) / 1000:.0f} s "
+                   f"since the fault started, {tracker.evaluations} evaluations so far")
+        return check() or time.monotonic() > deadline or stop.is_set()
+
+    try:
+        if fault.name == "slow_broker":
+            fault.inject(ctx, run, until=done)
+        else:
+            fault.inject(ctx, run)
+        run.injected_ms = int(time.time() * 1000)
+        while not done():
+            stop.wait(1.0)
+    finally:
+        fault.heal(ctx)
+    # Every finding that appeared during the fault, for the record (related effects too).
+    outcome.notes["all_findings"] = [finding_line(f) for _, f in tracker.since(started)]
+    return outcome
+
+
+def _write_report(monitor, config: Config, outcomes: list[FaultOutcome], out) -> Path | None:
+    """The incident report of the unclean-election chain (else of the whole demo)."""
+    from reports.incident import ReportError, build_report
+    from reports.render import render_html
+
+    chain = next((f for o in outcomes if o.name == "unclean_election"
+                  for _, f in o.findings if f.incident_id), None)
+    path = config.work_dir / "demo" / "incident-report.html"
+    try:
+        if chain is not None:
+            data = build_report(monitor.spark, monitor.lake, incident_id=chain.incident_id)
+        elif outcomes:
+            data = build_report(monitor.spark, monitor.lake, start_ms=outcomes[0].started_ms,
+                                end_ms=int(time.time() * 1000), cluster=config.watch.cluster)
+        else:
+            return None
+    except (ReportError, ValueError) as e:
+        print(f"report: {e}", file=out)
+        return None
+    path.write_text(render_html(data), encoding="utf-8")
+    return path
+
+
+# --- capture (for the replay mode) --------------------------------------------------------------
+
+REQUEST_HISTORY_S = 180   # request timings kept before the slow-broker fault (the baseline)
+
+
+def capture(lake_landing: Path, outcomes: list["FaultOutcome"], start_ms: int, end_ms: int,
+            topic_configs: list[dict], dest: Path = CAPTURE_DIR, out=sys.stdout) -> Path:
+    """Keep a demo run's telemetry, small, for `kmon demo --replay`.
+
+    Every stream's landing files are kept gzipped, except request_stages (by far the
+    biggest), whose lines are kept only around the slow-broker fault: the other faults do
+    not need request timings, and without them the detectors simply see no traffic.
+    """
+    import gzip
+
+    shutil.rmtree(dest, ignore_errors=True)
+    slow = next((o for o in outcomes if o.name == "slow_broker"), None)
+    keep_from = (slow.started_ms - REQUEST_HISTORY_S * 1000) if slow else None
+    keep_until = (slow.detected_ms or end_ms) + 30_000 if slow else None
+    for stream_dir in sorted(p for p in Path(lake_landing).iterdir() if p.is_dir()):
+        target = dest / "landing" / stream_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for f in sorted(stream_dir.glob("*.jsonl")):
+            lines = f.read_bytes().splitlines(keepends=True)
+            if stream_dir.name == "request_stages":
+                if keep_from is None:
+                    continue
+                lines = [x for x in lines if keep_from <= json.loads(x).get("ts_ms", 0) <= keep_until]
+            if lines:
+                with gzip.open(target / (f.name + ".gz"), "wb") as g:
+                    g.writelines(lines)
+    manifest = {"start_ms": start_ms, "end_ms": end_ms, "topic_configs": topic_configs,
+                "faults": [{"name": o.name, "started_ms": o.started_ms,
+                            "until_ms": o.detected_ms or end_ms} for o in outcomes]}
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    print(f"captured {_size_mb(dest):.1f} MB of telemetry in {dest}", file=out)
+    return dest
+
+
+# --- replay mode --------------------------------------------------------------------------------
+
+def run_replay(config: Config, *, summary_json: str | None = None, step_s: float | None = None,
+               out=sys.stdout) -> int:
+    """Captured telemetry of a demo run through the same pipeline and detectors; no cluster."""
+    from detectors.compaction_lag import CompactedTopicConfig
+    from jobs.detect import evaluate
+    from jobs.lake import Lake
+    from jobs.pipeline import Pipeline
+    from kmon.spark_session import build_spark_session
+
+    manifest_path = CAPTURE_DIR / "manifest.json"
+    if not manifest_path.exists():
+        raise DemoError(f"no captured telemetry at {CAPTURE_DIR}: run `kmon demo --capture` "
+                        f"once (or use the live `kmon demo`)")
+    manifest = json.loads(manifest_path.read_text())
+    root = config.work_dir / "demo-replay"
+    shutil.rmtree(root, ignore_errors=True)
+    config = config.with_overrides(spark={"storage_root": str(root / "lake")},
+                                   pipeline={"bronze_tables": False})
+    lake = Lake(config.storage_root)
+    p = Progress(4, out)
+    p.step(f"copying the captured telemetry ({_size_mb(CAPTURE_DIR):.1f} MB, "
+           f"{len(manifest['faults'])} faults) into a fresh lake")
+    for stream_dir in sorted((CAPTURE_DIR / "landing").iterdir()):
+        shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
+    p.step("starting Spark with Delta; every query once over the captured telemetry")
+    spark = build_spark_session(config)
+    try:
+        Pipeline(spark, lake, config.pipeline).process_available()
+        step = step_s or config.pipeline.detect_trigger_s
+        start, end = manifest["start_ms"], manifest["end_ms"]
+        topic_configs = [CompactedTopicConfig(**c) for c in manifest.get("topic_configs", [])]
+        times = list(range(start + int(step * 1000), end, int(step * 1000))) + [end]
+        p.step(f"replaying the detectors every {step:.0f} s of the captured "
+               f"{(end - start) / 60000:.0f} minutes ({len(times)} evaluations)")
+        tracker = FindingTracker(out)
+        for i, t in enumerate(times, 1):
+            tracker.clock = lambda t=t: t
+            tracker(evaluate(spark, lake, config, t, topic_configs=topic_configs), t)
+            if i % 10 == 0:
+                p.note(f"{i}/{len(times)} evaluations, {len(tracker.first_seen)} findings so far")
+        faults = {f.name: f for f in _faults(3)}
+        outcomes = []
+        for rec in manifest["faults"]:
+            fault = faults[rec["name"]]
+            o = FaultOutcome(fault.name, fault.title, rec["started_ms"])
+            for t, f in tracker.since(rec["started_ms"]):
+                part = fault.part_of(f)
+                if part is not None and part not in o.parts_seen and t <= rec["until_ms"]:
+                    o.parts_seen[part] = t
+                    o.findings.append((t, f))
+            if set(o.parts_seen) >= set(fault.parts):
+                o.detected_ms = max(o.parts_seen.values())
+            o.action = "(replay: no queue)"
+            outcomes.append(o)
+        p.step("summary (times are detector time on complete data, not pipeline latency)")
+        print("\n" + summary_table(outcomes), file=out)
+        print(f"\nDelta tables under {config.storage_root}", file=out, flush=True)
+        if summary_json:
+            Path(summary_json).write_text(json.dumps(
+                {"faults": [o.to_json() for o in outcomes], "lake": config.storage_root},
+                indent=2, default=str))
+        return 0 if all(o.detected for o in outcomes) else 1
+    finally:
+        spark.stop()
+
+
+def _size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6

@@ -73,7 +73,7 @@ class Pipeline:
             spark.createDataFrame([], silver.BATCH_SCHEMA).write.format("delta").save(batches)
         for s in self.streams:
             bpath = lake.table("bronze", s.name)
-            if not DeltaTable.isDeltaTable(spark, bpath):
+            if self.settings.bronze_tables and not DeltaTable.isDeltaTable(spark, bpath):
                 empty_bronze.write.format("delta").partitionBy("ingest_date").save(bpath)
             spath = lake.table("silver", s.name)
             if DeltaTable.isDeltaTable(spark, spath):
@@ -103,18 +103,33 @@ class Pipeline:
     def start(self, once: bool = False) -> list:
         """Start every query; `once` processes what is available now and stops."""
         st = self.settings
+        unknown = sorted(set(st.slow_streams) - {s.name for s in STREAMS})
+        if unknown:
+            raise ValueError(f"pipeline.slow_streams: unknown stream(s) {', '.join(unknown)} "
+                             f"(streams: {', '.join(s.name for s in STREAMS)})")
         trig = (lambda _s: {"availableNow": True}) if once else (
             lambda secs: {"processingTime": f"{secs} seconds"})
+        slow = trig(st.slow_trigger_s)
+        # Running continuously, a query runs a micro-batch only when rows came in: telemetry
+        # never stops, so windows still close and state is still evicted on the next batch,
+        # and the no-data batches (each a fixed cost of jobs and commits) are saved. A
+        # run-once keeps them: its last batch must close what the data allows.
+        self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", str(once).lower())
         self.ensure_tables()
         started = []
-        for s in self.streams:
-            started.append(bronze.start_bronze(self._raw(s), self.lake, s.name,
-                                               trig(st.bronze_trigger_s)))
+        if st.bronze_tables:
+            for s in self.streams:
+                started.append(bronze.start_bronze(
+                    self._raw(s), self.lake, s.name,
+                    slow if s.name in st.slow_streams else trig(st.bronze_trigger_s)))
         if once:
             _await(started)
         for s in self.streams:
-            started.append(silver.start_silver(self.spark, self.lake, s, trig(st.silver_trigger_s),
-                                               f"{st.dedupe_window_s} seconds", self.on_batch))
+            started.append(silver.start_silver(
+                self.spark, self.lake, s,
+                slow if s.name in st.slow_streams else trig(st.silver_trigger_s),
+                f"{st.dedupe_window_s} seconds", self.on_batch,
+                source=None if st.bronze_tables else bronze.with_ingest_time(self._raw(s))))
         if once:
             _await(started)
         names = {s.name for s in self.streams}
@@ -123,20 +138,20 @@ class Pipeline:
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_stages")
             started.append(gold.start_stage_percentiles(
                 self.spark, self.lake, "request_stages_1m", "1 minute", f"{lateness} seconds",
-                gold_trigger))
+                slow))
             started.append(gold.start_stage_percentiles(
                 self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
                 f"{st.fast_watermark_s} seconds", gold_trigger))
         if "offset_commits" in names:
             started.append(gold.start_offset_commits_1m(self.spark, self.lake,
-                                                        gold.COMMITS_WATERMARK, gold_trigger))
+                                                        gold.COMMITS_WATERMARK, slow))
         if {"offset_commits", "partition_offsets"} <= names:
-            started.append(gold.start_offset_lag_1m(self.spark, self.lake, gold_trigger,
+            started.append(gold.start_offset_lag_1m(self.spark, self.lake, slow,
                                                     st.offset_lag_lookback_days))
         if once:
             _await(started)
         for make in self.extra_queries:
-            started.append(make(gold_trigger))
+            started.append(make(trig(st.detect_trigger_s)))
         if once:
             _await(started)
         self.queries = started

@@ -87,41 +87,119 @@ def build_agents(config: Config, registry: CollectorRegistry, lake, state_dir: P
                            sink_for=sink_for, state_dir=state_dir, registry=registry)
 
 
+class Monitor:
+    """Everything `kmon run` runs, as one object the demo can start and stop too.
+
+    `start` builds the Spark session, the pipeline with the detector query (findings go
+    to the exporter, the remediation decision step and any `on_findings` listener), the
+    agents (`agents`, a list of `ingest.supervisor.Supervised`) and the exporter's HTTP
+    server; `stop` undoes it in the safe order (agents drain, queries finish their batch).
+    """
+
+    def __init__(self, config: Config, *, agents: list | None = None,
+                 registry: CollectorRegistry | None = None, watched_bootstrap: str | None = None,
+                 cluster_sizes: dict[str, int] | None = None,
+                 on_findings: list | None = None):
+        from jobs.lake import Lake
+        from kmon.exporter import KmonExporter
+
+        self.config = config
+        self.lake = Lake(config.storage_root)
+        self.registry = registry or CollectorRegistry()
+        self.exporter = KmonExporter(self.registry, clusters=(config.watch.cluster,))
+        self.agents = agents or []
+        self.watched_bootstrap = watched_bootstrap
+        self.cluster_sizes = cluster_sizes or {}
+        self.listeners = [self.exporter.set_findings, *(on_findings or [])]
+        self.spark = self.pipeline = self.supervisor = self.server = None
+        self.decisions = None
+
+    def start(self, exporter_port: int = 0, out=sys.stdout) -> None:
+        from ingest.supervisor import AgentSupervisor
+        from jobs.pipeline import Pipeline
+        from kmon.kafka_clients import spark_kafka_options
+        from kmon.spark_session import build_spark_session
+
+        config = self.config
+        kafka_options = (spark_kafka_options(config.telemetry, "telemetry")
+                         if config.pipeline.source == "kafka" else None)
+        self.spark = build_spark_session(config)
+        exporter = self.exporter
+        self.pipeline = Pipeline(
+            self.spark, self.lake, config.pipeline, kafka_options=kafka_options,
+            topic_prefix=config.telemetry.topic_prefix,
+            on_batch=lambda s: exporter.quarantined(s["stream"], s["rows_quarantined"]))
+        self.decisions = _decision_step(config, self.spark, self.lake,
+                                        self.watched_bootstrap)
+        if self.decisions is not None:
+            self.listeners.append(self._decide)
+        _add_detectors(self.pipeline, self.spark, self.lake, config, self._on_findings,
+                       self.watched_bootstrap)
+        self.pipeline.start()
+        if self.agents:
+            self.supervisor = AgentSupervisor(self.agents)
+            self.supervisor.start()
+        if exporter_port:
+            self.server, _ = exporter.serve(exporter_port)
+            print(f"exporter: http://127.0.0.1:{exporter_port}/metrics", file=out, flush=True)
+
+    def _on_findings(self, findings, now_ms: int) -> None:
+        for listener in self.listeners:
+            try:
+                listener(findings, now_ms)
+            except Exception:  # noqa: BLE001 - one listener failing must not stop detection
+                log.exception("handing findings to %s failed", getattr(listener, "__name__",
+                                                                       listener))
+
+    def _decide(self, findings, now_ms: int) -> None:
+        decisions = self.decisions.run(findings, now_ms, self.cluster_sizes)
+        for d in decisions:
+            log.info("remediation: %s on %s %s -> %s (%s)", d.anomaly_type, d.cluster, d.entity,
+                     d.outcome.value, d.reason)
+
+    def health_loop(self, stop: threading.Event) -> None:
+        _report_health(self.pipeline, self.exporter, stop)
+
+    def stop(self) -> None:
+        if self.supervisor:
+            self.supervisor.stop()
+            self.supervisor = None
+        if self.pipeline:
+            self.pipeline.stop()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server = None
+        if self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+
+
 def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
         exporter_port: int | None = None, out=sys.stdout) -> int:
-    from ingest.supervisor import AgentSupervisor
-    from jobs.lake import Lake
-    from jobs.pipeline import Pipeline
-    from kmon.exporter import KmonExporter
-    from kmon.kafka_clients import spark_kafka_options
-    from kmon.spark_session import build_spark_session
-
-    lake = Lake(config.storage_root)
     registry = CollectorRegistry()
-    exporter = KmonExporter(registry, clusters=(config.watch.cluster,))
-    supervisor = None
-    if agents:
-        if config.watch.bootstrap_servers:
-            raise RunError("embedded agents follow a local cluster's files; with "
-                           "watch.bootstrap_servers set, run `kmon run --no-agents` here and "
-                           "`kmon agent ...` on the broker hosts")
-        supervisor = AgentSupervisor(build_agents(config, registry, lake,
-                                                  config.work_dir / "agent-state"))
-    kafka_options = (spark_kafka_options(config.telemetry, "telemetry")
-                     if config.pipeline.source == "kafka" else None)
-    print(f"kmon run: lake {config.storage_root}, source {config.pipeline.source}", file=out,
-          flush=True)
-    spark = build_spark_session(config)
-    pipeline = Pipeline(spark, lake, config.pipeline, kafka_options=kafka_options,
-                        topic_prefix=config.telemetry.topic_prefix,
-                        on_batch=lambda s: exporter.quarantined(s["stream"], s["rows_quarantined"]))
+    lake_agents = []
     local = None
+    cluster = None
+    if agents and config.watch.bootstrap_servers:
+        raise RunError("embedded agents follow a local cluster's files; with "
+                       "watch.bootstrap_servers set, run `kmon run --no-agents` here and "
+                       "`kmon agent ...` on the broker hosts")
     if not config.watch.bootstrap_servers:
         try:
-            local = _local_cluster(config).bootstrap_servers
+            cluster = _local_cluster(config)
+            local = cluster.bootstrap_servers
         except RunError:
-            local = None  # jobs only, e.g. replaying landed telemetry
-    _add_detectors(pipeline, spark, lake, config, exporter, local)
+            if agents:
+                raise
+            cluster = None  # jobs only, e.g. replaying landed telemetry
+    monitor = Monitor(config, registry=registry, watched_bootstrap=local,
+                      cluster_sizes={config.watch.cluster: len(cluster.nodes)} if cluster else None)
+    if agents:
+        lake_agents = build_agents(config, registry, monitor.lake, config.work_dir / "agent-state",
+                                   cluster)
+        monitor.agents = lake_agents
+    print(f"kmon run: lake {config.storage_root}, source {config.pipeline.source}", file=out,
+          flush=True)
     stop = threading.Event()
 
     def on_signal(signum, _frame):
@@ -130,28 +208,15 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    server = None
     try:
-        pipeline.start()
-        if supervisor:
-            supervisor.start()
         port = config.pipeline.exporter_port if exporter_port is None else exporter_port
-        if port:
-            server, _ = exporter.serve(port)
-            print(f"exporter: http://127.0.0.1:{port}/metrics", file=out, flush=True)
+        monitor.start(port, out)
         if duration_s:
             threading.Timer(duration_s, stop.set).start()
-        health = threading.Thread(target=_report_health, args=(pipeline, exporter, stop),
-                                  daemon=True)
-        health.start()
-        pipeline.run_until_stopped(stop, out)
+        threading.Thread(target=monitor.health_loop, args=(stop,), daemon=True).start()
+        monitor.pipeline.run_until_stopped(stop, out)
     finally:
-        if supervisor:
-            supervisor.stop()
-        pipeline.stop()
-        if server is not None:
-            server.shutdown()
-        spark.stop()
+        monitor.stop()
         for s, h in previous.items():
             signal.signal(s, h)
         print("kmon run: stopped; checkpoints are consistent, a restart resumes here",
@@ -159,8 +224,29 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
     return 0
 
 
-def _add_detectors(pipeline, spark, lake, config, exporter, bootstrap: str | None) -> None:
-    """The detector query (every trigger, gold.anomalies) feeding the exporter.
+def _decision_step(config: Config, spark, lake, bootstrap: str | None):
+    """The remediation decision step on the watched cluster's queue topic, or None when
+    no cluster is reachable (jobs only). Actions stay disabled until enabled in config."""
+    from kmon.kafka_clients import librdkafka_config
+    from remediation.delta_tables import DeltaDecisionStore, DeltaResultStore
+    from remediation.queue import ActionPublisher, DecisionStep, ensure_queue_topic
+
+    if not (bootstrap or config.watch.bootstrap_servers):
+        return None
+    client = librdkafka_config(config.watch, "watch", bootstrap)
+    try:
+        ensure_queue_topic(client, config.remediation.topic)
+    except Exception as e:  # noqa: BLE001 - detection goes on without the queue
+        log.warning("remediation queue unavailable, decisions are not taken: %s", e)
+        return None
+    rem = config.remediation
+    return DecisionStep(rem, ActionPublisher(client, rem.topic),
+                        DeltaDecisionStore(spark, lake, rem.decisions_table),
+                        DeltaResultStore(spark, lake, rem.results_table))
+
+
+def _add_detectors(pipeline, spark, lake, config, on_findings, bootstrap: str | None) -> None:
+    """The detector query (every trigger, gold.anomalies) handing findings to `on_findings`.
 
     Compacted topics' configs (for the compaction-lag contract) come from the watched
     cluster when it is reachable: `bootstrap` (the local cluster) or watch.bootstrap_servers.
@@ -176,7 +262,7 @@ def _add_detectors(pipeline, spark, lake, config, exporter, bootstrap: str | Non
             lambda: describe_compacted_topics(admin, config.watch.cluster))
     pipeline.extra_queries.append(
         lambda trigger: start_detector_query(spark, lake, config, trigger,
-                                             on_findings=exporter.set_findings,
+                                             on_findings=on_findings,
                                              topic_configs=topic_configs))
 
 

@@ -10,7 +10,7 @@ watermark, and in each micro-batch splits rows by the table's rules (jobs/valida
   lateness bound behind the newest event time seen so far go to ``silver.quarantine``
   (schemas/quarantine.py) with the reason and the raw value;
 - rows that are late but within the bound are kept and counted;
-- one row per micro-batch goes to ``gold.pipeline_batches`` with the counts (rows in,
+- one row per micro-batch that read rows goes to ``gold.pipeline_batches`` with the counts (rows in,
   valid, quarantined, late, duplicates dropped) and the event-time high water.
 
 All three writes are idempotent per batch (Delta txnAppId/txnVersion), so a restart that
@@ -179,10 +179,18 @@ def partition_columns(stream: Stream) -> tuple[str, ...]:
 
 
 def start_silver(spark: SparkSession, lake: Lake, stream: Stream, trigger: dict | None = None,
-                 dedupe_window: str = "10 minutes", on_batch=None):
-    """Start silver_<stream>. `on_batch(stats_row_dict)` is called after each batch."""
+                 dedupe_window: str = "10 minutes", on_batch=None,
+                 source: DataFrame | None = None):
+    """Start silver_<stream>. `on_batch(stats_row_dict)` is called after each batch.
+
+    It reads bronze.<stream>, or `source` (rows in the bronze shape straight from the
+    landing folder or the telemetry topic) when the pipeline keeps no bronze tables; the
+    two read different sources, so each has its own checkpoint.
+    """
     query = f"silver_{stream.name}"
-    bronze = spark.readStream.format("delta").load(lake.table("bronze", stream.name))
+    checkpoint = lake.checkpoint(query if source is None else f"{query}_from_source")
+    bronze = (source if source is not None
+              else spark.readStream.format("delta").load(lake.table("bronze", stream.name)))
     decoded = (decode(bronze, stream.table)
                .withWatermark("ingest_ts", dedupe_window)
                .dropDuplicatesWithinWatermark(["dedupe_key"]))
@@ -203,6 +211,11 @@ def start_silver(spark: SparkSession, lake: Lake, stream: Stream, trigger: dict 
                 F.sum((F.col("_reason") == "late_beyond_watermark").cast("long")).alias("late_out"),
                 F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"),
             ).first()
+            if not counts["rows_in"]:
+                # Nothing came in (a no-data batch moving the watermark): no commits at all;
+                # gold.pipeline_batches holds the batches that read rows.
+                memo.update(batch=batch_id, hw=hw_before)
+                return
             append_once(valid_rows(flat, stream), silver_path, query, batch_id,
                         partition_columns(stream))
             if stream.name == QUARANTINE or counts["rows_valid"] != counts["rows_in"]:
@@ -225,6 +238,6 @@ def start_silver(spark: SparkSession, lake: Lake, stream: Stream, trigger: dict 
             flat.unpersist()
 
     writer = (decoded.writeStream.queryName(query)
-              .option("checkpointLocation", lake.checkpoint(query))
+              .option("checkpointLocation", checkpoint)
               .foreachBatch(write_batch))
     return writer.trigger(**(trigger or {"processingTime": "5 seconds"})).start()

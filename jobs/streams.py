@@ -45,6 +45,8 @@ STREAMS: tuple[Stream, ...] = (
     Stream("client_offset_events", "client log lines about offset resets and out-of-range"),
     Stream("client_stats", "librdkafka client statistics"),
     Stream("offset_commits", "__consumer_offsets commits and tombstones", lateness_s=None),
+    Stream("group_members", "__consumer_offsets group metadata: members after each change",
+           lateness_s=None),
     Stream("partition_offsets", "partition earliest/latest offsets polled from the brokers"),
     Stream(QUARANTINE, "inputs the agents could not parse, with the reason", lateness_s=None),
 )

@@ -114,8 +114,13 @@ def _print_status(cl) -> None:
 
 
 def cmd_demo(args, config) -> int:
-    from jobs.demo import run_demo
-    return run_demo(config, keep=args.keep, messages=args.messages)
+    from jobs.demo import run_demo, run_replay
+    if args.replay:
+        return run_replay(config, summary_json=args.summary_json)
+    return run_demo(config, keep=args.keep, short=args.short, exporter_port=args.exporter_port,
+                    summary_json=args.summary_json,
+                    faults=args.faults.split(",") if args.faults else None,
+                    capture_to=args.capture)
 
 
 def cmd_run(args, config) -> int:
@@ -299,10 +304,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="`up`: restart the existing cluster with its data instead of a fresh one")
     sp.add_argument("--delete", action="store_true", help="`down`: also delete its data and logs")
 
-    sp = add("demo", "Run the main job on its embedded default: a real local cluster, a workload, "
-                     "the pipeline, and a summary", "kmon demo")
-    sp.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
-    sp.add_argument("--messages", type=int, default=20000, help="messages the workload produces")
+    sp = add("demo", "Run the main job on its embedded default: a real local 3-broker cluster, a "
+                     "workload, agents, the streaming pipeline, detectors and the exporter; then "
+                     "four real faults (slow broker, offset rewinds, compaction lag, unclean "
+                     "election) and a summary of what was detected and how fast (about 20 "
+                     "minutes on 2 cores; --short about 15; --replay about 3 with no cluster)",
+             "kmon demo   |   kmon demo --short --faults slow_broker   |   kmon demo --replay")
+    sp.add_argument("--keep", action="store_true",
+                    help="leave the cluster and the lake for a look around")
+    sp.add_argument("--short", action="store_true",
+                    help="shorter warm-up and waits (what the test runs)")
+    sp.add_argument("--faults", help="comma-separated subset: slow_broker,offset_rewind,"
+                                     "compaction_lag,unclean_election")
+    sp.add_argument("--exporter-port", type=int, default=None,
+                    help="port of the Prometheus exporter (default 9464; 0 = off)")
+    sp.add_argument("--replay", action="store_true",
+                    help="no cluster: feed the telemetry captured from a demo run (demo/capture) "
+                         "through the same pipeline and detectors")
+    sp.add_argument("--summary-json", help="also write the summary as JSON to this file")
+    sp.add_argument("--capture", metavar="DIR",
+                    help="keep this run's telemetry (small, gzipped) in DIR for --replay "
+                         "(the repository's copy is demo/capture)")
 
     sp = add("run", "Run the whole pipeline until Ctrl-C: agents, bronze/silver/gold queries, "
                     "detectors and the Prometheus exporter, with progress per query",

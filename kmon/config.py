@@ -83,19 +83,33 @@ class PipelineSection:
                        "JSON-lines files under <storage_root>/landing) or 'kafka' (telemetry topics "
                        "on the monitoring Kafka, see [telemetry])", "landing",
                        choices=("landing", "kafka"))
-    bronze_trigger_s: float = _key("Micro-batch interval of the bronze queries, seconds", 2.0,
+    bronze_tables: bool = _key("Keep bronze.<stream> tables, a replayable copy of every raw "
+                               "record. false: silver reads the landing folder or the "
+                               "telemetry topic itself (one streaming query per stream fewer; "
+                               "the landing files, or the topic's retention, are then the raw "
+                               "copy). Changing it starts silver from new checkpoints", True)
+    bronze_trigger_s: float = _key("Micro-batch interval of the bronze queries, seconds", 5.0,
                                    min=0.5, max=3600)
-    silver_trigger_s: float = _key("Micro-batch interval of the silver queries, seconds", 4.0,
+    silver_trigger_s: float = _key("Micro-batch interval of the silver queries, seconds", 10.0,
                                    min=0.5, max=3600)
-    gold_trigger_s: float = _key("Micro-batch interval of the gold queries, seconds", 5.0,
-                                 min=0.5, max=3600)
+    gold_trigger_s: float = _key("Micro-batch interval of gold.request_stages_10s (what the "
+                                 "slow-broker detector reads), seconds", 10.0, min=0.5, max=3600)
+    detect_trigger_s: float = _key("How often the detectors evaluate, seconds", 20.0, min=1,
+                                   max=3600)
+    slow_trigger_s: float = _key("Micro-batch interval of the queries no detector waits for "
+                                 "(slow_streams, the per-minute gold tables), seconds: each "
+                                 "micro-batch has a fixed cost, so on a small machine fewer of "
+                                 "them leave room for the ones that matter", 60.0, min=0.5,
+                                 max=3600)
+    slow_streams: list = _key("Streams whose bronze and silver queries run on slow_trigger_s",
+                              ["client_stats", "partition_offsets", "quarantine"])
     dedupe_window_s: int = _key("How long silver remembers record ids to drop repeats an agent "
                                 "re-sent after a crash (state is bounded by this)", 600,
                                 min=10, max=86400)
     fast_window_s: int = _key("Window of gold.request_stages_10s, seconds", 10, min=1, max=60)
     fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "
                                  "after the newest row (rows later than this are counted in the "
-                                 "query progress and kept by the minute table)", 20, min=1, max=600)
+                                 "query progress and kept by the minute table)", 10, min=1, max=600)
     offset_lag_lookback_days: int = _key("How far back gold.offset_lag_1m looks for a group's "
                                          "last commit", 7, min=1, max=365)
     max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query",

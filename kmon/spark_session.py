@@ -21,6 +21,12 @@ from kmon.jvm_deps import JvmDeps
 log = logging.getLogger(__name__)
 
 _LOG4J2 = Path(__file__).parent / "resources" / "spark-log4j2.properties"
+# Local mode runs dozens of small micro-batches, each planned and code-generated anew: the
+# optimizing JIT (C2) spends a core compiling code that runs for milliseconds, and G1's
+# concurrent threads compete with the tasks on a small machine. C1 alone and the
+# throughput collector with two threads leave that CPU to the queries.
+_LOCAL_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=256m",
+                      "-XX:+UseParallelGC", "-XX:ParallelGCThreads=2"]
 
 
 def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
@@ -42,13 +48,18 @@ def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.databricks.delta.optimizeWrite.enabled": "true",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J2}",
+        "spark.driver.extraJavaOptions": " ".join([f"-Dlog4j2.configurationFile=file:{_LOG4J2}",
+                                                   *(_LOCAL_JVM_OPTIONS
+                                                     if s.master.startswith("local") else [])]),
         "spark.ui.showConsoleProgress": "false",
     }
     if s.master.startswith("local"):
         # Delta rebuilds table state with 50 tasks by default: right for a cluster,
         # pure overhead on two local cores.
         conf["spark.databricks.delta.snapshotPartitions"] = "2"
+        # optimizeWrite adds a shuffle to every write to make big files: on one machine
+        # the micro-batches are small and that shuffle is a fixed cost per batch.
+        conf["spark.databricks.delta.optimizeWrite.enabled"] = "false"
     extra = {k: str(v) for k, v in s.extra_conf.items()}
     if jars and extra.pop("kmon.provided_jars", "false").lower() != "true":
         conf["spark.jars"] = ",".join(str(j) for j in jars)

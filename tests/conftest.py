@@ -17,11 +17,17 @@ from kmon.config import load_config
 TIER_BY_FOLDER = {"unit": "unit", "spark": "spark", "integration": "integration"}
 
 
+# Run first, before the session's cluster and Spark session exist: the demo starts its own
+# cluster and Spark, and on a small machine it is the test most sensitive to load.
+RUN_FIRST = ("test_demo.py",)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         folder = Path(str(item.fspath)).parent.name
         if folder in TIER_BY_FOLDER:
             item.add_marker(getattr(pytest.mark, TIER_BY_FOLDER[folder]))
+    items.sort(key=lambda item: Path(str(item.fspath)).name not in RUN_FIRST)
 
 
 @pytest.fixture(scope="session")

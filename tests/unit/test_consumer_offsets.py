@@ -154,3 +154,60 @@ def test_bad_bytes_give_malformed_with_both_halves_in_hex(key, value, reason):
     assert (got.source, got.reason, got.ts_ms) == ("consumer_offsets", reason, 3)
     assert got.raw == (f"key={key.hex() if key is not None else 'null'} "
                        f"value={value.hex() if value is not None else 'null'}")
+
+
+# ---- group metadata (stream group_members) -------------------------------------------------
+
+def parse_captured_group(r: dict):
+    return consumer_offsets.parse_group_record(
+        bytes.fromhex(r["key"]), bytes.fromhex(r["value"]) if r["value"] is not None else None,
+        cluster="test", source_partition=r["partition"], source_offset=r["offset"],
+        ts_ms=r["timestamp"])
+
+
+def test_captured_group_metadata_gives_members_and_client_ids():
+    joined = parse_captured_group(captured(9, 1))
+    assert joined["group_id"] == "rdkafka-unclean-group"
+    assert (joined["member_count"], joined["generation"], joined["value_version"]) == (1, 1, 3)
+    assert joined["client_ids"] == ["rdkafka-unclean-group-client"]
+    assert joined["protocol"] == "range" and joined["leader"].startswith("rdkafka-unclean-group")
+    assert list(joined) == list(consumer_offsets.GROUP_RECORD_FIELDS)
+    json.dumps(joined)
+
+
+def test_captured_empty_group_has_no_members():
+    empty = parse_captured_group(captured(9, 0))
+    assert empty["member_count"] == 0 and empty["client_ids"] == [] and not empty["is_tombstone"]
+
+
+def test_deleted_group_is_a_tombstone_with_no_members():
+    deleted = parse_captured_group(captured(1, 27))
+    assert deleted["is_tombstone"] and deleted["member_count"] == 0
+    assert deleted["group_id"] == "fixture-group" and deleted["ts_ms"] is not None
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("members", [[], [("m-1", "billing-1")],
+                                     [("m-1", "billing-1"), ("m-2", "billing-2"),
+                                      ("m-3", "billing-1")]],
+                         ids=["empty", "one", "three_two_clients"])
+def test_group_value_versions_round_trip(version, members):
+    key = consumer_offsets.encode_group_key("billing")
+    value = consumer_offsets.encode_group_value(members, generation=7, version=version,
+                                                state_ts_ms=1_700_000_000_000)
+    got = consumer_offsets.parse_group_record(key, value, cluster="c", ts_ms=5)
+    assert got["member_count"] == len(members) and got["generation"] == 7
+    assert got["client_ids"] == sorted({c for _, c in members})
+    assert got["state_ts_ms"] == (1_700_000_000_000 if version >= 2 else None)
+
+
+@pytest.mark.parametrize("value,reason", [
+    (lambda v: v[:-3], "truncated_value"),
+    (lambda v: v + b"\x00", "trailing_bytes"),
+    (lambda v: b"\x00\x09" + v[2:], "unknown_value_version:9"),
+], ids=["cut_short", "extra_bytes", "future_version"])
+def test_damaged_group_values_are_malformed(value, reason):
+    good = consumer_offsets.encode_group_value([("m-1", "c-1")], version=3)
+    got = consumer_offsets.parse_group_record(consumer_offsets.encode_group_key("g"),
+                                              value(good), cluster="c", ts_ms=1)
+    assert isinstance(got, Malformed) and got.reason == reason

@@ -1,0 +1,98 @@
+"""What every fault has: a name, how to cause it, how to undo it, what detects it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FaultRun:
+    """What happened when a fault was caused: wall-clock times and what the fault did."""
+    name: str
+    started_ms: int
+    injected_ms: int | None = None
+    notes: dict = field(default_factory=dict)
+
+
+class Fault:
+    """Subclasses set `name`, `title` and implement `inject`, `part_of`, `heal`.
+
+    A fault is detected when a finding has been seen for every one of its `parts` (the
+    rewinds fault has two: one per group); `part_of` maps a finding to the part it shows.
+    """
+
+    name = "fault"
+    title = "a fault"
+    parts: tuple[str, ...] = ("finding",)
+
+    def prepare(self, ctx: "FaultContext") -> None:
+        """Before the workload starts: create topics, set configs."""
+
+    def inject(self, ctx: "FaultContext", run: FaultRun) -> None:
+        raise NotImplementedError
+
+    def part_of(self, finding) -> str | None:
+        """Which of `parts` this finding (a detectors.findings.Finding) shows, if any."""
+        raise NotImplementedError
+
+    def heal(self, ctx: "FaultContext") -> None:
+        """Undo what `inject` left in place (resume a broker, restore a config)."""
+
+
+@dataclass
+class FaultContext:
+    """What faults act on. `say` prints a progress line; `stop` is set on Ctrl-C."""
+    cluster: object                      # kmon.local_cluster.LocalCluster
+    workload: object                     # faults.workload.Workload
+    say: Callable[[str], None] = print
+    stop: object = None                  # threading.Event
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    def admin(self, bootstrap: str | None = None):
+        from confluent_kafka.admin import AdminClient
+        return AdminClient({"bootstrap.servers": bootstrap or self.bootstrap})
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but return at once when stopping."""
+        if self.stop is not None:
+            self.stop.wait(seconds)
+        else:
+            time.sleep(seconds)
+
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float, ctx: FaultContext | None = None,
+             interval_s: float = 0.5) -> bool:
+    """Poll `check` until true; False (logged) after the timeout or when stopping."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ctx is not None and ctx.stopping():
+            return False
+        try:
+            if check():
+                return True
+        except Exception as e:  # noqa: BLE001 - brokers come and go during faults
+            log.debug("waiting for %s: %s", what, e)
+        time.sleep(interval_s)
+    log.warning("gave up waiting for %s after %.0fs", what, timeout_s)
+    return False
+
+
+def leader_and_isr(admin, topic: str, partition: int = 0) -> tuple[int, list[int]]:
+    md = admin.list_topics(topic=topic, timeout=5)
+    p = md.topics[topic].partitions[partition]
+    return p.leader, sorted(p.isrs)

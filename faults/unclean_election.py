@@ -1,0 +1,76 @@
+"""An unclean leader election and what follows it.
+
+Topic ``ledger`` has one partition on brokers 1 and 2 (replicas [1, 2]) with
+unclean.leader.election.enable=true, a producer with acks=1 and a consumer group
+``ledger-readers`` (auto.offset.reset=earliest). The fault:
+
+1. stops follower 2 (it leaves the ISR); writes go on to leader 1 alone;
+2. stops leader 1: the partition has no leader (and, the nodes being controllers too,
+   the KRaft quorum is down to one voter until 2 returns);
+3. restarts 2: the controller elects it although it is not in the ISR (unclean), and the
+   records only 1 had are gone;
+4. restarts 1: it truncates its log to the new leader's.
+
+The consumers were past the new leader's end: they hit OffsetOutOfRange (or a detected
+truncation), reset to the earliest offset and re-read. Expected: an unclean_election
+finding with the lost range, linked with the log truncation, the reset and the rewind of
+``ledger-readers`` into one incident.
+"""
+
+from __future__ import annotations
+
+from faults.base import Fault, FaultContext, FaultRun, leader_and_isr, wait_for
+from faults.workload import ConsumerSpec, ProducerSpec
+
+# Brokers settings this fault needs (LocalCluster extra_broker_config): KRaft's controller
+# looks for partitions to elect uncleanly every unclean.leader.election.interval.ms
+# (5 minutes by default).
+BROKER_CONFIG = {"unclean.leader.election.interval.ms": "2000"}
+
+
+class UncleanElection(Fault):
+    name = "unclean_election"
+    title = "unclean leader election (and its chain)"
+
+    def __init__(self, topic: str = "ledger", leader: int = 1, follower: int = 2,
+                 group: str = "ledger-readers", rate_per_s: float = 50):
+        self.topic, self.leader, self.follower, self.group = topic, leader, follower, group
+        self.producer = ProducerSpec(f"{topic}-producer", topic, rate_per_s, acks="1")
+        self.consumer = ConsumerSpec(group, (topic,), "earliest")
+
+    def prepare(self, ctx: FaultContext) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        from faults.workload import create_topics
+        create_topics(ctx.bootstrap, [NewTopic(
+            self.topic, 1, replica_assignment=[[self.leader, self.follower]],
+            config={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"})])
+        ctx.workload.start_producer(self.producer)
+        ctx.workload.start_consumer(self.consumer)
+
+    def inject(self, ctx: FaultContext, run: FaultRun) -> None:
+        cl = ctx.cluster
+        others = ",".join(n.bootstrap for n in cl.nodes if n.node_id != self.leader)
+        ctx.say(f"stopping follower {self.follower}; '{self.topic}' keeps taking writes on "
+                f"leader {self.leader} alone")
+        cl.stop_node(self.follower)
+        wait_for(f"ISR [{self.leader}]",
+                 lambda: leader_and_isr(ctx.admin(), self.topic)[1] == [self.leader], 60, ctx)
+        ctx.sleep(8)   # records only the leader has; the consumers read them
+        ctx.say(f"stopping leader {self.leader}; restarting the stale follower "
+                f"{self.follower}")
+        cl.stop_node(self.leader)
+        cl.restart(self.follower)
+        elected = wait_for(f"unclean leader {self.follower}",
+                           lambda: leader_and_isr(ctx.admin(others), self.topic)[0]
+                           == self.follower, 120, ctx)
+        run.notes["elected"] = elected
+        ctx.say(f"broker {self.follower} leads '{self.topic}' uncleanly; restarting "
+                f"{self.leader}, which truncates its log")
+        cl.restart(self.leader)
+        wait_for("both replicas back in the ISR",
+                 lambda: leader_and_isr(ctx.admin(), self.topic)[1]
+                 == sorted([self.leader, self.follower]), 120, ctx)
+
+    def part_of(self, finding) -> str | None:
+        return "finding" if finding.type.value == "unclean_election" else None

@@ -1,0 +1,192 @@
+"""A steady, realistic workload on the local cluster, in background threads.
+
+Producers send at a fixed rate (acks=all with idempotence, or acks=1), consumer groups
+read and commit every second, each consumer logging through librdkafka into
+``<log_dir>/<group>.log`` (``yyyy-MM-dd HH:mm:ss,SSS`` UTC stamp, then librdkafka's
+``FAC [client] ...`` message) for the client-log agent to follow. Faults stop and start
+consumers, and add topics with their own producers and groups.
+
+Every client survives brokers being paused, stopped and restarted: errors are counted
+and logged, never raised into the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProducerSpec:
+    name: str                 # client.id
+    topic: str
+    rate_per_s: float
+    acks: str = "all"
+    value_bytes: int = 200
+    key_space: int | None = None   # keys k0..k<n-1> (a compacted topic), else unkeyed
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    group: str
+    topics: tuple[str, ...]
+    auto_offset_reset: str = "earliest"
+
+    @property
+    def client_id(self) -> str:
+        return f"{self.group}-consumer"
+
+
+@dataclass
+class _Running:
+    thread: threading.Thread
+    stop: threading.Event
+    counts: dict = field(default_factory=lambda: {"messages": 0, "errors": 0})
+
+
+def _file_logger(path: Path, name: str) -> logging.Logger:
+    lg = logging.getLogger(f"kmon.workload.{name}")
+    lg.propagate = False
+    lg.setLevel(logging.INFO)
+    if not lg.handlers:
+        handler = logging.FileHandler(path)
+        fmt = logging.Formatter("%(asctime)s %(message)s")
+        fmt.converter = time.gmtime
+        handler.setFormatter(fmt)
+        lg.addHandler(handler)
+    return lg
+
+
+class Workload:
+    """Start producers and consumers; stop them one by one or all together."""
+
+    def __init__(self, bootstrap: str, log_dir: Path):
+        self.bootstrap = bootstrap
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.producers: dict[str, _Running] = {}
+        self.consumers: dict[str, _Running] = {}
+        self.consumer_specs: dict[str, ConsumerSpec] = {}
+
+    # ---- producers ---------------------------------------------------------------------
+
+    def start_producer(self, spec: ProducerSpec) -> None:
+        stop = threading.Event()
+        run = _Running(threading.Thread(target=self._produce, args=(spec, stop), daemon=True,
+                                        name=f"producer-{spec.name}"), stop)
+        self.producers[spec.name] = run
+        run.thread.start()
+
+    def _produce(self, spec: ProducerSpec, stop: threading.Event) -> None:
+        from confluent_kafka import Producer
+
+        counts = self.producers[spec.name].counts
+        conf = {"bootstrap.servers": self.bootstrap, "client.id": spec.name, "acks": spec.acks,
+                "linger.ms": 100, "message.timeout.ms": 30000,
+                "logger": _file_logger(self.log_dir / f"{spec.name}.log", spec.name)}
+        if spec.acks == "all":
+            conf["enable.idempotence"] = True
+
+        def delivered(err, _msg):
+            if err is not None:
+                counts["errors"] += 1
+
+        p = Producer(conf)
+        value = b"v" * spec.value_bytes
+        tick_s = 0.1   # produce in ticks of this length: few wake-ups, a steady rate
+        i, owed = 0, 0.0
+        while not stop.is_set():
+            owed += spec.rate_per_s * tick_s
+            while owed >= 1:
+                owed -= 1
+                key = f"k{i % spec.key_space}".encode() if spec.key_space else None
+                try:
+                    p.produce(spec.topic, key=key, value=value, on_delivery=delivered)
+                    counts["messages"] += 1
+                except BufferError:   # a paused broker: drop this tick's rest, do not burst
+                    owed = 0
+                except Exception as e:  # noqa: BLE001 - keep producing through faults
+                    counts["errors"] += 1
+                    log.debug("%s: %s", spec.name, e)
+                i += 1
+            p.poll(0)
+            stop.wait(tick_s)
+        p.flush(10)
+
+    # ---- consumers ---------------------------------------------------------------------
+
+    def start_consumer(self, spec: ConsumerSpec) -> None:
+        self.consumer_specs[spec.group] = spec
+        stop = threading.Event()
+        run = _Running(threading.Thread(target=self._consume, args=(spec, stop), daemon=True,
+                                        name=f"consumer-{spec.group}"), stop)
+        self.consumers[spec.group] = run
+        run.thread.start()
+
+    def consumer_log(self, group: str) -> Path:
+        return self.log_dir / f"{group}.log"
+
+    def _consume(self, spec: ConsumerSpec, stop: threading.Event) -> None:
+        from confluent_kafka import Consumer
+
+        counts = self.consumers[spec.group].counts
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": spec.group,
+                      "client.id": spec.client_id, "auto.offset.reset": spec.auto_offset_reset,
+                      "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
+                      "logger": _file_logger(self.consumer_log(spec.group), spec.group)})
+        c.subscribe(list(spec.topics))
+        try:
+            while not stop.is_set():
+                for m in c.consume(500, timeout=0.5):
+                    if m.error() is None:
+                        counts["messages"] += 1
+                    else:
+                        counts["errors"] += 1
+        finally:
+            try:
+                c.close()   # commits the position and leaves the group
+            except Exception as e:  # noqa: BLE001
+                log.debug("closing %s: %s", spec.group, e)
+
+    def stop_consumer(self, group: str, timeout_s: float = 30) -> None:
+        run = self.consumers.pop(group, None)
+        if run:
+            run.stop.set()
+            run.thread.join(timeout_s)
+
+    def restart_consumer(self, group: str) -> None:
+        self.stop_consumer(group)
+        self.start_consumer(self.consumer_specs[group])
+
+    # ---- all ---------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, dict]:
+        return {**{f"producer {k}": dict(v.counts) for k, v in self.producers.items()},
+                **{f"group {k}": dict(v.counts) for k, v in self.consumers.items()}}
+
+    def stop(self, timeout_s: float = 30) -> None:
+        for run in [*self.consumers.values(), *self.producers.values()]:
+            run.stop.set()
+        for run in [*self.consumers.values(), *self.producers.values()]:
+            run.thread.join(timeout_s)
+        self.consumers.clear()
+        self.producers.clear()
+
+
+def create_topics(bootstrap: str, topics: list, timeout_s: float = 60) -> None:
+    """Create topics (confluent_kafka NewTopic); ones that exist already are fine."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name, f in admin.create_topics(topics, operation_timeout=timeout_s).items():
+        try:
+            f.result(timeout_s)
+        except KafkaException as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise

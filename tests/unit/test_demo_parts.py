@@ -1,0 +1,81 @@
+"""The demo's pure parts: which finding shows which fault, the tracker, the summary table."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
+                                Status)
+from faults.compaction_lag import CompactionLag, topic_config
+from faults.offset_rewind import OffsetRewinds
+from faults.slow_broker import SlowBroker
+from faults.unclean_election import UncleanElection
+from jobs.demo import FaultOutcome, FindingTracker, summary_table
+
+pytestmark = pytest.mark.unit
+
+
+def finding(type_: str, entity: str, kind=EntityKind.BROKER, status=Status.OPEN, first=1_000,
+            fid=None, cause="c") -> Finding:
+    return Finding(finding_id=fid or f"{type_}:{entity}", cluster="local",
+                   type=AnomalyType(type_), severity=Severity.WARNING, entity_kind=kind,
+                   entity=entity, first_seen_ms=first, last_seen_ms=first, status=status,
+                   evidence={}, cause=cause, explanation="because",
+                   suggested_action=ActionKind.NONE)
+
+
+@pytest.mark.parametrize("fault,f,part", [
+    (SlowBroker(broker=2), finding("slow_broker", "broker:2"), "finding"),
+    (SlowBroker(broker=2), finding("slow_broker", "broker:1"), None),
+    (SlowBroker(broker=2), finding("cluster_wide_slowness", "cluster:local"), None),
+    (OffsetRewinds(), finding("offset_rewind", "group:billing/orders-3"), "billing"),
+    (OffsetRewinds(), finding("offset_rewind", "group:analytics/clicks-0"), "analytics"),
+    (OffsetRewinds(), finding("offset_rewind", "group:other/clicks-0"), None),
+    (OffsetRewinds(), finding("offset_reset", "group:billing/orders-3"), None),
+    (CompactionLag(), finding("compaction_lag", "broker:1"), "finding"),
+    (UncleanElection(), finding("unclean_election", "ledger-0"), "finding"),
+    (UncleanElection(), finding("log_truncation", "ledger-0"), None),
+], ids=["frozen_broker_itself", "another_broker", "cluster_wide_is_not_blame",
+        "operator_reset_group", "stale_process_group", "unrelated_group", "reset_not_rewind",
+        "cleaner_behind", "election", "truncation_alone"])
+def test_which_finding_shows_which_fault(fault, f, part):
+    assert fault.part_of(f) == part
+
+
+def test_rewinds_need_both_groups():
+    assert set(OffsetRewinds().parts) == {"billing", "analytics"}
+
+
+def test_compacted_topic_promises_a_short_compaction_lag():
+    conf = topic_config(5000)
+    assert conf["cleanup.policy"] == "compact" and conf["max.compaction.lag.ms"] == "5000"
+
+
+def test_tracker_prints_each_open_finding_once_and_keeps_its_latest_state():
+    out, now = io.StringIO(), [10_000]
+    t = FindingTracker(out, clock=lambda: now[0])
+    t([finding("slow_broker", "broker:2")], 9_000)
+    now[0] = 20_000
+    t([finding("slow_broker", "broker:2", status=Status.RESOLVED),
+       finding("compaction_lag", "broker:1", status=Status.RESOLVED)], 19_000)
+    assert out.getvalue().count(">>") == 1 and "broker:2" in out.getvalue()
+    (seen_at, f), = t.since(0)
+    assert seen_at == 10_000 and f.status is Status.RESOLVED
+    assert t.since(10_001) == [] and t.evaluations == 2
+
+
+def test_summary_table_shows_time_to_detect_and_misses():
+    hit = FaultOutcome("slow_broker", "slow broker", started_ms=1_000, detected_ms=43_000,
+                       findings=[(43_000, finding("slow_broker", "broker:2"))],
+                       action="move_leadership (dry run)")
+    miss = FaultOutcome("compaction_lag", "compaction lag", started_ms=50_000)
+    table = summary_table([hit, miss])
+    lines = table.splitlines()
+    assert "| slow broker" in table and "42 s" in table and "slow_broker broker:2" in table
+    assert "move_leadership (dry run)" in table
+    row = next(line for line in lines if "compaction lag" in line)
+    assert "| NO " in row and hit.time_to_detect_s == 42.0 and miss.time_to_detect_s is None
+    assert len({len(line) for line in lines}) == 1
+    assert hit.to_json()["findings"][0]["seen_after_s"] == 42.0
