@@ -68,7 +68,8 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    - request_queue -> request_handlers_saturated; local -> local_disk_or_page_cache;
      response_queue -> network_threads_saturated. The broker is the culprit:
      move_leadership.
-   - remote on Produce -> the follower that holds acks=all back (see below). The finding
+   - remote on Produce (or OffsetCommit / TxnOffsetCommit: the coordinator's acks=all
+     append to __consumer_offsets) -> the follower that holds acks=all back (see below). The finding
      names the reporting leader (role victim, cause remote_produce_slow_follower, action
      none: moving its leadership would not help) and its evidence names the follower;
      the follower is blamed in its own finding (cause slow_follower, or its own stage
@@ -619,6 +620,11 @@ def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[l
     return slow, len(worst)
 
 
+# Requests whose Remote time is waiting for the followers to copy a write (acks=all):
+# Produce, and the offset commits the group coordinator appends to __consumer_offsets with
+# acks=all. A slow follower holds all of them back on every leader it follows.
+REPLICATED_WRITE_APIS = frozenset({"produce", "offsetcommit", "txnoffsetcommit"})
+
 _SELF_CAUSES = {
     "request_queue": (SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
                       "requests wait for a free request handler thread (CPU or handler "
@@ -693,7 +699,7 @@ def attribute(v: ApiVerdict, view: FollowerView, sends: Sequence[ClientSendWindo
                                           "fault")
     if stage == "send":
         return attribute_send(v, sends, config)
-    if stage == "remote" and _norm(v.row.api) == "produce":
+    if stage == "remote" and _norm(v.row.api) in REPLICATED_WRITE_APIS:
         return attribute_produce_remote(broker, view, config)
     if stage == "remote":
         return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_WAIT, None,

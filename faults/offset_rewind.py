@@ -37,7 +37,8 @@ class OffsetRewinds(Fault):
         self.partitions, self.stale_age_s = partitions, stale_age_s
 
     def inject(self, ctx: FaultContext, run: FaultRun) -> None:
-        from confluent_kafka.admin import AdminClient, ConsumerGroupTopicPartitions
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        from confluent_kafka.admin import AdminClient
 
         bs = ctx.bootstrap
         # The stale process: remember the group's offsets now, commit them later.
@@ -68,8 +69,11 @@ class OffsetRewinds(Fault):
                           "client.id": f"{self.stale_group}-stale", "enable.auto.commit": False,
                           "auto.offset.reset": "latest"})
         stale.subscribe([self.stale_topic])
-        joined = wait_for("stale process assigned",
-                          lambda: bool(stale.poll(0.5) is None and stale.assignment()), 60, ctx)
+        def assigned() -> bool:
+            stale.poll(0.5)
+            return bool(stale.assignment())
+
+        joined = wait_for("stale process assigned", assigned, 60, ctx)
         now = committed(bs, self.stale_group, self.stale_topic, self.partitions)
         old = [tp for tp in remembered if tp.offset >= 0]
         mine = {tp.partition for tp in stale.assignment()} if joined else set()

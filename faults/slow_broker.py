@@ -1,9 +1,12 @@
-"""A slow broker: one broker frozen (SIGSTOP) in short bursts, again and again.
+"""A slow broker: one broker frozen (SIGSTOP) for 1.5 s of every 2 s, like long GC pauses.
 
 Requests caught inside the broker during a freeze wait it out, so its request TP99 climbs
-well above 300 ms; the other leaders wait for it as a follower, so their acks=all Produce
-requests spend that time in Remote. Expected: a slow_broker finding naming the frozen
-broker (as itself slow, or as the slow follower the others wait for).
+well above 300 ms; the other leaders wait for it as a follower (no fetch from it for
+longer than slow_broker.follower_holdback_floor_ms), so their acks=all Produce requests
+spend that time in Remote and the detector attributes it to this follower. Expected: a
+slow_broker finding naming the frozen broker, not a cluster-wide event. Shorter freezes
+(0.7 s of every 1 s, tried) leave the follower gaps under the 1 s floor: every broker
+then looks slow at once and the detector, rightly by its rules, calls it cluster-wide.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ class SlowBroker(Fault):
     name = "slow_broker"
     title = "slow broker (freezes in bursts)"
 
-    def __init__(self, broker: int = 2, freeze_s: float = 0.7, thaw_s: float = 0.3,
+    def __init__(self, broker: int = 2, freeze_s: float = 1.5, thaw_s: float = 0.5,
                  duration_s: float = 240.0):
         self.broker, self.freeze_s, self.thaw_s = broker, freeze_s, thaw_s
         self.duration_s = duration_s

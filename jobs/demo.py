@@ -166,7 +166,7 @@ class DemoSettings:
     rate_per_s: float = 40.0         # messages/s per workload producer
 
 
-SHORT = DemoSettings(warmup_s=120.0, detect_timeout_s=240.0, settle_s=10.0)
+SHORT = DemoSettings(warmup_s=90.0, detect_timeout_s=240.0, settle_s=5.0)
 
 
 def demo_config(config: Config) -> Config:
@@ -181,7 +181,10 @@ def demo_config(config: Config) -> Config:
     return config.with_overrides(
         local_cluster={"name": DEMO_CLUSTER, "brokers": 3, "extra_broker_config": brokers},
         spark={"storage_root": str(root / "lake")},
-        pipeline={"bronze_tables": False},
+        # Two cores hold three brokers, the workload, the agents and Spark: micro-batches
+        # every 20 s keep the queries from queueing behind each other (see README).
+        pipeline={"bronze_tables": False, "silver_trigger_s": 20, "gold_trigger_s": 20,
+                  "detect_trigger_s": 20, "slow_trigger_s": 60},
         remediation={"enabled_actions": ["move_leadership", "restore_group_offsets",
                                          "page_human"], "dry_run": True})
 
@@ -353,7 +356,16 @@ def run_demo(config: Config, *, keep: bool = False, short: bool = False,
             if stop.is_set():
                 break
             p.note(f"--- fault {i}/{len(selected)}: {fault.title} ---")
-            outcome = _cause(fault, ctx, tracker, settings, stop, p, monitor)
+            try:
+                outcome = _cause(fault, ctx, tracker, settings, stop, p, monitor)
+            except Exception as e:  # noqa: BLE001 - report it, go on with the next fault
+                from jobs.pipeline import PipelineFailed
+                if isinstance(e, PipelineFailed):
+                    raise
+                log.exception("fault %s failed", fault.name)
+                p.note(f"{fault.title}: could not be caused: {e}")
+                outcome = FaultOutcome(fault.name, fault.title, int(time.time() * 1000),
+                                       notes={"error": str(e)})
             outcome.action = _action_for(monitor, outcome)
             outcomes.append(outcome)
             status = (f"detected in {outcome.time_to_detect_s:.0f} s" if outcome.detected
@@ -501,6 +513,7 @@ def _write_report(monitor, config: Config, outcomes: list[FaultOutcome], out) ->
 # --- capture (for the replay mode) --------------------------------------------------------------
 
 REQUEST_HISTORY_S = 180   # request timings kept before the slow-broker fault (the baseline)
+REPLAY_STEP_S = 30.0      # the replay evaluates the detectors every this many captured seconds
 
 
 def capture(lake_landing: Path, outcomes: list["FaultOutcome"], start_ms: int, end_ms: int,
@@ -567,7 +580,7 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
     spark = build_spark_session(config)
     try:
         Pipeline(spark, lake, config.pipeline).process_available()
-        step = step_s or config.pipeline.detect_trigger_s
+        step = step_s or REPLAY_STEP_S
         start, end = manifest["start_ms"], manifest["end_ms"]
         topic_configs = [CompactedTopicConfig(**c) for c in manifest.get("topic_configs", [])]
         times = list(range(start + int(step * 1000), end, int(step * 1000))) + [end]

@@ -69,3 +69,8 @@ def test_every_key_is_documented():
     for key in ("master =", "storage_root =", "base_port =", "maven_repo =", "work_dir ="):
         assert key in text
     assert text.count("# ") >= 15
+
+
+def test_the_configuration_reference_file_is_current():
+    from kmon.config_reference import PATH, render
+    assert PATH.read_text() == render(), "run: python -m kmon.config_reference --write"

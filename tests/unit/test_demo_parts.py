@@ -79,3 +79,18 @@ def test_summary_table_shows_time_to_detect_and_misses():
     assert "| NO " in row and hit.time_to_detect_s == 42.0 and miss.time_to_detect_s is None
     assert len({len(line) for line in lines}) == 1
     assert hit.to_json()["findings"][0]["seen_after_s"] == 42.0
+
+
+def test_a_busy_exporter_port_is_one_line_saying_what_to_do():
+    import socket
+
+    from jobs.demo import DemoError, _check_port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        with pytest.raises(DemoError) as e:
+            _check_port(port)
+    text = str(e.value)
+    assert "\n" not in text and str(port) in text and "--exporter-port" in text
+    _check_port(0)   # 0: no exporter, nothing to check

@@ -182,6 +182,30 @@ def scenarios():
                   "broker:3": {"held_back_leaders": [1, 2], "stage": "request_queue",
                                "role": "culprit"}})
 
+    # Seen on the real cluster (kmon demo): the paused follower also holds back the group
+    # coordinators' offset commits (acks=all appends to __consumer_offsets) on leaders 1
+    # and 2. Those wait in Remote too and are the same follower's doing, not two more
+    # slow brokers: no cluster-wide event.
+    def commits(b, w, remote=3.0):
+        return RequestStageWindow("c1", b, "OffsetCommit", start(w), 120, remote + 2.0, 0.3,
+                                  1.0, remote, 0.0, 0.2, 0.3)
+    with_commits = paused + [commits(b, w, 2400.0 if (w in FAULT and b in (1, 2)) else 3.0)
+                             for w in range(LAST + 1) for b in BROKERS]
+    yield Scenario(
+        "paused_follower_slows_offset_commits_on_leaders_too", with_commits,
+        fetches=follower_fetches(FAULT, {(1, 3): 2500.0, (2, 3): 2500.0,
+                                         (3, 1): 2500.0, (3, 2): 2500.0}),
+        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
+                  2: (Role.VICTIM, "remote_produce_slow_follower"),
+                  3: (Role.CULPRIT, "request_handlers_saturated")},
+        detections={
+            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                         Severity.WARNING),
+            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                         Severity.WARNING),
+            "broker:3": (AnomalyType.SLOW_BROKER, "request_handlers_saturated",
+                         ActionKind.MOVE_LEADERSHIP, Severity.HIGH)})
+
     # The same, but broker 3 was frozen for whole windows: it logged nothing and its
     # leaders saw no fetch from it at all. Only the leaders can tell.
     silent = [r for r in healthy() if not (r.broker == 3 and window_of(r) in FAULT)]
