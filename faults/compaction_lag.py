@@ -2,7 +2,7 @@
 
 The topic ``customers`` rolls a segment every few seconds and promises (its
 max.compaction.lag.ms) that no dirty record waits longer than a few seconds. The fault
-throttles every broker's cleaner I/O (the dynamic cluster default
+throttles every broker's cleaner I/O (the dynamic broker config
 log.cleaner.io.max.bytes.per.second) to a trickle while a producer keeps updating keys:
 each cleaning pass takes longer than the last, the dirty share rises pass after pass,
 and records wait past the topic's limit. Expected: a compaction_lag finding (falling
@@ -24,17 +24,19 @@ def topic_config(max_compaction_lag_ms: int) -> dict[str, str]:
             "delete.retention.ms": "1000"}
 
 
-def _set_cluster_default(bootstrap: str, key: str, value: str | None) -> None:
-    """Set (or delete, value None) a cluster-wide dynamic broker config."""
+def _set_broker_config(bootstrap: str, brokers: list[int], key: str, value: str | None) -> None:
+    """Set (or delete, value None) a dynamic config on each broker (the cluster-wide default,
+    kafka-configs --entity-default, has an empty resource name that confluent-kafka refuses)."""
     from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                        ConfigResource, ResourceType)
 
     op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
-    res = ConfigResource(ResourceType.BROKER, "",
-                         incremental_configs=[ConfigEntry(key, value or "",
-                                                          incremental_operation=op)])
+    resources = [ConfigResource(ResourceType.BROKER, str(b),
+                                incremental_configs=[ConfigEntry(key, value or "",
+                                                                 incremental_operation=op)])
+                 for b in brokers]
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.incremental_alter_configs([res]).values():
+    for f in admin.incremental_alter_configs(resources).values():
         f.result(30)
 
 
@@ -64,7 +66,8 @@ class CompactionLag(Fault):
         ctx.say(f"throttling every broker's log cleaner to {self.throttle:,} bytes/s while "
                 f"'{self.topic}' takes {self.producer.rate_per_s:.0f} updates/s "
                 f"(max.compaction.lag.ms={self.max_compaction_lag_ms})")
-        _set_cluster_default(ctx.bootstrap, THROTTLE_KEY, str(self.throttle))
+        self._brokers = [n.node_id for n in ctx.cluster.nodes]
+        _set_broker_config(ctx.bootstrap, self._brokers, THROTTLE_KEY, str(self.throttle))
         self._throttled = True
         run.notes.update(throttle_bytes_per_s=self.throttle, topic=self.topic)
 
@@ -73,5 +76,5 @@ class CompactionLag(Fault):
 
     def heal(self, ctx: FaultContext) -> None:
         if self._throttled:
-            _set_cluster_default(ctx.bootstrap, THROTTLE_KEY, None)
+            _set_broker_config(ctx.bootstrap, self._brokers, THROTTLE_KEY, None)
             self._throttled = False

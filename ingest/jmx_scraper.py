@@ -3,8 +3,8 @@
 Every interval (10 s by default) it GETs each broker's ``/metrics`` (the exporter java
 agent, rules in kmon/resources/jmx-exporter.yaml; `kmon.local_cluster.Node.metrics_url`),
 parses the text exposition with `prometheus_client.parser`, and keeps only the series
-kmon uses (`schemas.broker_metrics.METRICS`: the request stage quantiles and counts per
-request type, handler and network idle, request queue size, partition health, the
+kmon uses (`schemas.broker_metrics.METRICS`: the request stage quantiles and counts of
+the request types in `KEPT_REQUESTS`, handler and network idle, request queue size, partition health, the
 unclean election counter, bytes and messages in/out, the log cleaner gauges). One record
 per kept sample goes to the ``broker_metrics`` stream (schemas/broker_metrics.py), with
 ``ts_ms`` the time the scrape round started (the exporter gives no sample times) and
@@ -54,7 +54,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ingest.agent_metrics import AgentMetrics
 from ingest.malformed import Malformed
 from ingest.sinks import Sink, SinkError
-from schemas.broker_metrics import METRICS, REQUEST_METRICS
+from schemas.broker_metrics import KEPT_REQUESTS, METRICS, REQUEST_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def parse_exposition(body: str | bytes, *, cluster: str, broker: int,
     served: dict[tuple[str, str | None], float] = {}  # (stage metric, request) -> count
     for s in samples:
         name = metric_name(s.name)
-        if name not in METRICS:
+        if name not in METRICS or (name.startswith(REQUEST_METRICS)
+                                   and s.labels.get("request") not in KEPT_REQUESTS):
             out.skipped["not_kept"] += 1
             continue
         value = float(s.value)

@@ -64,6 +64,7 @@ QUERY_NAME = "detect_anomalies"
 # hour of gold.request_stages_1m yet), and the evidence windows of the other detectors.
 DEFAULT_LOOKBACK_S = 300.0
 DEFAULT_TRIGGER = {"processingTime": "10 seconds"}
+DETECT_POOL = "detect"
 
 ANOMALY_SCHEMA = StructType([
     StructField("finding_id", StringType()),
@@ -264,6 +265,9 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
     ensure_anomalies_table(spark, lake.table("gold", table))
 
     def on_tick(_batch, _batch_id: int) -> None:
+        # Its own scheduler pool (fair scheduling, kmon/spark_session.py): the evaluation's
+        # jobs do not wait behind every streaming query's tasks.
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
         now_ms = clock()
         configs = topic_configs(now_ms) if topic_configs is not None else ()
         findings = evaluate(spark, lake, config, now_ms, lookback_s, table=table,

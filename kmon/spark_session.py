@@ -57,6 +57,10 @@ def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
         # Delta rebuilds table state with 50 tasks by default: right for a cluster,
         # pure overhead on two local cores.
         conf["spark.databricks.delta.snapshotPartitions"] = "2"
+        # A dozen streaming queries share two task slots: fair scheduling lets the detector
+        # evaluation's short jobs (pool "detect", jobs/detect.py) run between their tasks
+        # instead of queueing behind all of them.
+        conf["spark.scheduler.mode"] = "FAIR"
         # optimizeWrite adds a shuffle to every write to make big files: on one machine
         # the micro-batches are small and that shuffle is a fixed cost per batch.
         conf["spark.databricks.delta.optimizeWrite.enabled"] = "false"

@@ -21,6 +21,17 @@ from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 REQUEST_METRICS = "kafka_network_requestmetrics_"
 
+# The request types whose stage histograms are kept (a broker exports ~90, most of them
+# admin and inter-broker calls nobody graphs; keeping them all made this the biggest
+# stream after the request log, 14 series x 90 types x brokers every scrape). The request
+# log keeps every request of every type regardless.
+KEPT_REQUESTS = frozenset({
+    "Produce", "Fetch", "FetchConsumer", "FetchFollower", "Metadata", "ListOffsets",
+    "OffsetCommit", "OffsetFetch", "TxnOffsetCommit", "FindCoordinator", "JoinGroup",
+    "SyncGroup", "Heartbeat", "LeaveGroup", "InitProducerId", "AddPartitionsToTxn", "EndTxn",
+    "ConsumerGroupHeartbeat",
+})
+
 # kafka.network:type=RequestMetrics,name=<N>: the request stages, exporter name -> meaning.
 STAGES = {
     "requestqueuetimems": "RequestQueueTimeMs: waiting for a request handler thread",

@@ -10,7 +10,11 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from kmon.config import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(1900)
 
 
 def readme_commands() -> list[str]:
