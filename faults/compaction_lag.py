@@ -31,13 +31,13 @@ def _set_broker_config(bootstrap: str, brokers: list[int], key: str, value: str 
                                        ConfigResource, ResourceType)
 
     op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
-    resources = [ConfigResource(ResourceType.BROKER, str(b),
-                                incremental_configs=[ConfigEntry(key, value or "",
-                                                                 incremental_operation=op)])
-                 for b in brokers]
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.incremental_alter_configs(resources).values():
-        f.result(30)
+    for b in brokers:   # one BROKER resource per call: the admin API allows no more
+        res = ConfigResource(ResourceType.BROKER, str(b),
+                             incremental_configs=[ConfigEntry(key, value or "",
+                                                              incremental_operation=op)])
+        for f in admin.incremental_alter_configs([res]).values():
+            f.result(30)
 
 
 class CompactionLag(Fault):

@@ -514,7 +514,7 @@ def _write_report(monitor, config: Config, outcomes: list[FaultOutcome], out) ->
 # --- capture (for the replay mode) --------------------------------------------------------------
 
 REQUEST_HISTORY_S = 180   # request timings kept before the slow-broker fault (the baseline)
-REPLAY_STEP_S = 30.0      # the replay evaluates the detectors every this many captured seconds
+REPLAY_STEP_S = 60.0      # the replay evaluates the detectors every this many captured seconds
 
 
 def capture(lake_landing: Path, outcomes: list["FaultOutcome"], start_ms: int, end_ms: int,
@@ -596,12 +596,15 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
                 p.note(f"{i}/{len(times)} evaluations, {len(tracker.first_seen)} findings so far")
         faults = {f.name: f for f in _faults(3)}
         outcomes = []
-        for rec in manifest["faults"]:
+        records = manifest["faults"]
+        for i, rec in enumerate(records):
             fault = faults[rec["name"]]
             o = FaultOutcome(fault.name, fault.title, rec["started_ms"])
+            # A finding counts for the fault in progress: up to the next fault's start.
+            bound = records[i + 1]["started_ms"] if i + 1 < len(records) else end
             for t, f in tracker.since(rec["started_ms"]):
                 part = fault.part_of(f)
-                if part is not None and part not in o.parts_seen and t <= rec["until_ms"]:
+                if part is not None and part not in o.parts_seen and t <= bound:
                     o.parts_seen[part] = t
                     o.findings.append((t, f))
             if set(o.parts_seen) >= set(fault.parts):
