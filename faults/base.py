@@ -16,6 +16,9 @@ class FaultRun:
     name: str
     started_ms: int
     injected_ms: int | None = None
+    # When the damage was done (the reset commit, the unclean election): time to detect
+    # runs from here. None: from started_ms (the fault is in place as soon as it starts).
+    fault_ms: int | None = None
     notes: dict = field(default_factory=dict)
 
 

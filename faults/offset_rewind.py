@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
 
-from faults.base import Fault, FaultContext, FaultRun, wait_for
+from faults.base import Fault, FaultContext, FaultRun, now_ms, wait_for
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[TopicPartition]:
@@ -60,6 +60,7 @@ class OffsetRewinds(Fault):
             [ConsumerGroupTopicPartitions(self.reset_group, earliest)])
         for fut in f.values():
             fut.result(30)
+        run.fault_ms = now_ms()
         run.notes["reset_messages"] = sum(max(tp.offset, 0) for tp in before)
         ctx.workload.start_consumer(ctx.workload.consumer_specs[self.reset_group])
 

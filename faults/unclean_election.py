@@ -19,7 +19,7 @@ finding with the lost range, linked with the log truncation, the reset and the r
 
 from __future__ import annotations
 
-from faults.base import Fault, FaultContext, FaultRun, leader_and_isr, wait_for
+from faults.base import Fault, FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
 from faults.workload import ConsumerSpec, ProducerSpec
 
 # Brokers settings this fault needs (LocalCluster extra_broker_config): KRaft's controller
@@ -54,13 +54,18 @@ class UncleanElection(Fault):
         ctx.say(f"stopping follower {self.follower}; '{self.topic}' keeps taking writes on "
                 f"leader {self.leader} alone")
         cl.stop_node(self.follower)
-        wait_for(f"ISR [{self.leader}]",
-                 lambda: leader_and_isr(ctx.admin(), self.topic)[1] == [self.leader], 60, ctx)
+        others_than_follower = ",".join(n.bootstrap for n in cl.nodes
+                                        if n.node_id != self.follower)
+        run.notes["isr_shrank"] = wait_for(
+            f"ISR [{self.leader}]",
+            lambda: leader_and_isr(ctx.admin(others_than_follower), self.topic)[1]
+            == [self.leader], 90, ctx)
         ctx.sleep(8)   # records only the leader has; the consumers read them
         ctx.say(f"stopping leader {self.leader}; restarting the stale follower "
                 f"{self.follower}")
         cl.stop_node(self.leader)
         cl.restart(self.follower)
+        run.fault_ms = now_ms()   # the controller elects the stale follower once it is back
         elected = wait_for(f"unclean leader {self.follower}",
                            lambda: leader_and_isr(ctx.admin(others), self.topic)[0]
                            == self.follower, 120, ctx)

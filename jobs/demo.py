@@ -341,6 +341,8 @@ def run_demo(config: Config, *, keep: bool = False, short: bool = False,
             _client_log_agent(config, workload, sorted(workload.consumer_specs), registry,
                               monitor.lake, state_dir)]
         monitor.start(port, out)
+        for s in previous:   # the SparkContext replaced our SIGINT handler with PySpark's
+            signal.signal(s, on_signal)
         threading.Thread(target=monitor.health_loop, args=(stop,), daemon=True).start()
 
         p.step(f"healthy warm-up ({settings.warmup_s:.0f} s): the detectors learn normal "
@@ -478,11 +480,18 @@ def _cause(fault, ctx, tracker: FindingTracker, settings: DemoSettings, stop: th
             fault.inject(ctx, run, until=done)
         else:
             fault.inject(ctx, run)
+            # Causing some faults takes a while (stopping and restarting brokers): the
+            # detectors get their full time from the moment the fault is in place.
+            deadline = time.monotonic() + settings.detect_timeout_s
         run.injected_ms = int(time.time() * 1000)
         while not done():
             stop.wait(1.0)
     finally:
         fault.heal(ctx)
+    # Time to detect runs from when the damage was done (the reset commit, the election).
+    outcome.started_ms = run.fault_ms or started
+    if outcome.detected_ms is not None and outcome.detected_ms < outcome.started_ms:
+        outcome.started_ms = started   # seen before the marked moment: count from the start
     # Every finding that appeared during the fault, for the record (related effects too).
     outcome.notes["all_findings"] = [finding_line(f) for _, f in tracker.since(started)]
     return outcome

@@ -211,6 +211,10 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
     try:
         port = config.pipeline.exporter_port if exporter_port is None else exporter_port
         monitor.start(port, out)
+        # Creating the SparkContext installs PySpark's own SIGINT handler (cancel every
+        # job, raise KeyboardInterrupt): put ours back so Ctrl-C stops at batch boundaries.
+        for s in previous:
+            signal.signal(s, on_signal)
         if duration_s:
             threading.Timer(duration_s, stop.set).start()
         threading.Thread(target=monitor.health_loop, args=(stop,), daemon=True).start()

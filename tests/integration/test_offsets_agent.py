@@ -211,10 +211,12 @@ def check_offsets_agents(kafka_cluster, tmp_path, cleanup: ExitStack):
     assert all(r["is_tombstone"] == (r["offset"] is None) for r in mine)
     assert {r["value_version"] for r in mine if not r["is_tombstone"]} == {4}
     assert landed(landing, "quarantine") == []
-    # Group metadata records (and the deleted group's metadata tombstone) are skipped.
-    assert registry.get_sample_value("kmon_agent_skipped_records_total",
-                                     {"agent": "offsets", "source": "consumer_offsets",
-                                      "reason": "group_metadata"}) >= 1
+    # Group metadata records go to group_members: here the deleted group's tombstone.
+    members = [r for r in landed(landing, "group_members") if r["group_id"] in groups]
+    assert any(r["group_id"] == g2 and r["is_tombstone"] and r["member_count"] == 0
+               for r in members), members
+    assert all(r["record_id"] == f"{CLUSTER}:__consumer_offsets:{r['source_partition']}:"
+                                 f"{r['source_offset']}" for r in members)
 
     committed_partitions = second.committed_partitions()
     assert {(topic_a, 0), (topic_a, 1), (topic_a, 2), (topic_b, 0), (topic_b, 1)} <= \
