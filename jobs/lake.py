@@ -44,8 +44,12 @@ class Lake:
 
 
 def register_tables(spark, lake: Lake) -> list[str]:
-    """Register every Delta table that exists under the lake as <layer>.<name>."""
-    from py4j.protocol import Py4JJavaError  # noqa: F401 - imported for callers' except
+    """Register every Delta table that exists under the lake as <layer>.<name>.
+
+    Each is registered at its fully qualified location: a relative lake root
+    (``.kmon/demo-replay/lake``) registered as written was resolved by the catalog to a
+    place with no Delta log, and the table could not be read by name.
+    """
 
     registered = []
     jvm = spark.sparkContext._jvm
@@ -60,7 +64,34 @@ def register_tables(spark, lake: Lake) -> list[str]:
             name = status.getPath().getName()
             if not fs.exists(jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")):
                 continue
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {layer}.{name} USING DELTA "
-                      f"LOCATION '{lake.table(layer, name)}'")
+            _register(spark, f"{layer}.{name}", status.getPath().toString())
             registered.append(f"{layer}.{name}")
     return registered
+
+
+def _register(spark, table: str, location: str) -> None:
+    """Name the Delta table at `location`; a name left pointing at another lake is moved.
+
+    The catalog outlives one lake in a session (a test session, a notebook that opened two
+    lakes): `CREATE TABLE IF NOT EXISTS` alone would keep the old location and every query
+    by name would silently read the other lake. The tables are external, so dropping the
+    name drops no data.
+    """
+    if spark.catalog.tableExists(table):
+        try:
+            current = spark.sql(f"DESCRIBE DETAIL {table}").first()["location"]
+        except Exception:  # noqa: BLE001 - its old location is gone: the name is stale
+            current = None
+        if current is not None and _same_location(current, location):
+            return
+        spark.sql(f"DROP TABLE {table}")
+    spark.sql(f"CREATE TABLE {table} USING DELTA LOCATION '{location}'")
+
+
+def _same_location(a: str, b: str) -> bool:
+    """file:/x, file:///x and /x are one place; other schemes compare as written."""
+    def norm(uri: str) -> str:
+        if uri.startswith("file:"):
+            uri = "/" + uri.removeprefix("file:").lstrip("/")
+        return uri.rstrip("/")
+    return norm(a) == norm(b)
