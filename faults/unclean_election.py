@@ -4,7 +4,8 @@ Topic ``ledger`` has one partition on brokers 1 and 2 (replicas [1, 2]) with
 unclean.leader.election.enable=true, a producer with acks=1 and a consumer group
 ``ledger-readers`` (auto.offset.reset=earliest). The fault:
 
-1. stops follower 2 (it leaves the ISR); writes go on to leader 1 alone;
+1. stops follower 2 (it leaves the ISR); writes go on to leader 1 alone until the
+   readers have committed `leader_only_read` records past the follower's end;
 2. stops leader 1: the partition has no leader (and, the nodes being controllers too,
    the KRaft quorum is down to one voter until 2 returns);
 3. restarts 2: the controller elects it although it is not in the ISR (unclean), and the
@@ -19,7 +20,8 @@ finding with the lost range, linked with the log truncation, the reset and the r
 
 from __future__ import annotations
 
-from faults.base import Fault, FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
+from faults.base import (Fault, FaultContext, FaultRun, committed_offset, end_offset,
+                         leader_and_isr, now_ms, wait_for)
 from faults.workload import ConsumerSpec, ProducerSpec
 
 # Brokers settings this fault needs (LocalCluster extra_broker_config): KRaft's controller
@@ -33,8 +35,10 @@ class UncleanElection(Fault):
     title = "unclean leader election (and its chain)"
 
     def __init__(self, topic: str = "ledger", leader: int = 1, follower: int = 2,
-                 group: str = "ledger-readers", rate_per_s: float = 50):
+                 group: str = "ledger-readers", rate_per_s: float = 50,
+                 leader_only_read: int = 100):
         self.topic, self.leader, self.follower, self.group = topic, leader, follower, group
+        self.leader_only_read = leader_only_read   # records past the follower's end to read
         self.producer = ProducerSpec(f"{topic}-producer", topic, rate_per_s, acks="1")
         self.consumer = ConsumerSpec(group, (topic,), "earliest")
 
@@ -60,7 +64,18 @@ class UncleanElection(Fault):
             f"ISR [{self.leader}]",
             lambda: leader_and_isr(ctx.admin(others_than_follower), self.topic)[1]
             == [self.leader], 90, ctx)
-        ctx.sleep(8)   # records only the leader has; the consumers read them
+        # Records only the leader has; the readers must have read (and committed) some of
+        # them, or the truncation takes nothing they saw and there is no chain to show. On
+        # a loaded machine the readers lag: wait for them rather than for a fixed time.
+        admin = ctx.admin(others_than_follower)
+        follower_end = end_offset(admin, self.topic)
+        target = follower_end + self.leader_only_read
+        run.notes["follower_end"] = follower_end
+        ctx.say(f"waiting for '{self.group}' to commit past offset {target:,} (the stopped "
+                f"follower ends at {follower_end:,})")
+        run.notes["readers_past_follower_end"] = wait_for(
+            f"{self.group} committed past offset {target}",
+            lambda: committed_offset(admin, self.group, self.topic) >= target, 120, ctx)
         ctx.say(f"stopping leader {self.leader}; restarting the stale follower "
                 f"{self.follower}")
         cl.stop_node(self.leader)
