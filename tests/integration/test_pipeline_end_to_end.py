@@ -154,6 +154,13 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         except Exception:  # noqa: BLE001 - table not created yet
             return 0
 
+    def gold_rows() -> int:
+        try:
+            return (spark.read.format("delta").load(lake.table("gold", "request_stages_1m"))
+                    .where("cluster = 'e2e'").count())
+        except Exception:  # noqa: BLE001 - table not created yet
+            return 0
+
     agents = _start(agents_cmd, env, logs / "agents.log")
     job = _start(job_cmd, env, logs / "job.log")
     try:
@@ -166,6 +173,9 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         job = _start(job_cmd, env, logs / "job.log")
         before = silver_rows()
         wait_until(lambda: silver_rows() > before, 900, "silver rows after the restart")
+        # A 1-minute gold window closes only once event time passes its end plus the
+        # lateness bound (120 s): on a fast run the job was stopped before any had closed.
+        wait_until(lambda: gold_rows() > 0, 900, "a closed gold request_stages_1m window")
         time.sleep(5)
         assert _ctrl_c(agents) == 0, (logs / "agents.log").read_text()[-3000:]
         assert _ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
