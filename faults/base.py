@@ -100,21 +100,3 @@ def leader_and_isr(admin, topic: str, partition: int = 0) -> tuple[int, list[int
     p = md.topics[topic].partitions[partition]
     return p.leader, sorted(p.isrs)
 
-
-def end_offset(admin, topic: str, partition: int = 0) -> int:
-    """The partition's log end offset, as its leader reports it."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    tp = TopicPartition(topic, partition)
-    (future,) = admin.list_offsets({tp: OffsetSpec.latest()}).values()
-    return future.result(10).offset
-
-
-def committed_offset(admin, group: str, topic: str, partition: int = 0) -> int:
-    """The group's committed offset on the partition (negative when it has none)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition)])
-    (future,) = admin.list_consumer_group_offsets([request]).values()
-    return future.result(10).topic_partitions[0].offset

@@ -20,8 +20,7 @@ finding with the lost range, linked with the log truncation, the reset and the r
 
 from __future__ import annotations
 
-from faults.base import (Fault, FaultContext, FaultRun, committed_offset, end_offset,
-                         leader_and_isr, now_ms, wait_for)
+from faults.base import Fault, FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
 from faults.workload import ConsumerSpec, ProducerSpec
 
 # Brokers settings this fault needs (LocalCluster extra_broker_config): KRaft's controller
@@ -67,15 +66,17 @@ class UncleanElection(Fault):
         # Records only the leader has; the readers must have read (and committed) some of
         # them, or the truncation takes nothing they saw and there is no chain to show. On
         # a loaded machine the readers lag: wait for them rather than for a fixed time.
-        admin = ctx.admin(others_than_follower)
-        follower_end = end_offset(admin, self.topic)
+        from remediation.live_cluster import LiveCluster
+
+        live, tp = LiveCluster({"bootstrap.servers": others_than_follower}), (self.topic, 0)
+        follower_end = live.log_bounds([tp])[tp][1]
         target = follower_end + self.leader_only_read
         run.notes["follower_end"] = follower_end
         ctx.say(f"waiting for '{self.group}' to commit past offset {target:,} (the stopped "
                 f"follower ends at {follower_end:,})")
         run.notes["readers_past_follower_end"] = wait_for(
             f"{self.group} committed past offset {target}",
-            lambda: committed_offset(admin, self.group, self.topic) >= target, 120, ctx)
+            lambda: (live.committed(self.group, [tp])[tp] or -1) >= target, 120, ctx)
         ctx.say(f"stopping leader {self.leader}; restarting the stale follower "
                 f"{self.follower}")
         cl.stop_node(self.leader)

@@ -36,8 +36,8 @@ def _error_name(e: BaseException) -> str:
 
 
 class LiveCluster:
-    def __init__(self, admin_config: Mapping[str, object], reassignments: JavaReassignments,
-                 timeout_s: float = 30.0):
+    def __init__(self, admin_config: Mapping[str, object],
+                 reassignments: JavaReassignments | None = None, timeout_s: float = 30.0):
         from confluent_kafka.admin import AdminClient
 
         self.admin = AdminClient(dict(admin_config))
@@ -73,6 +73,9 @@ class LiveCluster:
         return out
 
     def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        if self.reassignments_client is None:
+            raise LiveClusterError("reassignments: this LiveCluster was built without a "
+                                   "reassignments client (reads of groups and offsets only)")
         return self.reassignments_client.list()
 
     def group_state(self, group: str) -> GroupState:

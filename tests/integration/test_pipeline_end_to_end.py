@@ -148,18 +148,14 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     lake = Lake(lake_root)
     silver_path = lake.table("silver", "request_stages")
 
-    def silver_rows() -> int:
+    def rows(path: str) -> int:
         try:
-            return spark.read.format("delta").load(silver_path).where("cluster = 'e2e'").count()
+            return spark.read.format("delta").load(path).where("cluster = 'e2e'").count()
         except Exception:  # noqa: BLE001 - table not created yet
             return 0
 
-    def gold_rows() -> int:
-        try:
-            return (spark.read.format("delta").load(lake.table("gold", "request_stages_1m"))
-                    .where("cluster = 'e2e'").count())
-        except Exception:  # noqa: BLE001 - table not created yet
-            return 0
+    def silver_rows() -> int:
+        return rows(silver_path)
 
     agents = _start(agents_cmd, env, logs / "agents.log")
     job = _start(job_cmd, env, logs / "job.log")
@@ -175,7 +171,8 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         wait_until(lambda: silver_rows() > before, 900, "silver rows after the restart")
         # A 1-minute gold window closes only once event time passes its end plus the
         # lateness bound (120 s): on a fast run the job was stopped before any had closed.
-        wait_until(lambda: gold_rows() > 0, 900, "a closed gold request_stages_1m window")
+        wait_until(lambda: rows(lake.table("gold", "request_stages_1m")) > 0, 900,
+                   "a closed gold request_stages_1m window")
         time.sleep(5)
         assert _ctrl_c(agents) == 0, (logs / "agents.log").read_text()[-3000:]
         assert _ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
