@@ -287,9 +287,11 @@ def merge_controller_ticks(ticks: Iterable[UncleanElectionMeterTick],
             for b in burst:
                 totals[b.controller] += b.count_delta
             controller, count = max(totals.items(), key=lambda kv: (kv[1], -(kv[0] or 0)))
+            known = [b.previous_ms for b in burst if b.previous_ms is not None]
             out.append(UncleanElectionMeterTick(cluster=cluster,
                                                 observed_ms=burst[0].observed_ms,
-                                                count_delta=count, controller=controller))
+                                                count_delta=count, controller=controller,
+                                                previous_ms=min(known) if known else None))
             burst = [t] if t is not None else []
     return out
 
@@ -712,11 +714,13 @@ def read_meter_ticks(spark: SparkSession, lake: Lake, r: TimeRange,
         return []
     series = Window.partitionBy("cluster", "broker").orderBy("ts_ms")
     rows = (df.select("cluster", "broker", "ts_ms",
+                      F.lag("ts_ms").over(series).alias("previous_ms"),
                       (F.col("value") - F.lag("value").over(series)).alias("delta"))
             .where((F.col("ts_ms") >= r.start_ms) & (F.col("delta") > 0))
             .collect())
     ticks = [UncleanElectionMeterTick(cluster=x["cluster"], observed_ms=int(x["ts_ms"]),
-                                      count_delta=float(x["delta"]), controller=int(x["broker"]))
+                                      count_delta=float(x["delta"]), controller=int(x["broker"]),
+                                      previous_ms=int(x["previous_ms"]))
              for x in rows]
     return merge_controller_ticks(ticks, merge_window_ms)
 

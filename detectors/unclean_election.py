@@ -44,7 +44,8 @@ Algorithm, per logged election:
    removed). Truncations without a high watermark are routine (a follower dropping an
    uncommitted tail after a leader change) and are only used as evidence above.
 4. Meter only: ticks of the meter that the logged elections do not account for (each
-   logged election within `meter_match_window_s` of a tick accounts for one count) give a
+   logged election between the tick's two samples, widened by `meter_match_window_s`,
+   accounts for one count) give a
    cluster-level finding with partitions "unknown"; truncations below the high watermark
    near the tick are listed as candidate partitions.
 
@@ -55,8 +56,8 @@ Config keys ([unclean_election] section, `UncleanElectionSection`):
 
 - truncation_window_s = 3600: how long after an election a truncation still belongs to
   it (the old leader truncates when it comes back, which may take an hour).
-- meter_match_window_s = 120: how far a logged election may be from a meter tick to
-  account for it.
+- meter_match_window_s = 120: how far outside a meter tick's sample interval a logged
+  election may be and still account for it (clock and log-shipping skew).
 - max_groups_listed = 50: groups named per list in the evidence (the counts are exact).
 
 Output: `Detection`s of types unclean_election (entity "<topic>-<p>", or
@@ -90,8 +91,10 @@ class UncleanElectionSection:
     truncation_window_s: float = _key("How long after an unclean election a truncation of the "
                                       "partition still belongs to it", 3600.0, min=1,
                                       max=7 * 86400)
-    meter_match_window_s: float = _key("How far a logged unclean election may be from a tick of "
-                                       "the controller's meter to account for it", 120.0,
+    meter_match_window_s: float = _key("How far outside the interval between two samples of "
+                                       "the controller's meter (whose count rose) a logged "
+                                       "unclean election may be and still account for it",
+                                       120.0,
                                        min=1, max=86400)
     max_groups_listed: int = _key("Consumer groups named per list in a finding's evidence", 50,
                                   min=1, max=10000)
@@ -110,10 +113,22 @@ class UncleanElection:
 
 @dataclass(frozen=True)
 class UncleanElectionMeterTick:
+    """The meter's count rose by count_delta between two samples of one controller: the
+    elections it counts happened in (previous_ms, observed_ms]. previous_ms is None when
+    the earlier sample's time is not known."""
     cluster: str
     observed_ms: int
     count_delta: float
     controller: int | None = None
+    previous_ms: int | None = None
+
+    def could_count(self, event_ms: int, window_ms: int) -> bool:
+        """An election logged at event_ms can be one this tick counted: it lies between
+        the two samples, give or take window_ms of clock and log-shipping skew. (A scrape
+        that fails while brokers restart leaves a long gap: the election may be minutes
+        before the sample that saw the count move.)"""
+        start = self.observed_ms if self.previous_ms is None else self.previous_ms
+        return start - window_ms <= event_ms <= self.observed_ms + window_ms
 
 
 @dataclass(frozen=True)
@@ -213,7 +228,8 @@ def unexplained_meter_ticks(ticks: Sequence[UncleanElectionMeterTick],
                             window_ms: int) -> list[tuple[UncleanElectionMeterTick, int]]:
     """Meter ticks the logged elections do not account for, with the unexplained count.
 
-    Each logged election accounts for one count of the nearest tick within the window;
+    Each logged election accounts for one count of a tick whose sample interval (widened
+    by the window) holds it;
     what remains happened without a log line (a ZooKeeper-mode controller).
     """
     unmatched = sorted(elections, key=lambda e: e.event_ms)
@@ -222,7 +238,7 @@ def unexplained_meter_ticks(ticks: Sequence[UncleanElectionMeterTick],
         need = int(round(tick.count_delta))
         if need <= 0:
             continue
-        near = [e for e in unmatched if abs(e.event_ms - tick.observed_ms) <= window_ms]
+        near = [e for e in unmatched if tick.could_count(e.event_ms, window_ms)]
         for e in near[:need]:
             unmatched.remove(e)
         left = need - min(need, len(near))

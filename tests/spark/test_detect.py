@@ -256,7 +256,9 @@ def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
     # Three controllers logged the election and counted it: one election, one tick.
     assert [(e.topic, e.partition, e.old_leader, e.new_leader, e.leader_epoch, e.event_ms)
             for e in inputs.elections] == [("unclean-t", 0, 1, 2, 1, T0 + 19_990)]
-    assert [(t.count_delta, t.observed_ms) for t in inputs.meter_ticks] == [(1.0, T0 + 25_001)]
+    # The count rose between each controller's samples at T0 + b and T0 + 25_000 + b.
+    assert [(t.count_delta, t.observed_ms, t.previous_ms)
+            for t in inputs.meter_ticks] == [(1.0, T0 + 25_001, T0 + 1)]
     assert {(c.group, c.topic) for c in inputs.commits} == {("g-rewind", "orders"),
                                                             ("g-unclean", "unclean-t")}
     assert inputs.resets == [] and inputs.memberships == [] and inputs.partition_sizes == []

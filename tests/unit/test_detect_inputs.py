@@ -82,6 +82,14 @@ def test_every_controllers_tick_for_one_election_is_one_tick():
     assert (t.observed_ms, t.count_delta, t.controller) == (T0 + 1, 1.0, 1)
 
 
+def test_a_burst_keeps_the_earliest_previous_sample():
+    ticks = [UncleanElectionMeterTick("c1", T0 + 5, 1.0, 1, previous_ms=T0 - 30_000),
+             UncleanElectionMeterTick("c1", T0 + 9, 1.0, 2, previous_ms=T0 - 170_000),
+             UncleanElectionMeterTick("c1", T0 + 12, 1.0, 3)]
+    [t] = merge_controller_ticks(ticks, 120_000)
+    assert t.previous_ms == T0 - 170_000
+
+
 def test_ticks_far_apart_or_in_other_clusters_stay_apart():
     ticks = [tick(T0, 1), tick(T0 + 600_000, 1), tick(T0, 1, cluster="c2")]
     merged = merge_controller_ticks(ticks, 120_000)

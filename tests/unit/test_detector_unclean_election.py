@@ -124,6 +124,25 @@ def scenarios():
         detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
                                                                  Severity.CRITICAL)})
 
+    # Seen in the live demo: brokers restarting, the scrape that saw the count move came
+    # 169 s after the election; the previous sample (count unchanged) was before it.
+    yield Scenario(
+        "meter_tick_seen_late_after_a_scrape_gap_is_the_logged_election", [ELECTION],
+        ticks=[UncleanElectionMeterTick("c1", at(269), 1.0, controller=1, previous_ms=at(60))],
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)})
+
+    # The count was already sampled unchanged well after the logged election: this tick
+    # counts another election, one nobody logged.
+    yield Scenario(
+        "meter_tick_after_a_sample_that_already_followed_the_election_is_another",
+        [ELECTION],
+        ticks=[UncleanElectionMeterTick("c1", at(530), 1.0, controller=1, previous_ms=at(500))],
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL),
+                    (AnomalyType.UNCLEAN_ELECTION, "cluster:c1"): (
+                        "unclean_leader_election_unlogged", Severity.CRITICAL)})
+
     yield Scenario(
         "meter_counts_more_than_the_logs_show", [ELECTION],
         ticks=[UncleanElectionMeterTick("c1", at(130), 2.0)],
