@@ -12,7 +12,14 @@ Where each input comes from:
 
 - `RequestStageWindow` <- gold.request_stages_10s: the closed windows that start at or
   after start_ms and end at or before end_ms, watched APIs only. The table's window must
-  equal slow_broker.window_s (`check_config`).
+  equal slow_broker.window_s (`check_config`). Past the newest window that table holds
+  (its query releases a window only at its next micro-batch after the watermark passed
+  it: a trigger or two behind), the windows come from silver.request_stages with the
+  same definition (jobs.gold.stage_percentiles) and the same closing rule: a window
+  counts once silver's newest row is pipeline.fast_watermark_s past its end. So the
+  detector sees a window as soon as silver has it, and with pipeline.fast_stage_table =
+  false (no 10-s query: one stateful query fewer on a small machine) every window comes
+  from silver.
 - `LatencyBaseline` <- gold.request_stages_1m over the BASELINE_HISTORY_S before start_ms:
   per broker/API the median of the minutes' latency (slow_broker.latency_ms's definition:
   Remote left out for purgatory APIs), minutes with enough traffic only, and only when at
@@ -459,21 +466,54 @@ def _p99_columns() -> list[str]:
 
 
 def read_stage_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                       r: TimeRange) -> list[RequestStageWindow]:
+                       r: TimeRange, settle_ms: int) -> list[RequestStageWindow]:
+    """Closed stage windows of the range: gold.request_stages_10s, then silver past it."""
     df = _table(spark, lake, "gold", "request_stages_10s")
-    if df is None:
-        return []
-    rows = (_gold_windows(df, r)
-            .where(_norm_api().isin(_norm_names(config.watched_apis)))
-            .where(F.unix_millis("window_end") - F.unix_millis("window_start") == config.window_ms)
-            .select("cluster", "broker", "api",
-                    F.unix_millis("window_start").alias("window_start_ms"), "requests",
-                    *_p99_columns())
-            .collect())
+    rows = [] if df is None else _stage_window_rows(_gold_windows(df, r), config)
+    covered_until = max((int(x["window_start_ms"]) + config.window_ms for x in rows),
+                        default=r.start_ms)
+    if r.end_ms - covered_until >= config.window_ms:   # room for one more window
+        rows += _fresh_stage_window_rows(spark, lake, config,
+                                         TimeRange(covered_until, r.end_ms), settle_ms)
     return [RequestStageWindow(
         cluster=x["cluster"], broker=int(x["broker"]), api=x["api"],
         window_start_ms=int(x["window_start_ms"]), requests=int(x["requests"]),
         **{c: float(x[c] or 0.0) for c in _p99_columns()}) for x in rows]
+
+
+def _stage_window_rows(windows: DataFrame, config: SlowBrokerSection) -> list:
+    """Rows of a stage-percentile frame (gold's columns) for the watched APIs."""
+    return (windows.where(_norm_api().isin(_norm_names(config.watched_apis)))
+            .where(F.unix_millis("window_end") - F.unix_millis("window_start")
+                   == config.window_ms)
+            .select("cluster", "broker", "api",
+                    F.unix_millis("window_start").alias("window_start_ms"), "requests",
+                    *_p99_columns())
+            .collect())
+
+
+def fresh_windows_until(newest_ms: int | None, r: TimeRange, settle_ms: int) -> int | None:
+    """Windows ending at or before this are closed: the streaming rule (watermark = newest
+    event time - settle) applied to silver, never past the range end. None: no rows."""
+    if newest_ms is None:
+        return None
+    return min(r.end_ms, newest_ms - settle_ms)
+
+
+def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                             r: TimeRange, settle_ms: int) -> list:
+    from jobs.gold import stage_percentiles
+
+    df = _request_stages(spark, lake, r)
+    if df is None:
+        return []
+    until = fresh_windows_until(df.agg(F.max("ts_ms")).first()[0], r, settle_ms)
+    if until is None or until - r.start_ms < config.window_ms:
+        return []
+    closed = stage_percentiles(df.where(F.col("ts_ms") < until), f"{config.window_s:g} seconds")
+    return _stage_window_rows(
+        closed.where((F.unix_millis("window_start") >= r.start_ms)
+                     & (F.unix_millis("window_end") <= until)), config)
 
 
 def latency_column(config: SlowBrokerSection) -> Column:
@@ -746,40 +786,93 @@ def read_cleaner_gauges(spark: SparkSession, lake: Lake, r: TimeRange) -> list[C
 
 
 def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int, end_ms: int,
-                topic_configs: Iterable[CompactedTopicConfig] = ()) -> DetectorInputs:
-    """Every detector input for [start_ms, end_ms) of one lake."""
+                topic_configs: Iterable[CompactedTopicConfig] = (), *,
+                parallelism: int = 4) -> DetectorInputs:
+    """Every detector input for [start_ms, end_ms) of one lake.
+
+    The reads form independent chains (stage windows then the client sends they point
+    at; baselines; follower fetches; log events and client resets, then the commits they
+    point at, then those groups' memberships and partitions' offsets; meter ticks;
+    cleaner gauges). Each read is a few small Spark jobs with driver work (planning, the
+    Delta log) between them, so one after another they leave the cores idle between
+    jobs; `parallelism` chains run at once, each in a thread that inherits the caller's
+    scheduler pool. The result does not depend on `parallelism` (1 reads in order).
+    """
     r = TimeRange(start_ms, end_ms)
     sb = config.slow_broker
     evidence_s = config.offset_rewind.evidence_window_s
     meter_s = config.unclean_election.meter_match_window_s
     out = DetectorInputs(topic_configs=list(topic_configs))
 
-    out.stage_windows = read_stage_windows(spark, lake, sb, r)
-    out.baselines = read_baselines(spark, lake, sb, r)
-    out.follower_fetches = read_follower_fetches(spark, lake, sb, r)
-    out.client_sends = read_client_sends(spark, lake, sb, r, out.stage_windows)
+    def slow_broker_windows() -> None:
+        out.stage_windows = read_stage_windows(spark, lake, sb, r,
+                                               config.pipeline.fast_watermark_s * 1000)
+        out.client_sends = read_client_sends(spark, lake, sb, r, out.stage_windows)
 
-    events = read_log_events(spark, lake, r.back(max(ISR_SEED_S, evidence_s, meter_s)))
-    out.isr_shrinks = shrinks_from_isr_events(
-        [e for e in events if e["kind"] in ("isr_shrink", "isr_update", "isr_expand",
-                                            "leader_change")], since_ms=r.start_ms)
-    out.truncations = truncations_from(events, r.start_ms - int(evidence_s * 1000))
-    out.cleaner_runs = cleaner_runs_from(events, r.start_ms)
-    election_since = r.start_ms - int(meter_s * 1000)
-    out.elections = dedupe_elections(
-        [e for e in events if e["kind"] == "unclean_election" and e["ts_ms"] >= election_since],
-        topic_ids(events))
+    def baselines() -> None:
+        out.baselines = read_baselines(spark, lake, sb, r)
 
-    out.resets = read_resets(spark, lake, r.back(evidence_s))
-    election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
-    reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
-    out.commits = read_commits(spark, lake, r, election_tps, reset_gtps)
-    out.memberships = read_memberships(spark, lake, r, {(c.cluster, c.group) for c in out.commits})
-    offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
-                  | {(e.cluster, e.topic, e.partition) for e in out.resets}
-                  | {(t.cluster, t.topic, t.partition) for t in out.truncations})
-    out.partition_offsets = read_partition_offsets(spark, lake, r.back(evidence_s), offset_tps)
+    def follower_fetches() -> None:
+        out.follower_fetches = read_follower_fetches(spark, lake, sb, r)
 
-    out.meter_ticks = read_meter_ticks(spark, lake, r, int(meter_s * 1000))
-    out.cleaner_gauges = read_cleaner_gauges(spark, lake, r)
+    def partition_signals() -> None:
+        events = read_log_events(spark, lake, r.back(max(ISR_SEED_S, evidence_s, meter_s)))
+        out.isr_shrinks = shrinks_from_isr_events(
+            [e for e in events if e["kind"] in ("isr_shrink", "isr_update", "isr_expand",
+                                                "leader_change")], since_ms=r.start_ms)
+        out.truncations = truncations_from(events, r.start_ms - int(evidence_s * 1000))
+        out.cleaner_runs = cleaner_runs_from(events, r.start_ms)
+        election_since = r.start_ms - int(meter_s * 1000)
+        out.elections = dedupe_elections(
+            [e for e in events
+             if e["kind"] == "unclean_election" and e["ts_ms"] >= election_since],
+            topic_ids(events))
+
+        out.resets = read_resets(spark, lake, r.back(evidence_s))
+        election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
+        reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
+        out.commits = read_commits(spark, lake, r, election_tps, reset_gtps)
+        offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
+                      | {(e.cluster, e.topic, e.partition) for e in out.resets}
+                      | {(t.cluster, t.topic, t.partition) for t in out.truncations})
+        groups = {(c.cluster, c.group) for c in out.commits}
+
+        def memberships() -> None:
+            out.memberships = read_memberships(spark, lake, r, groups)
+
+        def partition_offsets() -> None:
+            out.partition_offsets = read_partition_offsets(spark, lake, r.back(evidence_s),
+                                                           offset_tps)
+
+        _run_all(spark, [memberships, partition_offsets], min(parallelism, 2))
+
+    def meter_ticks() -> None:
+        out.meter_ticks = read_meter_ticks(spark, lake, r, int(meter_s * 1000))
+
+    def cleaner_gauges() -> None:
+        out.cleaner_gauges = read_cleaner_gauges(spark, lake, r)
+
+    # The longest chain first, so it never waits for a free thread.
+    _run_all(spark, [partition_signals, slow_broker_windows, follower_fetches, baselines,
+                     meter_ticks, cleaner_gauges], parallelism)
     return out
+
+
+def _run_all(spark: SparkSession, tasks: Sequence[Callable[[], None]],
+             parallelism: int) -> None:
+    """Run the tasks, `parallelism` at a time, each thread with the caller's local
+    properties (scheduler pool, job group) and job tags; the first error is raised once
+    all ended."""
+    if parallelism <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            task()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import inheritable_thread_target
+
+    with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="detector-read") as pool:
+        inherit = inheritable_thread_target(spark)
+        futures = [pool.submit(inherit(task)) for task in tasks]
+    for f in futures:
+        f.result()

@@ -217,6 +217,7 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
     """One evaluation at now_ms over [now - lookback, now); returns its findings (open and
     recently resolved, correlated) after writing the changed ones to gold.<table>."""
     check_config(config)
+    started = time.monotonic()
     path = lake.table("gold", table)
     inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
                          topic_configs)
@@ -224,9 +225,10 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
     previous = read_findings(spark, path, now_ms, config)
     findings = next_findings(previous, detections, config, now_ms)
     written = write_findings(spark, path, changed_findings(previous, findings))
-    log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written; inputs %s",
-             now_ms, len(detections), len(findings),
-             sum(f.status.value == "open" for f in findings), written, inputs.counts())
+    log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
+             "%.1f s; inputs %s", now_ms, len(detections), len(findings),
+             sum(f.status.value == "open" for f in findings), written,
+             time.monotonic() - started, inputs.counts())
     return findings
 
 

@@ -139,9 +139,10 @@ class Pipeline:
             started.append(gold.start_stage_percentiles(
                 self.spark, self.lake, "request_stages_1m", "1 minute", f"{lateness} seconds",
                 slow))
-            started.append(gold.start_stage_percentiles(
-                self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
-                f"{st.fast_watermark_s} seconds", gold_trigger))
+            if st.fast_stage_table:
+                started.append(gold.start_stage_percentiles(
+                    self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
+                    f"{st.fast_watermark_s} seconds", gold_trigger))
         if "offset_commits" in names:
             started.append(gold.start_offset_commits_1m(self.spark, self.lake,
                                                         gold.COMMITS_WATERMARK, slow))

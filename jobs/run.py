@@ -160,12 +160,22 @@ class Monitor:
     def health_loop(self, stop: threading.Event) -> None:
         _report_health(self.pipeline, self.exporter, stop)
 
-    def stop(self) -> None:
+    def stop_streams(self) -> None:
+        """Stop the agents (they drain) and the streaming queries (at a batch boundary);
+        the Spark session stays for batch work such as the incident report. Safe to repeat."""
         if self.supervisor:
             self.supervisor.stop()
             self.supervisor = None
         if self.pipeline:
             self.pipeline.stop()
+
+    def stop(self) -> None:
+        self.stop_streams()
+        if self.decisions is not None:
+            close = getattr(self.decisions.publisher, "close", None)
+            if close is not None:
+                close()
+            self.decisions = None
         if self.server is not None:
             self.server.shutdown()
             self.server = None

@@ -110,6 +110,12 @@ class PipelineSection:
     fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "
                                  "after the newest row (rows later than this are counted in the "
                                  "query progress and kept by the minute table)", 10, min=1, max=600)
+    fast_stage_table: bool = _key("Run the streaming query that writes gold.request_stages_10s. "
+                                  "Either way the slow-broker detector takes the windows that "
+                                  "table has not closed yet from silver.request_stages; false "
+                                  "leaves the table out and the detector computes every window "
+                                  "from silver at each evaluation: one stateful query fewer on a "
+                                  "small machine, more work per evaluation on a large fleet", True)
     offset_lag_lookback_days: int = _key("How far back gold.offset_lag_1m looks for a group's "
                                          "last commit", 7, min=1, max=365)
     max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query",

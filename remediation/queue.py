@@ -72,7 +72,12 @@ class ActionPublisher:
         log.info("published %d action(s) to %s", len(actions), self.topic)
 
     def close(self) -> None:
-        self._producer.flush(self.flush_timeout_s)
+        """Deliver what is queued, then shut the producer down (it would otherwise go on
+        reconnecting to a cluster that is gone). Safe to repeat."""
+        if self._producer is not None:
+            self._producer.flush(self.flush_timeout_s)
+            self._producer.close()
+            self._producer = None
 
 
 def ensure_queue_topic(admin_config: Mapping[str, object], topic: str,

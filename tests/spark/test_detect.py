@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from detectors.findings import AnomalyType, Status
-from detectors.inputs import UNCLEAN_METER, read_inputs
+from detectors.inputs import UNCLEAN_METER, TimeRange, read_inputs, read_stage_windows
 from ingest.broker_log import parse_lines
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
 from ingest.partition_offsets_agent import partition_offsets_record
@@ -264,6 +264,40 @@ def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
     assert inputs.resets == [] and inputs.memberships == [] and inputs.partition_sizes == []
     dead = [g for g in inputs.cleaner_gauges if g.dead_thread_count]
     assert [(g.broker, g.dead_thread_count) for g in dead] == [(2, 1)]
+
+
+def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
+        spark, lake, kmon_config, tmp_path):
+    """A lake with silver but no gold.request_stages_10s (pipeline.fast_stage_table = false,
+    or the 10-s query a trigger behind): the detector gets the same windows from silver."""
+    silver_only = tmp_path / "lake"
+    silver_only.mkdir()
+    (silver_only / "silver").symlink_to(Path(lake.root) / "silver")
+    r = TimeRange(NOW_A - 300_000, NOW_A)
+    settle = kmon_config.pipeline.fast_watermark_s * 1000
+    sb = kmon_config.slow_broker
+    from_gold = read_stage_windows(spark, lake, sb, r, settle)
+    # Produce in the six windows; follower fetches from 2 s before T0, so one window more.
+    assert {(w.broker, w.api, w.window_start_ms) for w in from_gold} == (
+        {(b, "Produce", T0 + k * W) for b in (1, 2, 3) for k in range(6)}
+        | {(b, "Fetch", T0 + k * W) for b in (1, 2, 3) for k in range(-1, 6)})
+    from_silver = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle)
+    key = lambda w: (w.broker, w.api, w.window_start_ms)  # noqa: E731
+    # The same windows with the same numbers, but for the last two: gold's query saw the
+    # closing record 10 minutes ahead, while nothing after NOW_A is read from silver (a
+    # replay sees what a live run saw), whose newest row is just before NOW_A: a window
+    # closes 10 s (fast_watermark_s) after its end.
+    # (The newest row is before NOW_A, so a window ending at NOW_A - 10 s is still open.)
+    closed = [w for w in from_gold if w.window_start_ms + W < NOW_A - settle]
+    assert {w.window_start_ms for w in from_gold} - {w.window_start_ms for w in closed} == {
+        T0 + 4 * W, T0 + 5 * W}
+    assert sorted(from_silver, key=key) == sorted(closed, key=key)
+    # Evaluated at SLOW_FROM + W, nothing later is read (a replay sees what a live run
+    # saw): the newest row is just before it, so the windows that ended a watermark
+    # (10 s) before that row are closed and the two after them are not yet.
+    early = read_stage_windows(spark, Lake(str(silver_only)), sb,
+                               TimeRange(NOW_A - 300_000, SLOW_FROM + W), settle)
+    assert {w.window_start_ms for w in early} == {T0 - W, T0, T0 + W}   # T0 - W: Fetch
 
 
 def test_slow_broker_names_the_stage_and_the_follower(findings_a):

@@ -11,8 +11,8 @@ from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
 from detectors.unclean_election import UncleanElectionMeterTick
 from detectors.inputs import (CLEANER_METRICS, UNCLEAN_METER, TimeRange, TopicConfigCache,
                               check_config, cleaner_runs_from, client_reset_from_row,
-                              compacted_topic_config, dedupe_elections, merge_controller_ticks,
-                              send_candidates, shrinks_from_isr_events, topic_ids,
+                              compacted_topic_config, dedupe_elections, fresh_windows_until,
+                              merge_controller_ticks, send_candidates, shrinks_from_isr_events, topic_ids,
                               truncations_from)
 from kmon.config import Config, ConfigError
 from schemas import broker_metrics
@@ -248,3 +248,15 @@ def test_a_time_range_is_not_empty_and_reaches_back():
     assert r.back(2) == TimeRange(T0 - 2_000, T0 + 1_000)
     with pytest.raises(ValueError):
         TimeRange(T0, T0)
+
+
+# --- windows taken from silver (past what gold.request_stages_10s has closed) ----------------
+
+@pytest.mark.parametrize("newest_ms, until", [
+    pytest.param(None, None, id="no_rows_no_windows"),
+    pytest.param(50_000, 40_000, id="a_window_closes_a_watermark_after_its_end"),
+    pytest.param(45_000, 35_000, id="the_window_the_newest_row_is_in_stays_open"),
+    pytest.param(500_000, 100_000, id="never_past_the_range_end"),
+])
+def test_silver_windows_close_as_the_streaming_watermark_would(newest_ms, until):
+    assert fresh_windows_until(newest_ms, TimeRange(0, 100_000), 10_000) == until
