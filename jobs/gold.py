@@ -5,7 +5,9 @@
   1/accuracy). The watermark equals silver's lateness bound for request_stages, so a row
   silver kept is never dropped here.
 - ``gold.request_stages_10s``: the same per 10 seconds with a short watermark, for the
-  detectors (a finding within a minute needs windows that close within seconds). Rows
+  detectors (a finding within a minute needs windows that close within seconds; the
+  detector computes the windows this table has not released yet from silver with
+  `stage_percentiles` too, and all of them when pipeline.fast_stage_table is false). Rows
   later than its watermark are left out of this table only; Spark counts them
   (``numRowsDroppedByWatermark`` in the query progress, exported as a metric) and the
   minute table still has them.
