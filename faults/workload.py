@@ -49,6 +49,12 @@ class _Running:
     counts: dict = field(default_factory=lambda: {"messages": 0, "errors": 0})
 
 
+def _is_fatal(e: Exception) -> bool:
+    """A KafkaException whose error librdkafka marks fatal: that client is unusable."""
+    err = e.args[0] if e.args else None
+    return bool(getattr(err, "fatal", lambda: False)())
+
+
 def _file_logger(path: Path, name: str) -> logging.Logger:
     lg = logging.getLogger(f"kmon.workload.{name}")
     lg.propagate = False
@@ -83,7 +89,7 @@ class Workload:
         run.thread.start()
 
     def _produce(self, spec: ProducerSpec, stop: threading.Event) -> None:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
 
         counts = self.producers[spec.name].counts
         conf = {"bootstrap.servers": self.bootstrap, "client.id": spec.name, "acks": spec.acks,
@@ -110,13 +116,34 @@ class Workload:
                     counts["messages"] += 1
                 except BufferError:   # a paused broker: drop this tick's rest, do not burst
                     owed = 0
+                except KafkaException as e:
+                    if not _is_fatal(e):
+                        raise
+                    p = self._restart_producer(spec, conf, counts, e)
                 except Exception as e:  # noqa: BLE001 - keep producing through faults
                     counts["errors"] += 1
                     log.debug("%s: %s", spec.name, e)
                 i += 1
-            p.poll(0)
+            try:
+                p.poll(0)
+            except KafkaException as e:
+                if not _is_fatal(e):
+                    raise
+                p = self._restart_producer(spec, conf, counts, e)
             stop.wait(tick_s)
         p.flush(10)
+
+    @staticmethod
+    def _restart_producer(spec: ProducerSpec, conf: dict, counts: dict, error: Exception):
+        """An idempotent producer whose brokers were stopped mid-batch can fail for good
+        (librdkafka: "unable to guarantee consistency"); an application then starts a new
+        one, and so does the workload, so the faults after it still have traffic."""
+        from confluent_kafka import Producer
+
+        counts["errors"] += 1
+        counts["restarts"] = counts.get("restarts", 0) + 1
+        log.warning("%s: fatal producer error (%s): starting a new producer", spec.name, error)
+        return Producer(conf)
 
     # ---- consumers ---------------------------------------------------------------------
 

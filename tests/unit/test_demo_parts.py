@@ -94,3 +94,15 @@ def test_a_busy_exporter_port_is_one_line_saying_what_to_do():
     text = str(e.value)
     assert "\n" not in text and str(port) in text and "--exporter-port" in text
     _check_port(0)   # 0: no exporter, nothing to check
+
+
+def test_only_a_fatal_client_error_makes_the_workload_start_a_new_producer():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from faults.workload import _is_fatal
+
+    # Seen in a live demo: the idempotent orders producer, its brokers stopped mid-batch.
+    assert _is_fatal(KafkaException(KafkaError(KafkaError._INCONSISTENT,
+                                               "unable to guarantee consistency", fatal=True)))
+    assert not _is_fatal(KafkaException(KafkaError(KafkaError._TRANSPORT)))   # retried
+    assert not _is_fatal(KafkaException())
