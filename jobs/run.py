@@ -185,7 +185,11 @@ class Monitor:
 
 
 def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
-        exporter_port: int | None = None, out=sys.stdout) -> int:
+        exporter_port: int | None = None, state_dir: Path | None = None,
+        out=sys.stdout) -> int:
+    """Run until Ctrl-C (or `duration_s`). The agents keep their positions in `state_dir`
+    (default <work_dir>/agent-state): positions belong to one lake, since a restart resumes
+    from them, so a run on another lake (a test's) gives its own folder."""
     registry = CollectorRegistry()
     lake_agents = []
     local = None
@@ -205,8 +209,8 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
     monitor = Monitor(config, registry=registry, watched_bootstrap=local,
                       cluster_sizes={config.watch.cluster: len(cluster.nodes)} if cluster else None)
     if agents:
-        lake_agents = build_agents(config, registry, monitor.lake, config.work_dir / "agent-state",
-                                   cluster)
+        lake_agents = build_agents(config, registry, monitor.lake,
+                                   state_dir or config.work_dir / "agent-state", cluster)
         monitor.agents = lake_agents
     print(f"kmon run: lake {config.storage_root}, source {config.pipeline.source}", file=out,
           flush=True)

@@ -126,7 +126,8 @@ def cmd_demo(args, config) -> int:
 def cmd_run(args, config) -> int:
     from jobs.run import run
     return run(config, agents=not args.no_agents, duration_s=args.duration,
-               exporter_port=args.exporter_port)
+               exporter_port=args.exporter_port,
+               state_dir=Path(args.state_dir) if args.state_dir else None)
 
 
 def cmd_agents(args, config) -> int:
@@ -334,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
     sp.add_argument("--exporter-port", type=int,
                     help="exporter port (default pipeline.exporter_port; 0 = off)")
+    sp.add_argument("--state-dir", help="where the agents keep their positions "
+                                        "(default <work_dir>/agent-state)")
 
     sp = add("agents", "Run the agents alone (no Spark): for the local cluster by default, or "
                        "for one broker host of a real cluster (--broker-id ...) and/or the "
