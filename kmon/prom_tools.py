@@ -9,6 +9,7 @@ leaves nothing running. `stop()` is safe to repeat.
 
     prom = start_prometheus(config_text, work_dir, port=0)   # 0: a free port
     ...  prom.url  ->  "http://127.0.0.1:41234"
+    ...  prom.query('up == 1')  ->  [{"metric": {...}, "value": [t, "1"]}, ...]
     prom.stop()
 
 Files the config refers to by a relative path (rule files) go in ``files``: they are
@@ -30,6 +31,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +96,19 @@ class PromProcess:
         """GET url+path and decode the JSON answer (the HTTP APIs of both programs)."""
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
             return json.loads(r.read())
+
+    def query(self, expr: str, timeout: float = 30.0) -> list:
+        """Prometheus only: the result of an instant query of `expr` (a list of series for
+        a vector). An expression Prometheus refuses raises PromToolsError with its reason."""
+        path = "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        try:
+            answer = self.get_json(path, timeout)
+        except urllib.error.HTTPError as e:
+            raise PromToolsError(f"Prometheus refused {expr!r}: "
+                                 f"{e.read().decode(errors='replace')}") from None
+        if answer.get("status") != "success":
+            raise PromToolsError(f"Prometheus query {expr!r} failed: {answer}")
+        return answer["data"]["result"]
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL after `timeout`; safe to call again."""

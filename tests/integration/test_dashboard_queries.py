@@ -8,15 +8,16 @@ exists. After a short produce/consume workload, every panel query goes to
 /api/v1/query: each must parse (status success) and return data, except queries over
 series that only an event creates (dropped records) and, when no exporter serves them,
 over kmon_findings_* / kmon_pipeline_* series.
+
+Here the findings and the query progress are synthetic, one finding of every type, so
+every findings panel has a series; test_oncall_end_to_end.py sends the same queries to a
+Prometheus scraping the running `kmon run` after a fault it caused.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
-import urllib.error
-import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
 from ingest.request_log_agent import RequestLogAgent, RequestLogSource
 from ingest.sinks import LandingSink
-from kmon.prom_tools import PROMETHEUS_BINARIES, find_binary, start_prometheus
+from kmon.prom_tools import PROMETHEUS_BINARIES, PromToolsError, find_binary, start_prometheus
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -109,14 +110,10 @@ def _progress(now_s: float) -> dict:
 
 def _query(prom, expr: str) -> list:
     """Run an instant query; fail with Prometheus's own error when it does not parse."""
-    url = prom.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            answer = json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        pytest.fail(f"Prometheus refused {expr!r}: {e.read().decode(errors='replace')}")
-    assert answer["status"] == "success", (expr, answer)
-    return answer["data"]["result"]
+        return prom.query(expr)
+    except PromToolsError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")
