@@ -1,16 +1,17 @@
 """Findings to a pager, through the real chain: kmon exporter -> Prometheus (kmon-rules.yml)
 -> Alertmanager (alertmanager.yml) -> a webhook served by the test.
 
+The findings are set on the exporter directly, so that grouping by incident, routing by
+severity, inhibition and resolution can each be made to happen; a finding caused on the
+real cluster and carried by the running `kmon run` to the webhook is
+test_oncall_end_to_end.py's.
+
 The shipped files are used as they are, except for two test-only rewrites through
 kmon.prom_tools: every alert's `for:` becomes 0s (promtool tests the shipped durations)
 and Alertmanager's group timers become 1s; its webhook URLs point at the test's server.
 """
 
 from __future__ import annotations
-
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -21,6 +22,7 @@ from kmon.prom_tools import (ALERTMANAGER_BINARIES, PROMETHEUS_BINARIES, RULES_F
                              alertmanager_config, find_binary, prometheus_config,
                              rules_with_for, start_alertmanager, start_prometheus)
 from tests.conftest import wait_until
+from tests.integration.webhook_receiver import WebhookReceiver
 
 T0 = 1_780_000_000_000
 
@@ -56,41 +58,6 @@ SLOW = _finding("f-slow", "prod-us", AnomalyType.SLOW_BROKER, Severity.HIGH, Ent
 CLEANER = _finding("f-clean", "prod-us", AnomalyType.COMPACTION_LAG, Severity.WARNING,
                    EntityKind.BROKER, "broker:5", "cleaner_falling_behind",
                    ActionKind.PAGE_HUMAN)
-
-
-class WebhookReceiver:
-    """An HTTP server that records every Alertmanager webhook notification it gets."""
-
-    def __init__(self) -> None:
-        self.notifications: list[tuple[str, dict]] = []
-        lock = threading.Lock()
-        received = self.notifications
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with lock:
-                    received.append((self.path, json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def find(self, path: str, predicate) -> dict | None:
-        for p, n in list(self.notifications):
-            if p == path and predicate(n):
-                return n
-        return None
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _names(notification: dict, status: str = "firing") -> set[str]:

@@ -16,9 +16,6 @@ import bisect
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,9 +31,8 @@ from jobs.lake import Lake, register_tables
 from jobs.table_docs import cookbook_queries
 from jobs.pipeline import Pipeline
 from tests.conftest import wait_until
+from tests.integration.kmon_process import ctrl_c, kill9, kmon_env, start_kmon
 
-REPO = Path(__file__).resolve().parents[2]
-KMON = [sys.executable, "-m", "kmon.cli"]
 STAGE_KEYS = {"total": "totalTimeMs", "request_queue": "requestQueueTimeMs",
               "local": "localTimeMs", "remote": "remoteTimeMs", "send": "sendTimeMs"}
 API_NAMES = {0: "Produce", 1: "Fetch"}
@@ -65,30 +61,6 @@ def _commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
                 raise
             time.sleep(1)
     c.close()
-
-
-def _env(cluster, lake_root: str) -> dict:
-    return {**os.environ, "KMON__SPARK__STORAGE_ROOT": lake_root,
-            "KMON__LOCAL_CLUSTER__NAME": cluster.name, "KMON__WATCH__CLUSTER": "e2e",
-            "KMON__SPARK__SHUFFLE_PARTITIONS": "2", "KMON__PIPELINE__EXPORTER_PORT": "0",
-            "KMON__PIPELINE__PROGRESS_INTERVAL_S": "5", "PYTHONPATH": str(REPO)}
-
-
-def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(KMON + args, cwd=REPO, env=env, stdout=open(log, "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _kill9(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-
-
-def _ctrl_c(proc: subprocess.Popen, timeout: float = 180) -> int:
-    """What Ctrl-C in a terminal does: SIGINT to the whole process group (PySpark's JVM
-    ignores SIGINT, so the Python side stops the queries before the JVM goes)."""
-    os.killpg(proc.pid, signal.SIGINT)
-    return proc.wait(timeout)
 
 
 def _raw_lines(path: Path, limit: int) -> list[tuple[int, dict, int]]:
@@ -139,7 +111,7 @@ def workload(kafka_cluster):
 def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_matches_raw(
         kafka_cluster, workload, spark, kmon_config, tmp_path):
     lake_root = str(tmp_path / "lake")
-    env = _env(kafka_cluster, lake_root)
+    env = kmon_env(kafka_cluster, lake_root)
     state = tmp_path / "agent-state"
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -157,16 +129,16 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     def silver_rows() -> int:
         return rows(silver_path)
 
-    agents = _start(agents_cmd, env, logs / "agents.log")
-    job = _start(job_cmd, env, logs / "job.log")
+    agents = start_kmon(agents_cmd, env, logs / "agents.log")
+    job = start_kmon(job_cmd, env, logs / "job.log")
     try:
         wait_until(lambda: silver_rows() > 0, 900, "first silver rows from the running job")
         _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
-        _kill9(agents)
-        _kill9(job)
+        kill9(agents)
+        kill9(job)
         _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
-        agents = _start(agents_cmd, env, logs / "agents.log")
-        job = _start(job_cmd, env, logs / "job.log")
+        agents = start_kmon(agents_cmd, env, logs / "agents.log")
+        job = start_kmon(job_cmd, env, logs / "job.log")
         before = silver_rows()
         wait_until(lambda: silver_rows() > before, 900, "silver rows after the restart")
         # A 1-minute gold window closes only once event time passes its end plus the
@@ -174,12 +146,12 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         wait_until(lambda: rows(lake.table("gold", "request_stages_1m")) > 0, 900,
                    "a closed gold request_stages_1m window")
         time.sleep(5)
-        assert _ctrl_c(agents) == 0, (logs / "agents.log").read_text()[-3000:]
-        assert _ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
+        assert ctrl_c(agents) == 0, (logs / "agents.log").read_text()[-3000:]
+        assert ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
     finally:
         for p in (agents, job):
             if p.poll() is None:
-                _kill9(p)
+                kill9(p)
     log_text = (logs / "job.log").read_text()
     assert "queries running" in log_text and "stopped; checkpoints are consistent" in log_text
 
