@@ -34,7 +34,10 @@ Algorithm, per group and partition:
      them membership proves nothing and that half of the rule is skipped.
    - auto_reset_after_out_of_range: a client reset line on the partition within
      `evidence_window_s` of the rewind, or a truncation of the partition shortly before
-     it, or an old position past the end offset (the position no longer existed).
+     it that removed committed data (below the high watermark: followers also truncate
+     to their high watermark on topic creation and after every leader change, which
+     removes nothing a consumer read), or an old position past the end offset (the
+     position no longer existed).
    - stale_offset_after_coordinator_move: members were active and nothing reset them: a
      stale process (a zombie of an old generation, a standalone committer with an old
      position) or a coordinator that served stale state after moving, committed an old
@@ -229,9 +232,11 @@ def seek_near(resets: Sequence[ClientOffsetReset], group: str, t_ms: int,
 
 def truncation_before(truncations: Sequence[LogTruncation], t_ms: int,
                       window_ms: int) -> LogTruncation | None:
-    """The latest truncation of the partition in the window before t_ms (a client meets the
-    truncated log a few fetches later, so the reset follows the truncation)."""
-    near = [t for t in truncations if t_ms - window_ms <= t.event_ms <= t_ms + CLOCK_SKEW_MS]
+    """The latest truncation of the partition that removed committed data, in the window
+    before t_ms (a client meets the truncated log a few fetches later, so the reset follows
+    the truncation). A truncation to the high watermark removes nothing a consumer read."""
+    near = [t for t in truncations if t.below_high_watermark
+            and t_ms - window_ms <= t.event_ms <= t_ms + CLOCK_SKEW_MS]
     return max(near, key=lambda t: t.event_ms, default=None)
 
 

@@ -189,6 +189,23 @@ def scenarios():
                                                                        "truncated_to": 4200,
                                                                        "high_watermark": 5000}}})
 
+    # Seen on a real 3-replica topic: followers log "Truncating partition ... due to local
+    # high watermark 0" at creation and truncate to their high watermark after a leader
+    # change. Neither removed anything a consumer read: a stale commit stays stale.
+    yield Scenario(
+        "follower_truncations_to_the_high_watermark_explain_no_rewind",
+        commits((0, 1000), (60, 2000), (120, 1500)),
+        offsets=ends((0, 1000, 0), (120, 2200, 0)), members=members((0, 2)), now_s=150,
+        truncations=[LogTruncation("c1", 2, "orders", 2, at(100), 0, None),
+                     LogTruncation("c1", 3, "orders", 2, at(110), 2100, 2100)],
+        rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": True,
+                "member_count": 2, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 500,
+                "cause": "stale_offset_after_coordinator_move"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "stale_offset_after_coordinator_move", Severity.HIGH,
+            ActionKind.RESTORE_GROUP_OFFSETS)})
+
     yield Scenario(
         "new_group_initial_reset_is_benign",
         commits((30, 0), (60, 700)),
