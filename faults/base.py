@@ -54,14 +54,22 @@ class FaultContext:
     workload: object                     # faults.workload.Workload
     say: Callable[[str], None] = print
     stop: object = None                  # threading.Event
+    _admins: dict = field(default_factory=dict, repr=False)
 
     @property
     def bootstrap(self) -> str:
         return self.cluster.bootstrap_servers
 
     def admin(self, bootstrap: str | None = None):
+        """One AdminClient per bootstrap list, kept: faults poll the cluster every half
+        second, and a new client each time left hundreds of librdkafka handles retrying
+        connections to the stopped brokers."""
         from confluent_kafka.admin import AdminClient
-        return AdminClient({"bootstrap.servers": bootstrap or self.bootstrap})
+
+        key = bootstrap or self.bootstrap
+        if key not in self._admins:
+            self._admins[key] = AdminClient({"bootstrap.servers": key})
+        return self._admins[key]
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but return at once when stopping."""

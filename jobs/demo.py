@@ -445,7 +445,7 @@ def _wait_healthy(monitor, tracker: FindingTracker, seconds: float, stop: thread
 def _silver_batches(monitor) -> int:
     n = 0
     for q in list(monitor.pipeline.queries):
-        if q.name.startswith("silver_") and q.lastProgress:
+        if q.name.startswith("silver") and q.lastProgress:
             n += int(q.lastProgress["batchId"]) + 1
     return n
 

@@ -1,9 +1,10 @@
 """The whole streaming pipeline as one object: start every query, report, stop cleanly.
 
 `Pipeline.start` creates any missing table (so every downstream query can start before
-data arrives), then starts, per stream, ``bronze_<s>`` (landing folder or telemetry topic
--> bronze.<s>) and ``silver_<s>`` (bronze.<s> -> silver.<s> + silver.quarantine), then the
-gold queries. `stop` stops them downstream first, each at a micro-batch boundary, so every
+data arrives), then starts ``silver`` (the telemetry topics or landing folders of every
+stream not in ``pipeline.slow_streams`` -> bronze.<s>, silver.<s> and silver.quarantine,
+jobs/silver.py) and ``silver_slow`` (the same for the slow streams, on their own
+trigger), then the gold queries. `stop` stops them downstream first, each at a micro-batch boundary, so every
 checkpoint stays consistent: a restart resumes where each query committed, and the
 idempotent writes make a replayed batch a no-op.
 
@@ -89,16 +90,26 @@ class Pipeline:
 
     # ---- queries -----------------------------------------------------------------------
 
-    def _raw(self, s: Stream):
+    def _raw(self, streams: list[str]):
         if self.settings.source == "kafka":
             if not self.kafka_options:
                 raise ValueError("pipeline.source is 'kafka' but no monitoring Kafka is "
                                  "configured (telemetry.bootstrap_servers)")
-            return bronze.from_kafka(self.spark, self.kafka_options, self.topic_prefix + s.name,
-                                     self.settings.max_offsets_per_trigger)
-        _mkdirs(self.spark, self.lake.landing(s.name))
-        return bronze.from_landing(self.spark, self.lake, s.name,
-                                   self.settings.max_files_per_trigger)
+            raw = bronze.from_kafka(self.spark, self.kafka_options, self.topic_prefix, streams,
+                                    self.settings.max_offsets_per_trigger)
+        else:
+            for name in streams:
+                _mkdirs(self.spark, self.lake.landing(name))
+            raw = bronze.from_landing(self.spark, self.lake, streams,
+                                      self.settings.max_files_per_trigger)
+        return bronze.with_ingest_time(raw)
+
+    def groups(self) -> list[tuple[str, tuple[Stream, ...], bool]]:
+        """(query name, its streams, on the slow trigger) for each silver query."""
+        slow = set(self.settings.slow_streams)
+        fast = tuple(s for s in self.streams if s.name not in slow)
+        late = tuple(s for s in self.streams if s.name in slow)
+        return [g for g in (("silver", fast, False), ("silver_slow", late, True)) if g[1]]
 
     def start(self, once: bool = False) -> list:
         """Start every query; `once` processes what is available now and stops."""
@@ -117,19 +128,12 @@ class Pipeline:
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", str(once).lower())
         self.ensure_tables()
         started = []
-        if st.bronze_tables:
-            for s in self.streams:
-                started.append(bronze.start_bronze(
-                    self._raw(s), self.lake, s.name,
-                    slow if s.name in st.slow_streams else trig(st.bronze_trigger_s)))
-        if once:
-            _await(started)
-        for s in self.streams:
+        for query, streams, on_slow in self.groups():
             started.append(silver.start_silver(
-                self.spark, self.lake, s,
-                slow if s.name in st.slow_streams else trig(st.silver_trigger_s),
-                f"{st.dedupe_window_s} seconds", self.on_batch,
-                source=None if st.bronze_tables else bronze.with_ingest_time(self._raw(s))))
+                self.spark, self.lake, streams, self._raw([s.name for s in streams]),
+                query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
+                dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
+                bronze_tables=st.bronze_tables))
         if once:
             _await(started)
         names = {s.name for s in self.streams}

@@ -1,19 +1,26 @@
-"""Silver: typed rows from bronze, validated; every rejected row goes to quarantine.
+"""Silver: typed rows from the raw telemetry, validated; every rejected row goes to quarantine.
 
-For one stream (jobs/streams.py), a streaming query reads ``bronze.<stream>``, decodes each
-value with the stream's schema from schemas/ (`from_json`, no Python on the row path),
-drops repeats of the same ``record_id`` (an agent re-sends after a crash) within a bounded
-watermark, and in each micro-batch splits rows by the table's rules (jobs/validation.py):
+One streaming query per group of streams (jobs/streams.py; the pipeline runs two groups,
+``silver`` and ``silver_slow``, on their own triggers) reads the group's raw source
+(jobs/bronze.py), drops repeats of the same ``record_id`` within a stream (an agent
+re-sends after a crash) within a bounded watermark, and in each micro-batch, for each
+stream that had rows:
 
-- rows that pass are appended to ``silver.<stream>``;
-- rows that are not JSON, break a rule, or whose event time is more than the stream's
-  lateness bound behind the newest event time seen so far go to ``silver.quarantine``
-  (schemas/quarantine.py) with the reason and the raw value;
-- rows that are late but within the bound are kept and counted;
-- one row per micro-batch that read rows goes to ``gold.pipeline_batches`` with the counts (rows in,
-  valid, quarantined, late, duplicates dropped) and the event-time high water.
+- appends the raw rows to ``bronze.<stream>`` (unless the pipeline keeps no bronze);
+- decodes each value with the stream's schema from schemas/ (`from_json`, no Python on
+  the row path) and splits rows by the table's rules (jobs/validation.py): rows that
+  pass are appended to ``silver.<stream>``; rows that are not JSON, break a rule, or
+  whose event time is more than the stream's lateness bound behind the newest event time
+  seen so far go to ``silver.quarantine`` (schemas/quarantine.py) with the reason and
+  the raw value; rows late but within the bound are kept and counted;
+- writes one row to ``gold.pipeline_batches`` with the counts (rows in, valid,
+  quarantined, late) and the event-time high water.
 
-All three writes are idempotent per batch (Delta txnAppId/txnVersion), so a restart that
+One query for many streams, not one each: a micro-batch has a fixed cost (planning, the
+offset and commit logs, the state store, a Delta commit for the counts), and nine
+queries paying it every few seconds were most of what two cores could do.
+
+Every write is idempotent per batch (Delta txnAppId/txnVersion), so a restart that
 replays a batch writes nothing twice. The high water of batch N is read back from
 ``gold.pipeline_batches`` (rows of batches before N), so a replayed batch is judged
 exactly as it was the first time.
@@ -24,6 +31,7 @@ valid rows are the quarantine rows themselves.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -58,7 +66,7 @@ BATCH_SCHEMA = StructType([
 ])
 
 BATCH_COLUMNS = {
-    "query": "Streaming query that wrote the batch, e.g. silver_request_stages",
+    "query": "Streaming query that wrote the batch: silver or silver_slow",
     "batch_id": "Micro-batch id of that query",
     "stream": "Telemetry stream",
     "rows_in": "Rows in the batch after repeats were dropped",
@@ -81,16 +89,21 @@ def record_schema(table) -> StructType:
 
 
 def decode(bronze: DataFrame, table) -> DataFrame:
-    """Bronze rows -> the record's columns, plus the raw value and a dedupe key."""
-    parsed = bronze.withColumnRenamed("value", RAW).select(
+    """Bronze rows -> the record's columns (under `r`) plus the raw value and where it came
+    from."""
+    return bronze.withColumnRenamed("value", RAW).select(
         F.from_json(RAW, record_schema(table),
                     {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("r"),
         *SOURCE_COLUMNS)
-    key = F.coalesce(F.col("r.record_id"),
-                     F.sha2(F.concat_ws("|", "source_file", "kafka_topic",
-                                        F.col("kafka_partition").cast("string"),
-                                        F.col("kafka_offset").cast("string"), RAW), 256))
-    return parsed.withColumn("dedupe_key", key)
+
+
+def dedupe_key() -> F.Column:
+    """What makes two raw rows repeats of each other: the record's id, else (a row that
+    is not a record) where it came from and what it says."""
+    return F.coalesce(F.get_json_object("value", "$.record_id"),
+                      F.sha2(F.concat_ws("|", "source_file", "kafka_topic",
+                                         F.col("kafka_partition").cast("string"),
+                                         F.col("kafka_offset").cast("string"), "value"), 256))
 
 
 def _event_ms(stream: Stream) -> F.Column:
@@ -160,17 +173,19 @@ def append_once(df: DataFrame, path: str, app_id: str, batch_id: int,
     w.save(path)
 
 
-def previous_high_water(spark: SparkSession, lake: Lake, query: str, batch_id: int) -> int | None:
-    """The high water after the last batch of `query` before `batch_id` (None: no rows yet)."""
+def previous_high_water(spark: SparkSession, lake: Lake, query: str,
+                        batch_id: int) -> dict[str, int]:
+    """Per stream, the high water after the last batch of `query` before `batch_id`
+    (streams with no rows yet are absent)."""
     from delta.tables import DeltaTable
 
     path = lake.table("gold", BATCHES_TABLE)
     if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    row = (spark.read.format("delta").load(path)
-           .where((F.col("query") == query) & (F.col("batch_id") < batch_id))
-           .agg(F.max("high_water_ms").alias("hw")).first())
-    return row["hw"] if row else None
+        return {}
+    rows = (spark.read.format("delta").load(path)
+            .where((F.col("query") == query) & (F.col("batch_id") < batch_id))
+            .groupBy("stream").agg(F.max("high_water_ms").alias("hw")).collect())
+    return {r["stream"]: r["hw"] for r in rows if r["hw"] is not None}
 
 
 def partition_columns(stream: Stream) -> tuple[str, ...]:
@@ -178,66 +193,102 @@ def partition_columns(stream: Stream) -> tuple[str, ...]:
     return ("date",) if stream.name == QUARANTINE else ("date", "cluster")
 
 
-def start_silver(spark: SparkSession, lake: Lake, stream: Stream, trigger: dict | None = None,
-                 dedupe_window: str = "10 minutes", on_batch=None,
-                 source: DataFrame | None = None):
-    """Start silver_<stream>. `on_batch(stats_row_dict)` is called after each batch.
+def _counts(flat: DataFrame, stream: Stream) -> DataFrame:
+    return flat.agg(
+        F.lit(stream.name).alias("stream"),
+        F.count(F.lit(1)).alias("rows_in"),
+        F.sum(F.col("_reason").isNull().cast("long")).alias("rows_valid"),
+        F.sum(F.col("_late").cast("long")).alias("late_in"),
+        F.sum((F.col("_reason") == "late_beyond_watermark").cast("long")).alias("late_out"),
+        F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"))
 
-    It reads bronze.<stream>, or `source` (rows in the bronze shape straight from the
-    landing folder or the telemetry topic) when the pipeline keeps no bronze tables; the
-    two read different sources, so each has its own checkpoint.
+
+def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], raw: DataFrame,
+                 *, query: str, trigger: dict | None = None, dedupe_window: str = "10 minutes",
+                 on_batch=None, bronze_tables: bool = True):
+    """Start the query `query` over a group of streams. `on_batch(stats_row_dict)` is called
+    for each stream that had rows in a batch.
+
+    `raw` holds the group's rows in the bronze shape with their `stream`
+    (jobs/bronze.with_ingest_time). Repeats of a row (same stream and `dedupe_key`) within
+    `dedupe_window` are dropped; each micro-batch then writes, per stream with rows, the
+    raw rows to bronze.<stream> (when `bronze_tables`), the valid rows to silver.<stream>,
+    and once for all streams the rejected rows to silver.quarantine and the counts to
+    gold.pipeline_batches.
     """
-    query = f"silver_{stream.name}"
-    checkpoint = lake.checkpoint(query if source is None else f"{query}_from_source")
-    bronze = (source if source is not None
-              else spark.readStream.format("delta").load(lake.table("bronze", stream.name)))
-    decoded = (decode(bronze, stream.table)
+    from jobs.bronze import BRONZE_COLUMNS, STREAM
+
+    by_name = {s.name: s for s in streams}
+    deduped = (raw.withColumn("dedupe_key", dedupe_key())
                .withWatermark("ingest_ts", dedupe_window)
-               .dropDuplicatesWithinWatermark(["dedupe_key"]))
-    silver_path = lake.table("silver", stream.name)
+               .dropDuplicatesWithinWatermark([STREAM, "dedupe_key"]))
     quarantine_path = lake.table("silver", QUARANTINE)
     batches_path = lake.table("gold", BATCHES_TABLE)
-    memo: dict[str, int | None] = {}
+    memo: dict = {"batch": None, "hw": {}}
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        hw_before = (memo["hw"] if memo.get("batch") == batch_id - 1
+        hw_before = (memo["hw"] if memo["batch"] == batch_id - 1
                      else previous_high_water(spark, lake, query, batch_id))
-        flat = classify(batch, stream, hw_before).persist()
+        batch = batch.persist()
         try:
-            counts = flat.agg(
-                F.count(F.lit(1)).alias("rows_in"),
-                F.sum(F.col("_reason").isNull().cast("long")).alias("rows_valid"),
-                F.sum(F.col("_late").cast("long")).alias("late_in"),
-                F.sum((F.col("_reason") == "late_beyond_watermark").cast("long")).alias("late_out"),
-                F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"),
-            ).first()
-            if not counts["rows_in"]:
-                # Nothing came in (a no-data batch moving the watermark): no commits at all;
-                # gold.pipeline_batches holds the batches that read rows.
+            present = sorted(r[STREAM] for r in batch.select(STREAM).distinct().collect())
+            unknown = [name for name in present if name not in by_name]
+            if unknown:   # a topic or folder matched by the source but not in the group
+                raise ValueError(f"{query}: rows of unknown stream(s) {unknown}")
+            if not present:
+                # Nothing came in (a no-data batch moving the watermark): no commits at
+                # all; gold.pipeline_batches holds the batches that read rows.
                 memo.update(batch=batch_id, hw=hw_before)
                 return
-            append_once(valid_rows(flat, stream), silver_path, query, batch_id,
-                        partition_columns(stream))
-            if stream.name == QUARANTINE or counts["rows_valid"] != counts["rows_in"]:
-                append_once(quarantine_rows(flat, stream), quarantine_path,
-                            f"{query}_quarantine", batch_id, partition_columns(QUARANTINE_STREAM))
-            hw = max([v for v in (hw_before, counts["max_ms"]) if v is not None], default=None)
-            stats = {"query": query, "batch_id": batch_id, "stream": stream.name,
-                     "rows_in": counts["rows_in"] or 0, "rows_valid": counts["rows_valid"] or 0,
-                     "rows_quarantined": (counts["rows_in"] or 0) - (counts["rows_valid"] or 0),
-                     "rows_late_within_bound": counts["late_in"] or 0,
-                     "rows_late_beyond_bound": counts["late_out"] or 0,
-                     "high_water_ms": hw,
-                     "batch_ts_ms": int(time.time() * 1000)}
-            append_once(spark.createDataFrame([stats], BATCH_SCHEMA), batches_path,
+            flats = {}
+            for name in present:
+                rows = batch.where(F.col(STREAM) == name)
+                if bronze_tables:
+                    append_once(rows.select(*BRONZE_COLUMNS), lake.table("bronze", name),
+                                query, batch_id, ("ingest_date",))
+                flats[name] = classify(decode(rows, by_name[name].table), by_name[name],
+                                       hw_before.get(name))
+            counts = {r["stream"]: r for r in
+                      functools.reduce(DataFrame.unionByName,
+                                       [_counts(f, by_name[n]) for n, f in flats.items()])
+                      .collect()}
+            rejected = []
+            for name, flat in flats.items():
+                c, s = counts[name], by_name[name]
+                if c["rows_valid"]:
+                    append_once(valid_rows(flat, s), lake.table("silver", name), query,
+                                batch_id, partition_columns(s))
+                if name == QUARANTINE or c["rows_valid"] != c["rows_in"]:
+                    rejected.append(quarantine_rows(flat, s))
+            if rejected:
+                append_once(functools.reduce(DataFrame.unionByName, rejected), quarantine_path,
+                            f"{query}_quarantine", batch_id,
+                            partition_columns(QUARANTINE_STREAM))
+            hw = dict(hw_before)
+            stats = []
+            now_ms = int(time.time() * 1000)
+            for name in present:
+                c = counts[name]
+                high = max([v for v in (hw_before.get(name), c["max_ms"]) if v is not None],
+                           default=None)
+                if high is not None:
+                    hw[name] = high
+                stats.append({"query": query, "batch_id": batch_id, "stream": name,
+                              "rows_in": c["rows_in"] or 0, "rows_valid": c["rows_valid"] or 0,
+                              "rows_quarantined": (c["rows_in"] or 0) - (c["rows_valid"] or 0),
+                              "rows_late_within_bound": c["late_in"] or 0,
+                              "rows_late_beyond_bound": c["late_out"] or 0,
+                              "high_water_ms": high, "batch_ts_ms": now_ms})
+            append_once(spark.createDataFrame(stats, BATCH_SCHEMA), batches_path,
                         f"{query}_batches", batch_id)
             memo.update(batch=batch_id, hw=hw)
             if on_batch is not None:
-                on_batch(stats)
+                for row in stats:
+                    on_batch(row)
         finally:
-            flat.unpersist()
+            batch.unpersist()
 
-    writer = (decoded.writeStream.queryName(query)
-              .option("checkpointLocation", checkpoint)
+    writer = (deduped.writeStream.queryName(query)
+              .option("checkpointLocation", lake.checkpoint(query))
               .foreachBatch(write_batch))
-    return writer.trigger(**(trigger or {"processingTime": "5 seconds"})).start()
+    return writer.trigger(**(trigger or {"processingTime": "10 seconds"})).start()

@@ -25,7 +25,8 @@ BRONZE = {
     "source_file": "Landing file it came from (embedded mode)",
     "kafka_topic / kafka_partition / kafka_offset / kafka_ts": "Telemetry topic coordinates "
                                                                "(Kafka mode)",
-    "ingest_ts": "When bronze wrote it", "ingest_date": "Partition column",
+    "ingest_ts": "When the silver query read it from the topic or landing file",
+    "ingest_date": "Partition column",
 }
 
 
@@ -50,7 +51,7 @@ def extra_tables() -> list[tuple[str, str, dict[str, str]]]:
 def markdown() -> str:
     lines = [BEGIN, "", "### Bronze", "",
              "One table per stream, `bronze.<stream>` for the streams below, each row a record "
-             "as it arrived:", "", "| column | meaning |", "|---|---|"]
+             "as it arrived (repeats an agent re-sent are dropped first):", "", "| column | meaning |", "|---|---|"]
     lines += [f"| `{c}` | {d} |" for c, d in BRONZE.items()]
     lines += ["", "### Silver", "",
               "Typed, validated rows. Besides the columns below every silver table has "

@@ -84,14 +84,11 @@ class PipelineSection:
                        "on the monitoring Kafka, see [telemetry])", "landing",
                        choices=("landing", "kafka"))
     bronze_tables: bool = _key("Keep bronze.<stream> tables, a replayable copy of every raw "
-                               "record. false: silver reads the landing folder or the "
-                               "telemetry topic itself (one streaming query per stream fewer; "
-                               "the landing files, or the topic's retention, are then the raw "
-                               "copy). Changing it starts silver from new checkpoints", True)
-    bronze_trigger_s: float = _key("Micro-batch interval of the bronze queries, seconds", 5.0,
-                                   min=0.5, max=3600)
-    silver_trigger_s: float = _key("Micro-batch interval of the silver queries, seconds", 10.0,
-                                   min=0.5, max=3600)
+                               "record (repeats an agent re-sent dropped), written by the silver "
+                               "queries in the same micro-batch. false: the landing files, or "
+                               "the topics' retention, are the only raw copy", True)
+    silver_trigger_s: float = _key("Micro-batch interval of the silver query (every stream not "
+                                   "in slow_streams), seconds", 10.0, min=0.5, max=3600)
     gold_trigger_s: float = _key("Micro-batch interval of gold.request_stages_10s (what the "
                                  "slow-broker detector reads), seconds", 10.0, min=0.5, max=3600)
     detect_trigger_s: float = _key("How often the detectors evaluate, seconds", 20.0, min=1,
@@ -101,7 +98,7 @@ class PipelineSection:
                                  "micro-batch has a fixed cost, so on a small machine fewer of "
                                  "them leave room for the ones that matter", 60.0, min=0.5,
                                  max=3600)
-    slow_streams: list = _key("Streams whose bronze and silver queries run on slow_trigger_s",
+    slow_streams: list = _key("Streams read by the silver_slow query, on slow_trigger_s",
                               ["client_stats", "partition_offsets", "quarantine"])
     dedupe_window_s: int = _key("How long silver remembers record ids to drop repeats an agent "
                                 "re-sent after a crash (state is bounded by this)", 600,
@@ -118,7 +115,8 @@ class PipelineSection:
                                   "small machine, more work per evaluation on a large fleet", True)
     offset_lag_lookback_days: int = _key("How far back gold.offset_lag_1m looks for a group's "
                                          "last commit", 7, min=1, max=365)
-    max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query",
+    max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query "
+                                        "(over all its topics)",
                                         2_000_000, min=1000)
     max_files_per_trigger: int = _key("Landing source: most files per micro-batch per query",
                                       1000, min=1)

@@ -88,7 +88,7 @@ def test_a_thousand_malformed_lines_are_quarantined_and_the_pipeline_keeps_runni
     agent = RequestLogAgent([RequestLogSource("m", 7, log)], LandingSink(lake.landing_root, "t"),
                             PositionStore(tmp_path / "pos.json"), AgentMetrics(registry, "t"),
                             batch_lines=300)
-    fast = kmon_config.with_overrides(pipeline={"bronze_trigger_s": 1, "silver_trigger_s": 1,
+    fast = kmon_config.with_overrides(pipeline={"silver_trigger_s": 1,
                                                  "gold_trigger_s": 2})
     pipeline = Pipeline(spark, lake, fast.pipeline,
         streams=(stream("request_stages"), stream(QUARANTINE)))

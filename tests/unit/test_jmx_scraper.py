@@ -13,9 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.jmx_scraper import JmxScraper, JmxSource, parse_exposition, record_id
+from ingest.jmx_scraper import (JmxScraper, JmxSource, kept_lines, parse_exposition,
+                                record_id)
 from ingest.malformed import Malformed
 from schemas import broker_metrics
 from tests.unit.test_tail_agent import Clock, RecordingSink
@@ -218,11 +220,33 @@ def test_unflushed_records_are_bounded_and_the_overflow_counted(exporters):
     (b"", "empty_exposition"),
     (b"\xff\xfe metrics", "not_utf8"),
     (b"garbage here\n", "invalid_exposition"),
-    (b'a{b="1",b="2"} 1\n', "invalid_exposition"),
+    (b'kafka_server_replicamanager_leadercount{b="1",b="2"} 1\n', "invalid_exposition"),
+    # not a sample line, even among series kmon does not keep: the text is rejected whole
+    (b'jvm_threads_current 12\njvm_threads_daemon{a="1" 3\n', "invalid_exposition"),
+    (b'jvm_threads_current twelve\n', "invalid_exposition"),
 ])
 def test_bad_exposition_text_is_malformed_with_a_reason(body, reason):
     bad = parse_exposition(body, cluster="c", broker=1, ts_ms=TS_MS)
     assert isinstance(bad, Malformed) and bad.reason == reason and bad.ts_ms == TS_MS
+
+
+def test_lines_of_series_not_kept_are_left_out_before_parsing_and_counted():
+    text, left_out = kept_lines(EXPOSITION)
+    assert "jvm_threads_current" not in text and "_mean" not in text
+    assert left_out == 2
+    # What is left parses to the same records as the whole text would.
+    whole = [s for fam in text_string_to_metric_families(EXPOSITION) for s in fam.samples]
+    kept = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    assert {(s.name, tuple(sorted(s.labels.items()))) for s in whole} - \
+        {(s.name, tuple(sorted(s.labels.items()))) for s in kept} == \
+        {(s.name, tuple(sorted(s.labels.items()))) for s in whole
+         if "jvm_" in s.name or s.name.endswith("_mean")}
+
+
+def test_request_metrics_of_request_types_not_kept_are_left_out():
+    line = 'kafka_network_requestmetrics_totaltimems{{quantile="0.99",request="{}"}} 3.0'
+    text, left_out = kept_lines("\n".join([line.format("DescribeAcls"), line.format("Produce")]))
+    assert left_out == 1 and 'request="Produce"' in text and "DescribeAcls" not in text
 
 
 def test_a_quantile_label_that_is_no_number_quarantines_only_that_sample():
