@@ -44,6 +44,13 @@ and the evidence lists every rule's result:
    compaction_delay_tolerance_s, or max-dirty-percent above the most lenient
    min.cleanable.dirty.ratio of the compacted topics (x100) plus dirty_margin_pct (for
    clusters that never set max.compaction.lag.ms, where the delay gauge stays 0).
+   Or: a pass that does not end while a topic is past its max.compaction.lag.ms
+   (time-since-last-run grew at each of the last rising_observations samples, and
+   max-compaction-delay-secs is above the tolerance). A throttled or overloaded cleaner
+   spends minutes on one log; the dirty and delay gauges then freeze (they are computed
+   when a thread picks a log), so a dirty share that was already high never "rises"
+   again, but time-since-last-run does, by one scrape interval per scrape. Seen in the
+   demo: dirty 89% and delay 8 s frozen, time-since-last-run 10 s, 20 s, ... 70 s.
 Per compacted partition:
 5. compacted_partition_growing: over at least growth_window_s with growth_min_samples
    samples, the size never dropped by more than growth_drop_tolerance between samples,
@@ -176,6 +183,7 @@ class CleanerAssessment:
     uncleanable_partitions: bool
     dirty_rising: bool
     behind_contract: bool
+    pass_not_ending: bool        # with a topic past its max.compaction.lag.ms
     falling_behind: bool
     cause: str | None            # the first rule that holds, None when healthy
     since_ms: int                # when the condition the cause names began
@@ -228,6 +236,18 @@ def dirty_rising(series: Sequence[CleanerGauges], n: int) -> bool:
     return all(b >= a for a, b in zip(values, values[1:])) and values[-1] > values[0]
 
 
+def pass_not_ending(series: Sequence[CleanerGauges], n: int) -> bool:
+    """time-since-last-run grew at each of the last n samples: no cleaner thread has come
+    back to pick another log since."""
+    values = [g.time_since_last_run_ms for g in series
+              if g.time_since_last_run_ms is not None][-n:]
+    return len(values) >= n and all(b > a for a, b in zip(values, values[1:]))
+
+
+def past_max_compaction_lag(g: CleanerGauges, config: CompactionLagSection) -> bool:
+    return (g.max_compaction_delay_secs or 0) > config.compaction_delay_tolerance_s
+
+
 def cleanable_point_pct(configs: Iterable[CompactedTopicConfig],
                         config: CompactionLagSection) -> float:
     """The dirty percentage above which every compacted topic is due for cleaning."""
@@ -270,7 +290,9 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
     uncleanable = has_uncleanable_partitions(latest)
     rising = dirty_rising(series, config.rising_observations)
     behind = behind_contract(latest, cleanable_pct, config)
-    falling = rising and behind
+    long_pass = (pass_not_ending(series, config.rising_observations)
+                 and past_max_compaction_lag(latest, config))
+    falling = (rising and behind) or long_pass
     if dead:
         cause = CompactionCause.CLEANER_DEAD
         since = _streak_start(series, cleaner_dead)
@@ -280,16 +302,20 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
     elif uncleanable:
         cause = CompactionCause.UNCLEANABLE_PARTITIONS
         since = _streak_start(series, has_uncleanable_partitions)
-    elif falling:
+    elif falling and rising and behind:
         cause = CompactionCause.CLEANER_FALLING_BEHIND
         dirty = [g for g in series if g.max_dirty_percent is not None]
         since = dirty[-config.rising_observations].observed_ms
+    elif falling:
+        cause = CompactionCause.CLEANER_FALLING_BEHIND
+        since = int(latest.observed_ms - latest.time_since_last_run_ms)
     else:
         cause, since = None, latest.observed_ms
     return CleanerAssessment(
         broker=latest.broker, latest=latest, cleaner_dead=dead, cleaner_stalled=stalled,
         stall_limit_ms=limit, uncleanable_partitions=uncleanable, dirty_rising=rising,
-        behind_contract=behind, falling_behind=falling, cause=cause, since_ms=since)
+        behind_contract=behind, pass_not_ending=long_pass, falling_behind=falling, cause=cause,
+        since_ms=since)
 
 
 # --- partition rule --------------------------------------------------------------------
@@ -355,6 +381,9 @@ def broker_detection(cluster: str, a: CleanerAssessment, last_run: CleanerRun | 
                            idle=_duration(g.time_since_last_run_ms or 0),
                            limit=_duration(a.stall_limit_ms), bytes=g.uncleanable_bytes or 0,
                            dirty=g.max_dirty_percent or 0, behind=behind)
+    if a.cause == CompactionCause.CLEANER_FALLING_BEHIND and not a.dirty_rising:
+        text = (f"a cleaner pass has run for {_duration(g.time_since_last_run_ms or 0)} without "
+                f"ending while dirty data waits {behind}")
     return Detection(
         cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=severity,
         entity_kind=EntityKind.BROKER, entity=broker_entity(a.broker),
@@ -365,6 +394,7 @@ def broker_detection(cluster: str, a: CleanerAssessment, last_run: CleanerRun | 
                   "rules": {"cleaner_dead": a.cleaner_dead, "cleaner_stalled": a.cleaner_stalled,
                             "uncleanable_partitions": a.uncleanable_partitions,
                             "dirty_rising": a.dirty_rising, "behind_contract": a.behind_contract,
+                            "pass_not_ending": a.pass_not_ending,
                             "falling_behind": a.falling_behind},
                   "dead_thread_count": g.dead_thread_count,
                   "time_since_last_run_ms": g.time_since_last_run_ms,

@@ -231,27 +231,34 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                      else previous_high_water(spark, lake, query, batch_id))
         batch = batch.persist()
         try:
-            present = sorted(r[STREAM] for r in batch.select(STREAM).distinct().collect())
-            unknown = [name for name in present if name not in by_name]
-            if unknown:   # a topic or folder matched by the source but not in the group
-                raise ValueError(f"{query}: rows of unknown stream(s) {unknown}")
+            # One job counts every stream of the group (and fills the cache); streams
+            # without rows in this batch are then left alone (no commits).
+            flats = {name: classify(decode(batch.where(F.col(STREAM) == name), s.table), s,
+                                    hw_before.get(name))
+                     for name, s in by_name.items()}
+            elsewhere = batch.where(~F.col(STREAM).isin(list(by_name))).agg(
+                F.lit(None).cast("string").alias("stream"), F.count(F.lit(1)).alias("rows_in"),
+                *[F.lit(None).cast("long").alias(c)
+                  for c in ("rows_valid", "late_in", "late_out", "max_ms")])
+            counts = {r["stream"]: r for r in
+                      functools.reduce(DataFrame.unionByName,
+                                       [_counts(f, by_name[n]) for n, f in flats.items()]
+                                       + [elsewhere])
+                      .collect() if r["rows_in"]}
+            if None in counts:   # the source matched a topic or folder not in the group
+                raise ValueError(f"{query}: {counts[None]['rows_in']} rows of streams not in "
+                                 f"this query ({', '.join(by_name)})")
+            present = sorted(counts)
             if not present:
                 # Nothing came in (a no-data batch moving the watermark): no commits at
                 # all; gold.pipeline_batches holds the batches that read rows.
                 memo.update(batch=batch_id, hw=hw_before)
                 return
-            flats = {}
-            for name in present:
-                rows = batch.where(F.col(STREAM) == name)
-                if bronze_tables:
-                    append_once(rows.select(*BRONZE_COLUMNS), lake.table("bronze", name),
-                                query, batch_id, ("ingest_date",))
-                flats[name] = classify(decode(rows, by_name[name].table), by_name[name],
-                                       hw_before.get(name))
-            counts = {r["stream"]: r for r in
-                      functools.reduce(DataFrame.unionByName,
-                                       [_counts(f, by_name[n]) for n, f in flats.items()])
-                      .collect()}
+            flats = {name: flats[name] for name in present}
+            if bronze_tables:
+                for name in present:
+                    append_once(batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
+                                lake.table("bronze", name), query, batch_id, ("ingest_date",))
             rejected = []
             for name, flat in flats.items():
                 c, s = counts[name], by_name[name]

@@ -47,7 +47,8 @@ class Scenario:
 
 
 RULES_HEALTHY = {"cleaner_dead": False, "cleaner_stalled": False, "uncleanable_partitions": False,
-                 "dirty_rising": False, "behind_contract": False, "falling_behind": False}
+                 "dirty_rising": False, "behind_contract": False, "pass_not_ending": False,
+                 "falling_behind": False}
 
 
 def scenarios():
@@ -104,6 +105,27 @@ def scenarios():
         "high_but_falling_dirty_ratio_is_not_lag", scrapes(dirty=[95, 90, 85, 80]),
         rules={**RULES_HEALTHY, "behind_contract": True})
 
+    # The demo's throttled cleaner: one pass that does not end, the dirty and delay gauges
+    # frozen where the thread picked the log (dirty already high, so it never "rises").
+    yield Scenario(
+        "throttled_cleaner_stuck_on_one_log_past_max_compaction_lag",
+        scrapes(dirty=[89, 89, 89, 89], delay=[8, 8, 8, 8],
+                since_run=[60_000, 120_000, 180_000, 240_000]),
+        rules={**RULES_HEALTHY, "behind_contract": True, "pass_not_ending": True,
+               "falling_behind": True},
+        detection=("cleaner_falling_behind", Severity.WARNING, ActionKind.PAGE_HUMAN,
+                   T0 + 5 * MIN))
+
+    yield Scenario(
+        "a_long_pass_within_every_contract_is_not_lag",
+        scrapes(since_run=[60_000, 120_000, 180_000, 240_000]),
+        rules=RULES_HEALTHY)
+
+    yield Scenario(
+        "a_pass_that_ended_between_scrapes_is_not_lag",
+        scrapes(delay=[8, 8, 8, 8], since_run=[60_000, 120_000, 3_000, 63_000]),
+        rules={**RULES_HEALTHY, "behind_contract": True})
+
 
 SCENARIOS = list(scenarios())
 
@@ -113,7 +135,8 @@ def test_broker_scenario(s: Scenario):
     a = assess_cleaner(s.gauges, cleanable_point_pct(s.configs, CONFIG), CONFIG)
     assert {"cleaner_dead": a.cleaner_dead, "cleaner_stalled": a.cleaner_stalled,
             "uncleanable_partitions": a.uncleanable_partitions, "dirty_rising": a.dirty_rising,
-            "behind_contract": a.behind_contract, "falling_behind": a.falling_behind} == s.rules
+            "behind_contract": a.behind_contract, "pass_not_ending": a.pass_not_ending,
+            "falling_behind": a.falling_behind} == s.rules
 
     detections = detect_compaction_lag(s.gauges, topic_configs=s.configs, config=CONFIG)
     if s.detection is None:
@@ -124,6 +147,14 @@ def test_broker_scenario(s: Scenario):
     assert (d.type, d.entity, d.last_seen_ms) == (AnomalyType.COMPACTION_LAG, "broker:1",
                                                   T0 + 9 * MIN)
     assert d.evidence["rules"] == s.rules
+
+
+def test_a_pass_that_does_not_end_is_explained_as_such():
+    [d] = detect_compaction_lag(scrapes(dirty=[89, 89, 89, 89], delay=[8, 8, 8, 8],
+                                        since_run=[60_000, 120_000, 180_000, 240_000]),
+                                config=CONFIG)
+    assert d.explanation == ("Broker 1: a cleaner pass has run for 4 min without ending while "
+                             "dirty data waits 8 s past a topic's max.compaction.lag.ms.")
 
 
 def test_stall_limit_follows_a_cleaner_that_is_normally_slow():
