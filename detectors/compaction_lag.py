@@ -44,13 +44,15 @@ and the evidence lists every rule's result:
    compaction_delay_tolerance_s, or max-dirty-percent above the most lenient
    min.cleanable.dirty.ratio of the compacted topics (x100) plus dirty_margin_pct (for
    clusters that never set max.compaction.lag.ms, where the delay gauge stays 0).
-   Or: a pass that does not end while a topic is past its max.compaction.lag.ms
-   (time-since-last-run grew at each of the last rising_observations samples, and
-   max-compaction-delay-secs is above the tolerance). A throttled or overloaded cleaner
-   spends minutes on one log; the dirty and delay gauges then freeze (they are computed
-   when a thread picks a log), so a dirty share that was already high never "rises"
-   again, but time-since-last-run does, by one scrape interval per scrape. Seen in the
-   demo: dirty 89% and delay 8 s frozen, time-since-last-run 10 s, 20 s, ... 70 s.
+   Or: a pass that does not end while a topic's contract is missed (time-since-last-run
+   grew at each of the last rising_observations samples, and either
+   max-compaction-delay-secs is above the tolerance or no thread has looked for work for
+   longer than the strictest max.compaction.lag.ms of the compacted topics). A throttled
+   or overloaded cleaner spends minutes on one log; the dirty and delay gauges then
+   freeze (they are computed when a thread picks a log), so a dirty share that was
+   already high never "rises" again, but time-since-last-run does, by one scrape
+   interval per scrape. Seen in the demo: dirty 70% and delay 0 frozen at the pick,
+   time-since-last-run 10 s, 20 s, ... 214 s, on a topic that promises 5 s.
 Per compacted partition:
 5. compacted_partition_growing: over at least growth_window_s with growth_min_samples
    samples, the size never dropped by more than growth_drop_tolerance between samples,
@@ -244,8 +246,21 @@ def pass_not_ending(series: Sequence[CleanerGauges], n: int) -> bool:
     return len(values) >= n and all(b > a for a, b in zip(values, values[1:]))
 
 
-def past_max_compaction_lag(g: CleanerGauges, config: CompactionLagSection) -> bool:
-    return (g.max_compaction_delay_secs or 0) > config.compaction_delay_tolerance_s
+def past_max_compaction_lag(g: CleanerGauges, config: CompactionLagSection,
+                            strictest_lag_ms: float | None = None) -> bool:
+    """A topic's max.compaction.lag.ms is missed: the delay gauge says so, or no cleaner
+    thread has looked for work for longer than the strictest topic allows."""
+    if (g.max_compaction_delay_secs or 0) > config.compaction_delay_tolerance_s:
+        return True
+    return (strictest_lag_ms is not None and g.time_since_last_run_ms is not None
+            and g.time_since_last_run_ms
+            > strictest_lag_ms + config.compaction_delay_tolerance_s * 1000)
+
+
+def strictest_lag_ms(configs: Iterable[CompactedTopicConfig]) -> float | None:
+    """The smallest max.compaction.lag.ms a compacted topic sets (None: none sets one)."""
+    return min((c.max_compaction_lag_ms for c in configs
+                if c.max_compaction_lag_ms is not None), default=None)
 
 
 def cleanable_point_pct(configs: Iterable[CompactedTopicConfig],
@@ -276,7 +291,8 @@ def _streak_start(series: Sequence[CleanerGauges], holds) -> int:
 
 
 def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
-                   config: CompactionLagSection) -> CleanerAssessment:
+                   config: CompactionLagSection,
+                   strictest_lag: float | None = None) -> CleanerAssessment:
     """Apply rules 1-4 to one broker's time-ordered scrapes.
 
     Order: a dead thread explains a stall and frozen gauges, so it comes first; a stall
@@ -291,7 +307,7 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
     rising = dirty_rising(series, config.rising_observations)
     behind = behind_contract(latest, cleanable_pct, config)
     long_pass = (pass_not_ending(series, config.rising_observations)
-                 and past_max_compaction_lag(latest, config))
+                 and past_max_compaction_lag(latest, config, strictest_lag))
     falling = (rising and behind) or long_pass
     if dead:
         cause = CompactionCause.CLEANER_DEAD
@@ -370,7 +386,7 @@ def _duration(ms: float) -> str:
 
 
 def broker_detection(cluster: str, a: CleanerAssessment, last_run: CleanerRun | None,
-                     cleanable_pct: float) -> Detection:
+                     cleanable_pct: float, strictest: float | None = None) -> Detection:
     g = a.latest
     severity, template = _BROKER_CAUSES[a.cause]
     delay_s = g.max_compaction_delay_secs or 0
@@ -382,8 +398,11 @@ def broker_detection(cluster: str, a: CleanerAssessment, last_run: CleanerRun | 
                            limit=_duration(a.stall_limit_ms), bytes=g.uncleanable_bytes or 0,
                            dirty=g.max_dirty_percent or 0, behind=behind)
     if a.cause == CompactionCause.CLEANER_FALLING_BEHIND and not a.dirty_rising:
+        waits = (f"dirty data waits {behind}" if delay_s > 0 else
+                 f"a compacted topic promises compaction within {_duration(strictest or 0)} "
+                 f"(max.compaction.lag.ms)")
         text = (f"a cleaner pass has run for {_duration(g.time_since_last_run_ms or 0)} without "
-                f"ending while dirty data waits {behind}")
+                f"ending while {waits}")
     return Detection(
         cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=severity,
         entity_kind=EntityKind.BROKER, entity=broker_entity(a.broker),
@@ -399,6 +418,7 @@ def broker_detection(cluster: str, a: CleanerAssessment, last_run: CleanerRun | 
                   "dead_thread_count": g.dead_thread_count,
                   "time_since_last_run_ms": g.time_since_last_run_ms,
                   "stall_limit_ms": a.stall_limit_ms,
+                  "strictest_max_compaction_lag_ms": strictest,
                   "max_dirty_percent": g.max_dirty_percent,
                   "max_compaction_delay_secs": g.max_compaction_delay_secs,
                   "uncleanable_partitions_count": g.uncleanable_partitions_count,
@@ -450,12 +470,14 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     for (cluster, broker), series in sorted(gauges_by_broker.items()):
         series.sort(key=lambda g: g.observed_ms)
         cleanable_pct = cleanable_point_pct(configs_by_cluster[cluster], config)
-        a = assess_cleaner(series, cleanable_pct, config)
+        a = assess_cleaner(series, cleanable_pct, config,
+                           strictest_lag_ms(configs_by_cluster[cluster]))
         if a.cause is None:
             continue
         mine = [r for r in runs if r.cluster == cluster and r.broker == broker]
         last_run = max(mine, key=lambda r: r.end_ms, default=None)
-        detections.append(broker_detection(cluster, a, last_run, cleanable_pct))
+        detections.append(broker_detection(cluster, a, last_run, cleanable_pct,
+                                           strictest_lag_ms(configs_by_cluster[cluster])))
 
     sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
     for s in sizes:

@@ -374,12 +374,19 @@ def compacted_topic_config(cluster: str, topic: str,
         max_compaction_lag_ms=None if lag_ms is None or lag_ms >= LONG_MAX else lag_ms)
 
 
-def describe_compacted_topics(admin_config: Mapping[str, Any], cluster: str,
+def describe_compacted_topics(admin_config: Any, cluster: str,
                               timeout_s: float = 15.0) -> list[CompactedTopicConfig]:
-    """The compacted topics of the watched cluster, from AdminClient describe_configs."""
+    """The compacted topics of the watched cluster, from AdminClient describe_configs.
+
+    `admin_config` is a librdkafka configuration, or an AdminClient to use. A long-running
+    caller passes one client and keeps it: a client dropped while requests to a stopped
+    broker are still in flight can abort the process inside librdkafka (seen in the demo:
+    ``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed`` after
+    describe_configs timeouts during the unclean-election fault)."""
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-    admin = AdminClient(dict(admin_config))
+    admin = (admin_config if hasattr(admin_config, "describe_configs")
+             else AdminClient(dict(admin_config)))
     names = sorted(admin.list_topics(timeout=timeout_s).topics)
     if not names:
         return []

@@ -90,16 +90,20 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, ctx: FaultC
              interval_s: float = 0.5) -> bool:
     """Poll `check` until true; False (logged) after the timeout or when stopping."""
     deadline = time.monotonic() + timeout_s
+    last_error = None
     while time.monotonic() < deadline:
         if ctx is not None and ctx.stopping():
             return False
         try:
             if check():
                 return True
+            last_error = None
         except Exception as e:  # noqa: BLE001 - brokers come and go during faults
+            last_error = e
             log.debug("waiting for %s: %s", what, e)
         time.sleep(interval_s)
-    log.warning("gave up waiting for %s after %.0fs", what, timeout_s)
+    log.warning("gave up waiting for %s after %.0fs%s", what, timeout_s,
+                f" (the last check failed: {last_error})" if last_error else "")
     return False
 
 

@@ -59,10 +59,17 @@ class UncleanElection(Fault):
         cl.stop_node(self.follower)
         others_than_follower = ",".join(n.bootstrap for n in cl.nodes
                                         if n.node_id != self.follower)
-        run.notes["isr_shrank"] = wait_for(
-            f"ISR [{self.leader}]",
-            lambda: leader_and_isr(ctx.admin(others_than_follower), self.topic)[1]
-            == [self.leader], 90, ctx)
+        seen: dict = {}
+
+        def isr_is_leader_alone() -> bool:
+            seen["leader"], seen["isr"] = leader_and_isr(ctx.admin(others_than_follower),
+                                                         self.topic)
+            return seen["isr"] == [self.leader]
+
+        run.notes["isr_shrank"] = wait_for(f"ISR [{self.leader}]", isr_is_leader_alone, 90, ctx)
+        if not run.notes["isr_shrank"]:
+            ctx.say(f"the ISR of '{self.topic}' did not shrink to [{self.leader}] in 90 s "
+                    f"(last seen: leader {seen.get('leader')}, ISR {seen.get('isr')}); going on")
         # Records only the leader has; the readers must have read (and committed) some of
         # them, or the truncation takes nothing they saw and there is no chain to show. On
         # a loaded machine the readers lag: wait for them rather than for a fixed time.

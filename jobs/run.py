@@ -275,9 +275,17 @@ def _add_detectors(pipeline, spark, lake, config, on_findings, bootstrap: str | 
 
     topic_configs = None
     if bootstrap or config.watch.bootstrap_servers:
-        admin = librdkafka_config(config.watch, "watch", bootstrap)
-        topic_configs = TopicConfigCache(
-            lambda: describe_compacted_topics(admin, config.watch.cluster))
+        admin_config = librdkafka_config(config.watch, "watch", bootstrap)
+        client: dict = {}
+
+        def describe():
+            # One client for the whole run (see describe_compacted_topics).
+            if "admin" not in client:
+                from confluent_kafka.admin import AdminClient
+                client["admin"] = AdminClient(dict(admin_config))
+            return describe_compacted_topics(client["admin"], config.watch.cluster)
+
+        topic_configs = TopicConfigCache(describe)
     pipeline.extra_queries.append(
         lambda trigger: start_detector_query(spark, lake, config, trigger,
                                              on_findings=on_findings,

@@ -149,6 +149,24 @@ def test_broker_scenario(s: Scenario):
     assert d.evidence["rules"] == s.rules
 
 
+def test_a_pass_longer_than_the_strictest_max_compaction_lag_is_falling_behind():
+    """The full demo: the thread picked the log within contract (delay 0, dirty 70%) and
+    never came back; `customers` promises compaction within 5 s."""
+    gauges = scrapes(dirty=[70, 70, 70, 70], since_run=[60_000, 120_000, 180_000, 240_000])
+    strict = [CompactedTopicConfig("c1", "__consumer_offsets"),
+              CompactedTopicConfig("c1", "customers", max_compaction_lag_ms=5_000)]
+    [d] = detect_compaction_lag(gauges, topic_configs=strict, config=CONFIG)
+    assert (d.cause, d.first_seen_ms) == ("cleaner_falling_behind", T0 + 5 * MIN)
+    assert d.evidence["rules"]["pass_not_ending"] and not d.evidence["rules"]["dirty_rising"]
+    assert d.evidence["strictest_max_compaction_lag_ms"] == 5_000
+    assert d.explanation == ("Broker 1: a cleaner pass has run for 4 min without ending while "
+                             "a compacted topic promises compaction within 5 s "
+                             "(max.compaction.lag.ms).")
+    # The same pass with only lenient topics (1 hour) is not lag yet.
+    lenient = [CompactedTopicConfig("c1", "customers", max_compaction_lag_ms=3_600_000)]
+    assert detect_compaction_lag(gauges, topic_configs=lenient, config=CONFIG) == []
+
+
 def test_a_pass_that_does_not_end_is_explained_as_such():
     [d] = detect_compaction_lag(scrapes(dirty=[89, 89, 89, 89], delay=[8, 8, 8, 8],
                                         since_run=[60_000, 120_000, 180_000, 240_000]),
