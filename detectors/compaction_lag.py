@@ -470,14 +470,13 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     for (cluster, broker), series in sorted(gauges_by_broker.items()):
         series.sort(key=lambda g: g.observed_ms)
         cleanable_pct = cleanable_point_pct(configs_by_cluster[cluster], config)
-        a = assess_cleaner(series, cleanable_pct, config,
-                           strictest_lag_ms(configs_by_cluster[cluster]))
+        strictest = strictest_lag_ms(configs_by_cluster[cluster])
+        a = assess_cleaner(series, cleanable_pct, config, strictest)
         if a.cause is None:
             continue
         mine = [r for r in runs if r.cluster == cluster and r.broker == broker]
         last_run = max(mine, key=lambda r: r.end_ms, default=None)
-        detections.append(broker_detection(cluster, a, last_run, cleanable_pct,
-                                           strictest_lag_ms(configs_by_cluster[cluster])))
+        detections.append(broker_detection(cluster, a, last_run, cleanable_pct, strictest))
 
     sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
     for s in sizes:
