@@ -133,7 +133,7 @@ class Pipeline:
                 self.spark, self.lake, streams, self._raw([s.name for s in streams]),
                 query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
                 dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
-                bronze_tables=st.bronze_tables))
+                bronze_tables=st.bronze_tables, write_threads=st.write_threads))
         if once:
             _await(started)
         names = {s.name for s in self.streams}

@@ -20,8 +20,8 @@ One query for many streams, not one each: a micro-batch has a fixed cost (planni
 offset and commit logs, the state store, a Delta commit for the counts), and nine
 queries paying it every few seconds were most of what two cores could do.
 
-Every write is idempotent per batch (Delta txnAppId/txnVersion), so a restart that
-replays a batch writes nothing twice. The high water of batch N is read back from
+Every write is idempotent per batch (jobs/batch_appends.py: a mark per commit, checked
+when a query starts), so a restart that replays a batch writes nothing twice. The high water of batch N is read back from
 ``gold.pipeline_batches`` (rows of batches before N), so a replayed batch is judged
 exactly as it was the first time.
 
@@ -32,16 +32,21 @@ valid rows are the quarantine rows themselves.
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from jobs.batch_appends import BatchAppends
 from jobs.lake import Lake
 from jobs.streams import QUARANTINE, Stream
 from jobs.streams import stream as stream_named
 from jobs.validation import first_broken_rule, rules
+
+log = logging.getLogger(__name__)
 
 RAW_MAX_CHARS = 16 * 1024
 BATCHES_TABLE = "pipeline_batches"
@@ -163,16 +168,6 @@ def quarantine_rows(flat: DataFrame, stream: Stream) -> DataFrame:
     return out.withColumn("date", F.to_date("ingest_ts"))
 
 
-def append_once(df: DataFrame, path: str, app_id: str, batch_id: int,
-                partition_by: tuple[str, ...] = ()) -> None:
-    """Append a micro-batch's rows; a replay of the same batch id writes nothing."""
-    w = (df.write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", batch_id))
-    if partition_by:
-        w = w.partitionBy(*partition_by)
-    w.save(path)
-
-
 def previous_high_water(spark: SparkSession, lake: Lake, query: str,
                         batch_id: int) -> dict[str, int]:
     """Per stream, the high water after the last batch of `query` before `batch_id`
@@ -203,9 +198,80 @@ def _counts(flat: DataFrame, stream: Stream) -> DataFrame:
         F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"))
 
 
+def release(checkpointed: DataFrame) -> None:
+    """Free the blocks of a `localCheckpoint`ed DataFrame now (unpersist() does not: its
+    rows are an RDD that Spark frees only when the JVM garbage-collects it)."""
+    try:
+        checkpointed._jdf.queryExecution().analyzed().rdd().unpersist(False)
+    except Exception as e:  # noqa: BLE001 - a plan of another shape: Spark frees it later
+        log.debug("could not free a checkpointed batch now: %s", e)
+
+
+def run_writes(writes: list[tuple[str, object]], threads: int, phases: "_Phases") -> None:
+    """Run a batch's table writes, `threads` at a time; raise the first failure, naming the
+    table, once every write has ended (the batch then fails and is replayed whole: each
+    write is idempotent, so the tables written already are not written twice).
+
+    Threads are `InheritableThread`s: Spark's local properties (the streaming query's job
+    group, so stopping the query cancels their jobs; the scheduler pool) carry over."""
+    from pyspark.util import InheritableThread
+
+    errors: list[tuple[str, BaseException]] = []
+    pending = list(writes)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending or errors:
+                    return
+                what, write = pending.pop(0)
+            t = time.monotonic()
+            try:
+                write()
+            except BaseException as e:  # noqa: BLE001 - re-raised below, in the batch's thread
+                with lock:
+                    errors.append((what, e))
+            with lock:
+                phases.writes[what] = time.monotonic() - t
+
+    if threads <= 1 or len(writes) <= 1:
+        worker()
+    else:
+        workers = [InheritableThread(target=worker, daemon=True)
+                   for _ in range(min(threads, len(writes)))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    phases.done("writes")
+    if errors:
+        what, e = errors[0]
+        raise RuntimeError(f"writing {what}: {e}") from e
+
+
+class _Phases:
+    """Wall time of each phase of a micro-batch, for the log line that says where it went."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.spent: dict[str, float] = {}
+        self.writes: dict[str, float] = {}   # each table write; they overlap
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.spent.items())
+        writes = ", ".join(f"{k} {v:.1f}" for k, v in self.writes.items())
+        return f"{self.last - self.start:.1f} s ({parts}{f': {writes}' if writes else ''})"
+
+
 def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], raw: DataFrame,
                  *, query: str, trigger: dict | None = None, dedupe_window: str = "10 minutes",
-                 on_batch=None, bronze_tables: bool = True):
+                 on_batch=None, bronze_tables: bool = True, write_threads: int = 4):
     """Start the query `query` over a group of streams. `on_batch(stats_row_dict)` is called
     for each stream that had rows in a batch.
 
@@ -214,7 +280,7 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
     `dedupe_window` are dropped; each micro-batch then writes, per stream with rows, the
     raw rows to bronze.<stream> (when `bronze_tables`), the valid rows to silver.<stream>,
     and once for all streams the rejected rows to silver.quarantine and the counts to
-    gold.pipeline_batches.
+    gold.pipeline_batches, `write_threads` tables at a time.
     """
     from jobs.bronze import BRONZE_COLUMNS, STREAM
 
@@ -225,11 +291,17 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
     quarantine_path = lake.table("silver", QUARANTINE)
     batches_path = lake.table("gold", BATCHES_TABLE)
     memo: dict = {"batch": None, "hw": {}}
+    appends = BatchAppends(spark)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
+        phases = _Phases()
         hw_before = (memo["hw"] if memo["batch"] == batch_id - 1
                      else previous_high_water(spark, lake, query, batch_id))
-        batch = batch.persist()
+        # Materialize the batch once (source read, dedupe state store): every job below
+        # reads this copy. (A persisted batch was not enough: the counting job's branches,
+        # one per stream, started together and each ran the source and the dedupe again.)
+        batch = batch.localCheckpoint(eager=True)
+        phases.done("read")
         try:
             # One job counts every stream of the group (and fills the cache); streams
             # without rows in this batch are then left alone (no commits).
@@ -245,6 +317,7 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                                        [_counts(f, by_name[n]) for n, f in flats.items()]
                                        + [elsewhere])
                       .collect() if r["rows_in"]}
+            phases.done("count")
             if None in counts:   # the source matched a topic or folder not in the group
                 raise ValueError(f"{query}: {counts[None]['rows_in']} rows of streams not in "
                                  f"this query ({', '.join(by_name)})")
@@ -255,22 +328,25 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                 memo.update(batch=batch_id, hw=hw_before)
                 return
             flats = {name: flats[name] for name in present}
-            if bronze_tables:
-                for name in present:
-                    append_once(batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
-                                lake.table("bronze", name), query, batch_id, ("ingest_date",))
+            writes: list[tuple[str, object]] = []   # (what, how), run write_threads at a time
+            for name in present if bronze_tables else ():
+                writes.append((f"bronze.{name}", functools.partial(
+                    appends.append, batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
+                    lake.table("bronze", name), query, batch_id, ("ingest_date",))))
             rejected = []
             for name, flat in flats.items():
                 c, s = counts[name], by_name[name]
                 if c["rows_valid"]:
-                    append_once(valid_rows(flat, s), lake.table("silver", name), query,
-                                batch_id, partition_columns(s))
+                    writes.append((f"silver.{name}", functools.partial(
+                        appends.append, valid_rows(flat, s), lake.table("silver", name), query,
+                        batch_id, partition_columns(s))))
                 if name == QUARANTINE or c["rows_valid"] != c["rows_in"]:
                     rejected.append(quarantine_rows(flat, s))
             if rejected:
-                append_once(functools.reduce(DataFrame.unionByName, rejected), quarantine_path,
-                            f"{query}_quarantine", batch_id,
-                            partition_columns(QUARANTINE_STREAM))
+                writes.append(("silver.quarantine", functools.partial(
+                    appends.append, functools.reduce(DataFrame.unionByName, rejected),
+                    quarantine_path, f"{query}_quarantine", batch_id,
+                    partition_columns(QUARANTINE_STREAM))))
             hw = dict(hw_before)
             stats = []
             now_ms = int(time.time() * 1000)
@@ -286,14 +362,18 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                               "rows_late_within_bound": c["late_in"] or 0,
                               "rows_late_beyond_bound": c["late_out"] or 0,
                               "high_water_ms": high, "batch_ts_ms": now_ms})
-            append_once(spark.createDataFrame(stats, BATCH_SCHEMA), batches_path,
-                        f"{query}_batches", batch_id)
+            writes.append((f"gold.{BATCHES_TABLE}", functools.partial(
+                appends.append, spark.createDataFrame(stats, BATCH_SCHEMA), batches_path,
+                f"{query}_batches", batch_id)))
+            run_writes(writes, write_threads, phases)
             memo.update(batch=batch_id, hw=hw)
+            log.info("%s batch %d: %d rows of %d streams in %s", query, batch_id,
+                     sum(c["rows_in"] for c in counts.values()), len(present), phases)
             if on_batch is not None:
                 for row in stats:
                     on_batch(row)
         finally:
-            batch.unpersist()
+            release(batch)
 
     writer = (deduped.writeStream.queryName(query)
               .option("checkpointLocation", lake.checkpoint(query))

@@ -87,6 +87,11 @@ class PipelineSection:
                                "record (repeats an agent re-sent dropped), written by the silver "
                                "queries in the same micro-batch. false: the landing files, or "
                                "the topics' retention, are the only raw copy", True)
+    write_threads: int = _key("Tables a silver micro-batch writes at once (bronze, silver and "
+                              "quarantine tables, the counts row). Each Delta append is mostly "
+                              "fixed latency (planning, reading the table's log, the commit), "
+                              "so overlapping them shortens a batch; 1 writes one at a time",
+                              4, min=1, max=64)
     silver_trigger_s: float = _key("Micro-batch interval of the silver query (every stream not "
                                    "in slow_streams), seconds", 10.0, min=0.5, max=3600)
     gold_trigger_s: float = _key("Micro-batch interval of gold.request_stages_10s (what the "

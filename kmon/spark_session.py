@@ -21,11 +21,12 @@ from kmon.jvm_deps import JvmDeps
 log = logging.getLogger(__name__)
 
 _LOG4J2 = Path(__file__).parent / "resources" / "spark-log4j2.properties"
-# Local mode runs dozens of small micro-batches, each planned and code-generated anew: the
-# optimizing JIT (C2) spends a core compiling code that runs for milliseconds, and G1's
-# concurrent threads compete with the tasks on a small machine. C1 alone and the
-# throughput collector with two threads leave that CPU to the queries.
-_LOCAL_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=256m",
+# Local mode: G1's concurrent threads compete with the tasks on a small machine; the
+# throughput collector with two threads leaves that CPU to the queries. The optimizing JIT
+# (C2) stays: C1 alone (tried earlier to save compile time) made a silver micro-batch of
+# the demo's telemetry ~30% slower once warm (bench/bench_silver_batch.py: 17-20 s vs
+# 12-14 s for 60 s of telemetry).
+_LOCAL_JVM_OPTIONS = ["-XX:ReservedCodeCacheSize=256m",
                       "-XX:+UseParallelGC", "-XX:ParallelGCThreads=2"]
 
 

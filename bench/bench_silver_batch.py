@@ -1,0 +1,181 @@
+"""Where a silver micro-batch spends its time, on the demo's own telemetry.
+
+Run: .kmon/venv/bin/python bench/bench_silver_batch.py [--batch-seconds 60] [--batches 6]
+
+Input: the telemetry captured from a four-fault demo run (demo/capture/landing: ~210,000
+records over 680 s from three brokers, the replay mode's input). The bench cuts each
+stream into files of `--file-seconds` of event time (the agents flush about that often),
+dates them in event-time order, and runs the `silver` query (jobs/silver.py, the demo's
+streams, no bronze tables as in the demo) with availableNow over a fresh lake, reading
+`--batch-seconds` worth of files per micro-batch. It prints, per batch, the rows, the wall
+time, and the wall time of each phase (the query's own log line: count, each stream's
+silver append, quarantine, the counts row), then the mean rows per second.
+
+A micro-batch must take well under the trigger interval (pipeline.silver_trigger_s,
+10 s) for a detector to see a fault within a minute. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CAPTURE = ROOT / "demo" / "capture" / "landing"
+
+
+def cut_capture(landing: Path, file_seconds: float) -> int:
+    """Write the capture as landing files of `file_seconds` each; return the file count."""
+    files = 0
+    for gz in sorted(CAPTURE.glob("*/*.jsonl.gz")):
+        stream = gz.parent.name
+        chunks: dict[int, list[str]] = defaultdict(list)
+        with gzip.open(gz, "rt") as f:
+            for line in f:
+                ts = json.loads(line).get("ts_ms") or 0
+                chunks[int(ts // (file_seconds * 1000))].append(line)
+        out = landing / stream
+        out.mkdir(parents=True, exist_ok=True)
+        for n, (slot, lines) in enumerate(sorted(chunks.items())):
+            path = out / f"{stream}-{slot}.jsonl"
+            path.write_text("".join(lines))
+            # The file source takes files in modification-time order.
+            t = slot * file_seconds
+            os.utime(path, (t, t))
+            files += 1
+    return files
+
+
+class PhaseLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def print_stages(spark, top: int = 25) -> None:
+    """The stages of the run grouped by name, most wall time first (Spark's REST API)."""
+    import urllib.request
+
+    base = spark.sparkContext.uiWebUrl + "/api/v1/applications/" + spark.sparkContext.applicationId
+    stages = json.load(urllib.request.urlopen(base + "/stages?status=complete"))
+    by_name: dict[str, list] = defaultdict(lambda: [0, 0.0, 0.0, 0])
+    for st in stages:
+        if not st.get("submissionTime") or not st.get("completionTime"):
+            continue
+        def ms(t):
+            return time.mktime(time.strptime(t[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(t[20:23])
+        name = st["name"].split(" at ")[0] + " @" + st["name"].split(" at ")[-1][:40]
+        agg = by_name[name]
+        agg[0] += 1
+        agg[1] += (ms(st["completionTime"]) - ms(st["submissionTime"])) / 1000
+        agg[2] += st["executorRunTime"] / 1000
+        agg[3] += st["numTasks"]
+    if os.environ.get("BENCH_STAGE_CALLSITE"):
+        shown = set()
+        for st in stages:
+            d = st.get("description") or ""
+            key = d[-30:].split(":")[-1][:12]
+            if "Compute snapshot" in d and st["stageId"] > 30 and len(shown) < 2 and key not in shown:
+                shown.add(key)
+                print(st["stageId"], d[-60:])
+                print(st.get("details", "")[:6000])
+    if os.environ.get("BENCH_STAGE_DETAIL"):
+        for st in sorted(stages, key=lambda st: st["stageId"]):
+            print(st["stageId"], st["numTasks"], st["executorRunTime"], st.get("inputRecords"),
+                  st.get("shuffleReadRecords"), st.get("outputRecords"), st["name"][:60],
+                  (st.get("description") or "")[-90:].replace("\n", " "))
+    print(f"{'stages':>6} {'tasks':>6} {'wall s':>8} {'task s':>8}  stage")
+    for name, (n, wall, run, tasks) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"{n:>6} {tasks:>6} {wall:>8.1f} {run:>8.1f}  {name}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--file-seconds", type=float, default=5.0,
+                    help="event time per landing file (default 5)")
+    ap.add_argument("--batch-seconds", type=float, default=60.0,
+                    help="event time read per micro-batch (default 60, a lagging demo)")
+    ap.add_argument("--batches", type=int, default=6, help="micro-batches to run (default 6)")
+    ap.add_argument("--write-threads", type=int, default=4,
+                    help="tables written at once (pipeline.write_threads, default 4)")
+    ap.add_argument("--stages", action="store_true",
+                    help="also print the Spark stages that took the most time (turns the UI on)")
+    ap.add_argument("--keep", action="store_true", help="keep the bench lake and say where")
+    args = ap.parse_args()
+
+    from jobs import silver
+    from jobs.lake import Lake
+    from jobs.pipeline import Pipeline
+    from kmon.config import load_config
+    from kmon.spark_session import build_spark_session
+
+    work = Path(tempfile.mkdtemp(prefix="kmon-bench-silver-"))
+    os.environ["KMON__SPARK__STORAGE_ROOT"] = str(work / "lake")
+    if args.stages:
+        os.environ["KMON__SPARK__UI_ENABLED"] = "true"
+    config = load_config(None)
+    landing = work / "lake" / "landing"
+    files = cut_capture(landing, args.file_seconds)
+    streams = sorted(p.name for p in landing.iterdir())
+    per_batch = max(1, round(len(streams) * args.batch_seconds / args.file_seconds))
+    # Keep the files the batches will read, so the query ends by itself (availableNow)
+    # between batches, not stopped in the middle of one.
+    ordered = sorted(landing.glob("*/*.jsonl"), key=lambda p: p.stat().st_mtime)
+    for extra in ordered[per_batch * args.batches:]:
+        extra.unlink()
+    print(f"{files} landing files of {args.file_seconds:g} s ({', '.join(streams)}); "
+          f"{per_batch} files per micro-batch", flush=True)
+
+    spark = build_spark_session(config)
+    lake = Lake(config.storage_root)
+    settings = dataclasses.replace(config.pipeline, max_files_per_trigger=per_batch,
+                                   bronze_tables=False, write_threads=args.write_threads)
+    pipe = Pipeline(spark, lake, settings)
+    group = next(g for g in pipe.groups() if g[0] == "silver")
+    pipe.streams = tuple(s for s in pipe.streams if s.name in streams)
+    pipe.ensure_tables()
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+
+    handler = PhaseLines()
+    logging.getLogger("jobs.silver").addHandler(handler)
+    logging.getLogger("jobs.silver").setLevel(logging.INFO)
+    query = silver.start_silver(spark, lake, group[1], pipe._raw([s.name for s in group[1]]),
+                                query="silver", trigger={"availableNow": True},
+                                bronze_tables=False, write_threads=args.write_threads)
+    t0 = time.monotonic()
+    query.awaitTermination()
+    elapsed = time.monotonic() - t0
+    rows = 0
+    for line in handler.lines[:args.batches]:
+        print(line)
+        m = re.search(r"batch \d+: (\d+) rows", line)
+        rows += int(m.group(1)) if m else 0
+    n = min(len(handler.lines), args.batches)
+    print(f"{n} batches, {rows} rows in {elapsed:.1f} s wall: {rows / elapsed:.0f} rows/s")
+    if args.stages:
+        print_stages(spark)
+    if args.keep:
+        print(f"lake kept at {work / 'lake'}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
