@@ -106,3 +106,41 @@ def test_only_a_fatal_client_error_makes_the_workload_start_a_new_producer():
                                                "unable to guarantee consistency", fatal=True)))
     assert not _is_fatal(KafkaException(KafkaError(KafkaError._TRANSPORT)))   # retried
     assert not _is_fatal(KafkaException())
+
+
+class _Query:
+    def __init__(self, name, seconds):
+        self.name = name
+        self.recentProgress = [{"durationMs": {"triggerExecution": s * 1000}} for s in seconds]
+
+
+class _Monitor:
+    def __init__(self, seconds, trigger=10.0):
+        import types
+        self.pipeline = types.SimpleNamespace(
+            queries=[_Query("silver_slow", [90]), _Query("silver", seconds)],
+            settings=types.SimpleNamespace(silver_trigger_s=trigger), check=lambda: None)
+
+
+def _keeping_up(seconds, wait_s=0.0) -> str:
+    import threading
+
+    from jobs.demo import Progress, _wait_keeping_up
+    out = io.StringIO()
+    _wait_keeping_up(_Monitor(seconds), wait_s, threading.Event(), Progress(1, out))
+    return out.getvalue()
+
+
+def test_faults_start_once_the_last_two_silver_batches_fit_their_trigger():
+    text = _keeping_up([61, 12, 9])
+    assert "keeps up" in text and "12 s and 9 s for a 10 s trigger" in text
+
+
+def test_a_pipeline_still_behind_is_reported_and_the_demo_goes_on():
+    text = _keeping_up([61, 47, 9])
+    assert "still lags" in text and "47 s, 9 s" in text
+    assert "keeps up" not in text
+
+
+def test_a_pipeline_with_no_silver_batch_yet_is_not_keeping_up():
+    assert "still lags" in _keeping_up([])
