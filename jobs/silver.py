@@ -207,17 +207,20 @@ def release(checkpointed: DataFrame) -> None:
         log.debug("could not free a checkpointed batch now: %s", e)
 
 
-def run_writes(writes: list[tuple[str, object]], threads: int, phases: "_Phases") -> None:
-    """Run a batch's table writes, `threads` at a time; raise the first failure, naming the
-    table, once every write has ended (the batch then fails and is replayed whole: each
-    write is idempotent, so the tables written already are not written twice).
+def run_parallel(tasks: list[tuple[str, object]], threads: int, phases: "_Phases",
+                 phase: str) -> dict[str, object]:
+    """Run a batch's tasks (table writes, per-stream work), `threads` at a time; return each
+    task's result by name. The first failure is raised, naming the task, once every task
+    has ended (the batch then fails and is replayed whole: each write is idempotent, so
+    the tables written already are not written twice).
 
     Threads are `InheritableThread`s: Spark's local properties (the streaming query's job
     group, so stopping the query cancels their jobs; the scheduler pool) carry over."""
     from pyspark.util import InheritableThread
 
     errors: list[tuple[str, BaseException]] = []
-    pending = list(writes)
+    results: dict[str, object] = {}
+    pending = list(tasks)
     lock = threading.Lock()
 
     def worker() -> None:
@@ -225,29 +228,32 @@ def run_writes(writes: list[tuple[str, object]], threads: int, phases: "_Phases"
             with lock:
                 if not pending or errors:
                     return
-                what, write = pending.pop(0)
+                what, task = pending.pop(0)
             t = time.monotonic()
             try:
-                write()
+                result = task()
             except BaseException as e:  # noqa: BLE001 - re-raised below, in the batch's thread
                 with lock:
                     errors.append((what, e))
+                continue
             with lock:
-                phases.writes[what] = time.monotonic() - t
+                results[what] = result
+                phases.tasks[what] = time.monotonic() - t
 
-    if threads <= 1 or len(writes) <= 1:
+    if threads <= 1 or len(tasks) <= 1:
         worker()
     else:
         workers = [InheritableThread(target=worker, daemon=True)
-                   for _ in range(min(threads, len(writes)))]
+                   for _ in range(min(threads, len(tasks)))]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-    phases.done("writes")
+    phases.done(phase)
     if errors:
         what, e = errors[0]
-        raise RuntimeError(f"writing {what}: {e}") from e
+        raise RuntimeError(f"{what}: {e}") from e
+    return results
 
 
 class _Phases:
@@ -256,7 +262,7 @@ class _Phases:
     def __init__(self) -> None:
         self.start = self.last = time.monotonic()
         self.spent: dict[str, float] = {}
-        self.writes: dict[str, float] = {}   # each table write; they overlap
+        self.tasks: dict[str, float] = {}   # each parallel task; they overlap
 
     def done(self, phase: str) -> None:
         now = time.monotonic()
@@ -265,8 +271,8 @@ class _Phases:
 
     def __str__(self) -> str:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in self.spent.items())
-        writes = ", ".join(f"{k} {v:.1f}" for k, v in self.writes.items())
-        return f"{self.last - self.start:.1f} s ({parts}{f': {writes}' if writes else ''})"
+        tasks = ", ".join(f"{k} {v:.1f}" for k, v in self.tasks.items())
+        return f"{self.last - self.start:.1f} s ({parts}{f': {tasks}' if tasks else ''})"
 
 
 def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], raw: DataFrame,
@@ -292,61 +298,62 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
     batches_path = lake.table("gold", BATCHES_TABLE)
     memo: dict = {"batch": None, "hw": {}}
     appends = BatchAppends(spark)
+    lock = threading.Lock()
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         phases = _Phases()
         hw_before = (memo["hw"] if memo["batch"] == batch_id - 1
                      else previous_high_water(spark, lake, query, batch_id))
         # Materialize the batch once (source read, dedupe state store): every job below
-        # reads this copy. (A persisted batch was not enough: the counting job's branches,
-        # one per stream, started together and each ran the source and the dedupe again.)
+        # reads this copy. (A persisted batch was not enough: jobs started together each
+        # ran the source and the dedupe again.)
         batch = batch.localCheckpoint(eager=True)
+        held = [batch]
         phases.done("read")
         try:
-            # One job counts every stream of the group (and fills the cache); streams
-            # without rows in this batch are then left alone (no commits).
-            flats = {name: classify(decode(batch.where(F.col(STREAM) == name), s.table), s,
-                                    hw_before.get(name))
-                     for name, s in by_name.items()}
-            elsewhere = batch.where(~F.col(STREAM).isin(list(by_name))).agg(
-                F.lit(None).cast("string").alias("stream"), F.count(F.lit(1)).alias("rows_in"),
-                *[F.lit(None).cast("long").alias(c)
-                  for c in ("rows_valid", "late_in", "late_out", "max_ms")])
-            counts = {r["stream"]: r for r in
-                      functools.reduce(DataFrame.unionByName,
-                                       [_counts(f, by_name[n]) for n, f in flats.items()]
-                                       + [elsewhere])
-                      .collect() if r["rows_in"]}
-            phases.done("count")
-            if None in counts:   # the source matched a topic or folder not in the group
-                raise ValueError(f"{query}: {counts[None]['rows_in']} rows of streams not in "
-                                 f"this query ({', '.join(by_name)})")
-            present = sorted(counts)
+            # Which streams have rows (no decoding): the others are left alone, no commits.
+            sizes = {r[STREAM]: r["count"] for r in batch.groupBy(STREAM).count().collect()}
+            elsewhere = sorted(set(sizes) - set(by_name), key=str)
+            if elsewhere:   # the source matched a topic or folder not in the group
+                raise ValueError(f"{query}: {sum(sizes[n] for n in elsewhere)} rows of streams "
+                                 f"not in this query ({', '.join(map(str, elsewhere))}; "
+                                 f"this query reads {', '.join(by_name)})")
+            present = sorted(sizes)
+            phases.done("streams")
             if not present:
                 # Nothing came in (a no-data batch moving the watermark): no commits at
                 # all; gold.pipeline_batches holds the batches that read rows.
                 memo.update(batch=batch_id, hw=hw_before)
                 return
-            flats = {name: flats[name] for name in present}
-            writes: list[tuple[str, object]] = []   # (what, how), run write_threads at a time
-            for name in present if bronze_tables else ():
-                writes.append((f"bronze.{name}", functools.partial(
-                    appends.append, batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
-                    lake.table("bronze", name), query, batch_id, ("ingest_date",))))
-            rejected = []
-            for name, flat in flats.items():
-                c, s = counts[name], by_name[name]
+
+            def decode_count_write(name: str):
+                """One stream: decode and classify once (kept), count, append the valid
+                rows to silver.<name>; return (classified rows, counts)."""
+                s = by_name[name]
+                flat = classify(decode(batch.where(F.col(STREAM) == name), s.table), s,
+                                hw_before.get(name)).localCheckpoint(eager=True)
+                with lock:
+                    held.append(flat)
+                c = _counts(flat, s).first()
                 if c["rows_valid"]:
-                    writes.append((f"silver.{name}", functools.partial(
-                        appends.append, valid_rows(flat, s), lake.table("silver", name), query,
-                        batch_id, partition_columns(s))))
-                if name == QUARANTINE or c["rows_valid"] != c["rows_in"]:
-                    rejected.append(quarantine_rows(flat, s))
-            if rejected:
-                writes.append(("silver.quarantine", functools.partial(
-                    appends.append, functools.reduce(DataFrame.unionByName, rejected),
-                    quarantine_path, f"{query}_quarantine", batch_id,
-                    partition_columns(QUARANTINE_STREAM))))
+                    appends.append(valid_rows(flat, s), lake.table("silver", name), query,
+                                   batch_id, partition_columns(s))
+                return flat, c
+
+            tasks: list[tuple[str, object]] = [
+                (f"silver.{name}", functools.partial(decode_count_write, name))
+                for name in present]
+            tasks += [(f"bronze.{name}", functools.partial(
+                appends.append, batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
+                lake.table("bronze", name), query, batch_id, ("ingest_date",)))
+                for name in (present if bronze_tables else ())]
+            done = run_parallel(tasks, write_threads, phases, "silver")
+            flats = {name: done[f"silver.{name}"][0] for name in present}
+            counts = {name: done[f"silver.{name}"][1] for name in present}
+
+            rejected = [quarantine_rows(flats[name], by_name[name]) for name in present
+                        if name == QUARANTINE
+                        or counts[name]["rows_valid"] != counts[name]["rows_in"]]
             hw = dict(hw_before)
             stats = []
             now_ms = int(time.time() * 1000)
@@ -362,10 +369,15 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                               "rows_late_within_bound": c["late_in"] or 0,
                               "rows_late_beyond_bound": c["late_out"] or 0,
                               "high_water_ms": high, "batch_ts_ms": now_ms})
-            writes.append((f"gold.{BATCHES_TABLE}", functools.partial(
+            last: list[tuple[str, object]] = [(f"gold.{BATCHES_TABLE}", functools.partial(
                 appends.append, spark.createDataFrame(stats, BATCH_SCHEMA), batches_path,
-                f"{query}_batches", batch_id)))
-            run_writes(writes, write_threads, phases)
+                f"{query}_batches", batch_id))]
+            if rejected:
+                last.append(("silver.quarantine", functools.partial(
+                    appends.append, functools.reduce(DataFrame.unionByName, rejected),
+                    quarantine_path, f"{query}_quarantine", batch_id,
+                    partition_columns(QUARANTINE_STREAM))))
+            run_parallel(last, write_threads, phases, "quarantine+counts")
             memo.update(batch=batch_id, hw=hw)
             log.info("%s batch %d: %d rows of %d streams in %s", query, batch_id,
                      sum(c["rows_in"] for c in counts.values()), len(present), phases)
@@ -373,7 +385,8 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                 for row in stats:
                     on_batch(row)
         finally:
-            release(batch)
+            for df in held:
+                release(df)
 
     writer = (deduped.writeStream.queryName(query)
               .option("checkpointLocation", lake.checkpoint(query))
