@@ -266,6 +266,9 @@ def _action_for(monitor, outcome: FaultOutcome) -> str:
     except Exception as e:  # noqa: BLE001 - the summary still prints
         log.warning("reading decisions: %s", e)
         return "?"
+    # load() also returns every decision taken since (what the queue's rate guards need):
+    # keep this fault's.
+    decisions = [d for d in decisions if d.finding_id in set(ids)]
     acted = [d for d in decisions if d.action is not None]
     if acted:
         return ", ".join(sorted({f"{d.action.kind.value} (dry run)" for d in acted}))

@@ -16,6 +16,11 @@ stream that had rows:
 - writes one row to ``gold.pipeline_batches`` with the counts (rows in, valid,
   quarantined, late) and the event-time high water.
 
+The work of a batch: materialize it once (localCheckpoint), find its streams (a count,
+no decoding), then per stream, in parallel tasks (`write_threads`): decode and classify
+once, count, append the valid rows; then the quarantine rows and the counts. Each batch
+logs how long each part took.
+
 One query for many streams, not one each: a micro-batch has a fixed cost (planning, the
 offset and commit logs, the state store, a Delta commit for the counts), and nine
 queries paying it every few seconds were most of what two cores could do.

@@ -150,3 +150,23 @@ def test_great_expectations_suite_passes_on_silver_and_fails_on_bad_rows(spark, 
     result = validate_with_great_expectations(broken, "request_stages", request_stages)
     assert not result.success
     assert any("local_ms" in f for f in result.failures), result.failures
+
+
+def test_rows_of_a_stream_outside_the_query_fail_the_batch_naming_them(spark, lake, kmon_config):
+    """A source that reads more than its query's streams (a topic pattern or folder glob
+    gone wrong) must stop the query, not drop those rows quietly."""
+    from jobs import bronze, silver
+
+    sink = LandingSink(lake.landing_root, "test")
+    for r in _records()[:3]:
+        sink.send("request_stages", "k", r)
+    sink.send(QUARANTINE, "k", {"cluster": "c1", "record_id": "q-1", "reason": "x"})
+    sink.flush()
+    pipeline = _pipeline(spark, lake, kmon_config)
+    pipeline.ensure_tables()
+    raw = bronze.with_ingest_time(bronze.from_landing(spark, lake, ["request_stages", QUARANTINE]))
+    q = silver.start_silver(spark, lake, (stream("request_stages"),), raw, query="narrow",
+                            trigger={"availableNow": True}, bronze_tables=False)
+    with pytest.raises(Exception, match=r"1 rows of streams not in this query \(quarantine"):
+        q.awaitTermination()
+    assert spark.read.format("delta").load(lake.table("silver", "request_stages")).count() == 0

@@ -144,3 +144,26 @@ def test_a_pipeline_still_behind_is_reported_and_the_demo_goes_on():
 
 def test_a_pipeline_with_no_silver_batch_yet_is_not_keeping_up():
     assert "still lags" in _keeping_up([])
+
+
+def test_the_action_column_shows_only_what_was_decided_about_the_faults_findings(tmp_path):
+    """The decision store also returns every decision taken since a time (the queue's rate
+    guards need them): the summary must not credit one fault with another's action."""
+    import types
+
+    from remediation.config import RemediationSection
+    from remediation.decide import decide
+    from remediation.stores import JsonLinesDecisionStore
+    from jobs.demo import _action_for
+
+    store = JsonLinesDecisionStore(tmp_path / "decisions.jsonl")
+    slow = finding("slow_broker", "broker:2", first=5_000)
+    rewind = finding("offset_rewind", "group:g/t-0", kind=EntityKind.PARTITION, first=6_000)
+    config = RemediationSection(enabled_actions=["page_human"], dry_run=True)
+    store.record(decide([rewind], [], config, 7_000, cluster_sizes={"local": 3}))
+    monitor = types.SimpleNamespace(decisions=types.SimpleNamespace(decisions=store))
+    outcome = FaultOutcome("slow_broker", "slow broker", 4_000)
+    outcome.findings = [("finding", slow)]
+    assert _action_for(monitor, outcome) == "none"
+    outcome.findings = [("finding", rewind)]
+    assert _action_for(monitor, outcome).startswith("none: ")   # its own decision, shown
