@@ -157,17 +157,32 @@ def merge_offset_lag(spark: SparkSession, lake: Lake, ends: DataFrame,
                       & (F.col("ts") >= F.lit(bounds["lo"]) - F.expr(f"INTERVAL {lookback_days} DAYS")))
                .join(parts, ["cluster", "topic", "partition"], "left_semi"))
     lag = offset_lag(all_ends, commits)
-    path = lake.table("gold", "offset_lag_1m")
-    if not DeltaTable.isDeltaTable(spark, path):
-        lag.limit(0).write.format("delta").partitionBy("date").save(path)
+    path = ensure_offset_lag_table(spark, lake)
     cond = " AND ".join(f"t.{k} = s.{k}" for k in LAG_KEY)
     (DeltaTable.forPath(spark, path).alias("t").merge(lag.alias("s"), cond)
      .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
 
+def ensure_offset_lag_table(spark: SparkSession, lake: Lake) -> str:
+    """Create gold.offset_lag_1m, empty, if it is not there; return its path. Created at
+    start, not by the first batch with rows: a short run (or one whose partition_offsets
+    had not arrived yet) otherwise left no table, and the README's lag query failed with
+    TABLE_OR_VIEW_NOT_FOUND."""
+    from delta.tables import DeltaTable
+
+    path = lake.table("gold", "offset_lag_1m")
+    if not DeltaTable.isDeltaTable(spark, path):
+        def empty(name: str) -> DataFrame:
+            return spark.read.format("delta").load(lake.table("silver", name)).limit(0)
+        (offset_lag(empty("partition_offsets"), empty("offset_commits")).limit(0)
+         .write.format("delta").partitionBy("date").save(path))
+    return path
+
+
 def start_offset_lag_1m(spark: SparkSession, lake: Lake, trigger: dict | None = None,
                         lookback_days: int = 7):
     """Each batch of new end offsets recomputes the lag of its minutes (idempotent MERGE)."""
+    ensure_offset_lag_table(spark, lake)
     ends = _silver_stream(spark, lake, "partition_offsets")
     writer = (ends.writeStream.queryName("gold_offset_lag_1m")
               .option("checkpointLocation", lake.checkpoint("gold_offset_lag_1m"))

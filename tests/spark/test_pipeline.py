@@ -170,3 +170,18 @@ def test_rows_of_a_stream_outside_the_query_fail_the_batch_naming_them(spark, la
     with pytest.raises(Exception, match=r"1 rows of streams not in this query \(quarantine"):
         q.awaitTermination()
     assert spark.read.format("delta").load(lake.table("silver", "request_stages")).count() == 0
+
+
+def test_the_offset_lag_table_exists_before_any_end_offset_arrives(spark, lake, kmon_config):
+    """The README's lag query must work on a lake whose pipeline has not yet seen a
+    partition_offsets row (a short run): the table is created, empty, at start."""
+    from delta.tables import DeltaTable
+
+    pipeline = Pipeline(spark, lake, kmon_config.pipeline,
+                        streams=(stream("offset_commits"), stream("partition_offsets")))
+    pipeline.process_available()
+    path = lake.table("gold", "offset_lag_1m")
+    assert DeltaTable.isDeltaTable(spark, path)
+    table = spark.read.format("delta").load(path)
+    assert table.count() == 0
+    assert {"lag", "committed_below_start", "date"} <= set(table.columns)
