@@ -234,7 +234,7 @@ def _faults(brokers: int):
     from faults.slow_broker import SlowBroker
     from faults.unclean_election import UncleanElection
 
-    return [SlowBroker(broker=min(2, brokers)), OffsetRewinds(), CompactionLag(),
+    return [SlowBroker(broker=min(2, brokers)), OffsetRewinds(), CompactionLag(broker=min(3, brokers)),
             UncleanElection()]
 
 

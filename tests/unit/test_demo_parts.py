@@ -8,7 +8,8 @@ import pytest
 
 from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
                                 Status)
-from faults.compaction_lag import CompactionLag, topic_config
+from faults.compaction_lag import (CompactionLag, cleaner_log_mark, cleaner_started_since,
+                                   topic_config)
 from faults.offset_rewind import OffsetRewinds
 from faults.slow_broker import SlowBroker
 from faults.unclean_election import UncleanElection
@@ -34,18 +35,43 @@ def finding(type_: str, entity: str, kind=EntityKind.BROKER, status=Status.OPEN,
     (OffsetRewinds(), finding("offset_rewind", "group:analytics/clicks-0"), "analytics"),
     (OffsetRewinds(), finding("offset_rewind", "group:other/clicks-0"), None),
     (OffsetRewinds(), finding("offset_reset", "group:billing/orders-3"), None),
-    (CompactionLag(), finding("compaction_lag", "broker:1"), "finding"),
+    (CompactionLag(broker=3), finding("compaction_lag", "broker:3"), "finding"),
+    (CompactionLag(broker=3), finding("compaction_lag", "broker:2"), None),
     (UncleanElection(), finding("unclean_election", "ledger-0"), "finding"),
     (UncleanElection(), finding("log_truncation", "ledger-0"), None),
 ], ids=["frozen_broker_itself", "another_broker", "cluster_wide_is_not_blame",
         "operator_reset_group", "stale_process_group", "unrelated_group", "reset_not_rewind",
-        "cleaner_behind", "election", "truncation_alone"])
+        "throttled_cleaner_behind", "another_brokers_cleaner", "election", "truncation_alone"])
 def test_which_finding_shows_which_fault(fault, f, part):
     assert fault.part_of(f) == part
 
 
 def test_rewinds_need_both_groups():
     assert set(OffsetRewinds().parts) == {"billing", "analytics"}
+
+
+def test_a_cleaner_restart_is_seen_only_after_the_mark(tmp_path):
+    log = tmp_path / "log-cleaner.log"
+    log.write_text("[t0] INFO Starting the log cleaner (org.apache.kafka...LogCleaner)\n"
+                   "[t1] INFO Shutting down the log cleaner. (...)\n")
+    mark = cleaner_log_mark(log)
+    assert not cleaner_started_since(log, mark)        # the start before the mark is old
+    with open(log, "a") as f:
+        f.write("[t2] INFO [kafka-log-cleaner-thread-0]: Stopped (...)\n")
+    assert not cleaner_started_since(log, mark)
+    with open(log, "a") as f:
+        f.write("[t3] INFO Starting the log cleaner (org.apache.kafka...LogCleaner)\n")
+    assert cleaner_started_since(log, mark)
+
+
+def test_a_rolled_cleaner_log_is_read_from_its_start(tmp_path):
+    log = tmp_path / "log-cleaner.log"
+    log.write_text("x" * 5000)
+    mark = cleaner_log_mark(log)
+    log.write_text("[t9] INFO Starting the log cleaner (...)\n")   # rolled: shorter now
+    assert cleaner_started_since(log, mark)
+    assert cleaner_log_mark(tmp_path / "none.log") == 0
+    assert not cleaner_started_since(tmp_path / "none.log", 0)
 
 
 def test_compacted_topic_promises_a_short_compaction_lag():
