@@ -473,15 +473,18 @@ def _p99_columns() -> list[str]:
 
 
 def read_stage_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                       r: TimeRange, settle_ms: int) -> list[RequestStageWindow]:
-    """Closed stage windows of the range: gold.request_stages_10s, then silver past it."""
+                       r: TimeRange, settle_ms: int, stages: DataFrame | None = None
+                       ) -> list[RequestStageWindow]:
+    """Closed stage windows of the range: gold.request_stages_10s, then silver past it.
+    `stages`: silver.request_stages already read for (at least) the range (see
+    `request_stage_rows`); None reads it here."""
     df = _table(spark, lake, "gold", "request_stages_10s")
     rows = [] if df is None else _stage_window_rows(_gold_windows(df, r), config)
     covered_until = max((int(x["window_start_ms"]) + config.window_ms for x in rows),
                         default=r.start_ms)
     if r.end_ms - covered_until >= config.window_ms:   # room for one more window
         rows += _fresh_stage_window_rows(spark, lake, config,
-                                         TimeRange(covered_until, r.end_ms), settle_ms)
+                                         TimeRange(covered_until, r.end_ms), settle_ms, stages)
     return [RequestStageWindow(
         cluster=x["cluster"], broker=int(x["broker"]), api=x["api"],
         window_start_ms=int(x["window_start_ms"]), requests=int(x["requests"]),
@@ -508,10 +511,11 @@ def fresh_windows_until(newest_ms: int | None, r: TimeRange, settle_ms: int) -> 
 
 
 def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                             r: TimeRange, settle_ms: int) -> list:
+                             r: TimeRange, settle_ms: int,
+                             stages: DataFrame | None = None) -> list:
     from jobs.gold import stage_percentiles
 
-    df = _request_stages(spark, lake, r)
+    df = _request_stages(spark, lake, r) if stages is None else _in_range(stages, r)
     if df is None:
         return []
     until = fresh_windows_until(df.agg(F.max("ts_ms")).first()[0], r, settle_ms)
@@ -556,9 +560,35 @@ def _request_stages(spark: SparkSession, lake: Lake, r: TimeRange) -> DataFrame 
     return _silver_range(df, r).where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
 
 
+def _in_range(df: DataFrame, r: TimeRange) -> DataFrame:
+    return df.where((F.col("ts_ms") >= r.start_ms) & (F.col("ts_ms") < r.end_ms))
+
+
+# The columns of silver.request_stages that the slow-broker reads use (with the stage
+# timings, jobs.gold.STAGES).
+REQUEST_STAGE_KEYS = ("cluster", "broker", "api", "ts", "ts_ms", "is_controller_traffic",
+                      "fetch_kind", "fetch_replica_id", "remote_addr", "correlation_id",
+                      "client_id")
+
+
+def request_stage_rows(spark: SparkSession, lake: Lake, r: TimeRange) -> DataFrame | None:
+    """silver.request_stages over the range (client traffic, the columns the reads use),
+    read once and kept (localCheckpoint) for the stage windows, the follower fetches and
+    the client sends of one evaluation: three scans of the table's biggest range, each with
+    Delta's file filtering job, become one. Free it with `jobs.silver.release`."""
+    from jobs.gold import STAGES as STAGE_TIMINGS
+
+    df = _request_stages(spark, lake, r)
+    if df is None:
+        return None
+    return df.select(*REQUEST_STAGE_KEYS, *STAGE_TIMINGS).localCheckpoint(eager=True)
+
+
 def read_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                          r: TimeRange) -> list[FollowerFetchWindow]:
-    df = _request_stages(spark, lake, r.back(FOLLOWER_GAP_SEED_S))
+                          r: TimeRange, stages: DataFrame | None = None
+                          ) -> list[FollowerFetchWindow]:
+    seeded = r.back(FOLLOWER_GAP_SEED_S)
+    df = _request_stages(spark, lake, seeded) if stages is None else _in_range(stages, seeded)
     if df is None:
         return []
     conn = Window.partitionBy("cluster", "broker", "fetch_replica_id", "remote_addr") \
@@ -583,10 +613,12 @@ def read_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSec
 
 
 def read_client_sends(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                      r: TimeRange, stage_rows: Sequence[RequestStageWindow]
-                      ) -> list[ClientSendWindow]:
+                      r: TimeRange, stage_rows: Sequence[RequestStageWindow],
+                      stages: DataFrame | None = None) -> list[ClientSendWindow]:
     wanted = send_candidates(stage_rows, config)
-    df = _request_stages(spark, lake, r) if wanted else None
+    if not wanted:
+        return []
+    df = _request_stages(spark, lake, r) if stages is None else _in_range(stages, r)
     if df is None:
         return []
     keys = spark.createDataFrame(wanted, "cluster string, broker int, api string, "
@@ -811,16 +843,27 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
     meter_s = config.unclean_election.meter_match_window_s
     out = DetectorInputs(topic_configs=list(topic_configs))
 
-    def slow_broker_windows() -> None:
-        out.stage_windows = read_stage_windows(spark, lake, sb, r,
-                                               config.pipeline.fast_watermark_s * 1000)
-        out.client_sends = read_client_sends(spark, lake, sb, r, out.stage_windows)
+    def request_stages() -> None:
+        from jobs.silver import release
+
+        stages = request_stage_rows(spark, lake, r.back(FOLLOWER_GAP_SEED_S))
+        try:
+            def slow_broker_windows() -> None:
+                out.stage_windows = read_stage_windows(
+                    spark, lake, sb, r, config.pipeline.fast_watermark_s * 1000, stages)
+                out.client_sends = read_client_sends(spark, lake, sb, r, out.stage_windows,
+                                                     stages)
+
+            def follower_fetches() -> None:
+                out.follower_fetches = read_follower_fetches(spark, lake, sb, r, stages)
+
+            _run_all(spark, [slow_broker_windows, follower_fetches], min(parallelism, 2))
+        finally:
+            if stages is not None:
+                release(stages)
 
     def baselines() -> None:
         out.baselines = read_baselines(spark, lake, sb, r)
-
-    def follower_fetches() -> None:
-        out.follower_fetches = read_follower_fetches(spark, lake, sb, r)
 
     def partition_signals() -> None:
         events = read_log_events(spark, lake, r.back(max(ISR_SEED_S, evidence_s, meter_s)))
@@ -860,8 +903,8 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
         out.cleaner_gauges = read_cleaner_gauges(spark, lake, r)
 
     # The longest chain first, so it never waits for a free thread.
-    _run_all(spark, [partition_signals, slow_broker_windows, follower_fetches, baselines,
-                     meter_ticks, cleaner_gauges], parallelism)
+    _run_all(spark, [partition_signals, request_stages, baselines, meter_ticks,
+                     cleaner_gauges], parallelism)
     return out
 
 

@@ -132,7 +132,7 @@ def run_detectors(inputs: DetectorInputs, config: "Config", now_ms: int) -> list
         *detect_unclean_elections(inputs.elections, meter_ticks=inputs.meter_ticks,
                                   truncations=inputs.truncations,
                                   offsets=inputs.partition_offsets, commits=inputs.commits,
-                                  config=config.unclean_election),
+                                  config=config.unclean_election, now_ms=now_ms),
     ]
 
 
