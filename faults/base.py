@@ -32,6 +32,10 @@ class Fault:
     name = "fault"
     title = "a fault"
     parts: tuple[str, ...] = ("finding",)
+    # Parts that show the fault's effects (its chain): once the fault is detected the demo
+    # waits a while for them too, so its summary shows the whole incident; they do not
+    # count in the time to detect.
+    effects: tuple[str, ...] = ()
 
     def prepare(self, ctx: "FaultContext") -> None:
         """Before the workload starts: create topics, set configs."""
@@ -40,7 +44,8 @@ class Fault:
         raise NotImplementedError
 
     def part_of(self, finding) -> str | None:
-        """Which of `parts` this finding (a detectors.findings.Finding) shows, if any."""
+        """Which of `parts` or `effects` this finding (a detectors.findings.Finding) shows,
+        if any."""
         raise NotImplementedError
 
     def heal(self, ctx: "FaultContext") -> None:

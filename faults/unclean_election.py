@@ -36,6 +36,8 @@ BROKER_CONFIG = {"unclean.leader.election.interval.ms": "2000",
 class UncleanElection(Fault):
     name = "unclean_election"
     title = "unclean leader election (and its chain)"
+    # The chain: the old leader's truncation, the readers' reset or rewind.
+    effects = ("truncation", "readers")
 
     def __init__(self, topic: str = "ledger", leader: int = 1, follower: int = 2,
                  group: str = "ledger-readers", rate_per_s: float = 50,
@@ -117,4 +119,12 @@ class UncleanElection(Fault):
                  == sorted([self.leader, self.follower]), 120, ctx)
 
     def part_of(self, finding) -> str | None:
-        return "finding" if finding.type.value == "unclean_election" else None
+        kind = finding.type.value
+        if kind == "unclean_election":
+            return "finding"
+        if kind == "log_truncation" and finding.entity == f"{self.topic}-0":
+            return "truncation"
+        if kind in ("offset_reset", "offset_rewind") and finding.entity.startswith(
+                f"group:{self.group}/{self.topic}-"):
+            return "readers"
+        return None

@@ -113,7 +113,8 @@ class FaultOutcome:
     started_ms: int
     detected_ms: int | None = None
     findings: list = field(default_factory=list)        # (wall ms, Finding) that showed it
-    parts_seen: dict = field(default_factory=dict)       # part -> wall ms
+    effects: list = field(default_factory=list)         # (wall ms, Finding) of its effects
+    parts_seen: dict = field(default_factory=dict)       # part (or effect) -> wall ms
     action: str = "-"
     notes: dict = field(default_factory=dict)
 
@@ -132,9 +133,32 @@ class FaultOutcome:
                               "incident_id": f.incident_id, "evidence": f.evidence,
                               "seen_after_s": (t - self.started_ms) / 1000}
                              for t, f in self.findings],
+                "effects": [{"type": f.type.value, "entity": f.entity, "cause": f.cause,
+                             "incident_id": f.incident_id,
+                             "seen_after_s": (t - self.started_ms) / 1000}
+                            for t, f in self.effects],
                 "parts_seen_after_s": {p: (t - self.started_ms) / 1000
                                        for p, t in self.parts_seen.items()},
                 "notes": self.notes}
+
+
+def record_finding(o: FaultOutcome, fault, t: int, f) -> None:
+    """Count a finding seen at wall time t for the fault, if it shows one of its parts or
+    effects not seen yet; the fault is detected when every part (not effect) is seen."""
+    part = fault.part_of(f)
+    if part is None or part in o.parts_seen:
+        return
+    o.parts_seen[part] = t
+    (o.findings if part in fault.parts else o.effects).append((t, f))
+    if o.detected_ms is None and set(o.parts_seen) >= set(fault.parts):
+        o.detected_ms = max(o.parts_seen[p] for p in fault.parts)
+
+
+def refresh_findings(o: FaultOutcome, latest: dict) -> None:
+    """Each recorded finding in its latest state (finding_id -> Finding): a finding first
+    seen without its lost range or incident gets them in later evaluations."""
+    o.findings = [(t, latest.get(f.finding_id, f)) for t, f in o.findings]
+    o.effects = [(t, latest.get(f.finding_id, f)) for t, f in o.effects]
 
 
 def summary_table(outcomes: list[FaultOutcome]) -> str:
@@ -163,6 +187,7 @@ class DemoSettings:
     catch_up_s: float = 240.0        # after it, most time to wait for silver to keep up
     detect_timeout_s: float = 300.0  # per fault
     settle_s: float = 20.0           # after a fault is healed, before the next
+    effects_wait_s: float = 90.0     # after a detection, most time to wait for its effects
     exporter_port: int = 9464
     rate_per_s: float = 40.0         # messages/s per workload producer
 
@@ -491,6 +516,28 @@ def _silver_batches(monitor) -> int:
     return n
 
 
+def _wait_for_effects(fault, outcome: FaultOutcome, check, settings: DemoSettings,
+                      stop: threading.Event, p: Progress) -> None:
+    """After the detection, wait (at most effects_wait_s) for the findings of the fault's
+    effects, so the summary shows the whole chain; the time to detect stays as it was."""
+    end = time.monotonic() + settings.effects_wait_s
+    last_note = time.monotonic()
+    while not stop.is_set():
+        check()
+        missing = [e for e in fault.effects if e not in outcome.parts_seen]
+        if not missing:
+            p.note(f"its effects are in: {', '.join(fault.effects)}")
+            return
+        if time.monotonic() >= end:
+            p.note(f"no finding for {', '.join(missing)} within "
+                   f"{settings.effects_wait_s:.0f} s of the detection; going on")
+            return
+        if time.monotonic() - last_note >= 15:
+            last_note = time.monotonic()
+            p.note(f"detected; waiting for the findings of its effects: {', '.join(missing)}")
+        stop.wait(1.0)
+
+
 def _cause(fault, ctx, tracker: FindingTracker, settings: DemoSettings, stop: threading.Event,
            p: Progress, monitor) -> FaultOutcome:
     from faults.base import FaultRun
@@ -501,14 +548,8 @@ def _cause(fault, ctx, tracker: FindingTracker, settings: DemoSettings, stop: th
 
     def check() -> bool:
         for t, f in tracker.since(started):
-            part = fault.part_of(f)
-            if part is not None and part not in outcome.parts_seen:
-                outcome.parts_seen[part] = t
-                outcome.findings.append((t, f))
-        if set(outcome.parts_seen) >= set(fault.parts):
-            outcome.detected_ms = max(outcome.parts_seen.values())
-            return True
-        return False
+            record_finding(outcome, fault, t, f)
+        return outcome.detected
 
     deadline = time.monotonic() + settings.detect_timeout_s
     last_note = [time.monotonic()]
@@ -533,8 +574,11 @@ def _cause(fault, ctx, tracker: FindingTracker, settings: DemoSettings, stop: th
         run.injected_ms = int(time.time() * 1000)
         while not done():
             stop.wait(1.0)
+        if outcome.detected and fault.effects:
+            _wait_for_effects(fault, outcome, check, settings, stop, p)
     finally:
         fault.heal(ctx)
+    refresh_findings(outcome, {f.finding_id: f for _, f in tracker.since(started)})
     # Time to detect runs from when the damage was done (the reset commit, the election).
     outcome.started_ms = run.fault_ms or started
     if outcome.detected_ms is not None and outcome.detected_ms < outcome.started_ms:
@@ -659,12 +703,8 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
             # A finding counts for the fault in progress: up to the next fault's start.
             bound = records[i + 1]["started_ms"] if i + 1 < len(records) else end
             for t, f in tracker.since(rec["started_ms"]):
-                part = fault.part_of(f)
-                if part is not None and part not in o.parts_seen and t <= bound:
-                    o.parts_seen[part] = t
-                    o.findings.append((t, f))
-            if set(o.parts_seen) >= set(fault.parts):
-                o.detected_ms = max(o.parts_seen.values())
+                if t <= bound:
+                    record_finding(o, fault, t, f)
             o.action = "(replay: no queue)"
             outcomes.append(o)
         p.step("summary (times are detector time on complete data, not pipeline latency)")

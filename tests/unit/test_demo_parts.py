@@ -13,7 +13,8 @@ from faults.compaction_lag import (CompactionLag, cleaner_log_mark, cleaner_star
 from faults.offset_rewind import OffsetRewinds
 from faults.slow_broker import SlowBroker
 from faults.unclean_election import UncleanElection
-from jobs.demo import FaultOutcome, FindingTracker, summary_table
+from jobs.demo import (FaultOutcome, FindingTracker, record_finding, refresh_findings,
+                       summary_table)
 
 pytestmark = pytest.mark.unit
 
@@ -38,10 +39,16 @@ def finding(type_: str, entity: str, kind=EntityKind.BROKER, status=Status.OPEN,
     (CompactionLag(broker=3), finding("compaction_lag", "broker:3"), "finding"),
     (CompactionLag(broker=3), finding("compaction_lag", "broker:2"), None),
     (UncleanElection(), finding("unclean_election", "ledger-0"), "finding"),
-    (UncleanElection(), finding("log_truncation", "ledger-0"), None),
+    (UncleanElection(), finding("log_truncation", "ledger-0"), "truncation"),
+    (UncleanElection(), finding("log_truncation", "orders-0"), None),
+    (UncleanElection(), finding("offset_reset", "group:ledger-readers/ledger-0"), "readers"),
+    (UncleanElection(), finding("offset_rewind", "group:ledger-readers/ledger-0"), "readers"),
+    (UncleanElection(), finding("offset_rewind", "group:billing/orders-0"), None),
 ], ids=["frozen_broker_itself", "another_broker", "cluster_wide_is_not_blame",
         "operator_reset_group", "stale_process_group", "unrelated_group", "reset_not_rewind",
-        "throttled_cleaner_behind", "another_brokers_cleaner", "election", "truncation_alone"])
+        "throttled_cleaner_behind", "another_brokers_cleaner", "election",
+        "old_leader_truncation", "other_truncation", "readers_reset", "readers_rewind",
+        "other_group"])
 def test_which_finding_shows_which_fault(fault, f, part):
     assert fault.part_of(f) == part
 
@@ -193,3 +200,27 @@ def test_the_action_column_shows_only_what_was_decided_about_the_faults_findings
     assert _action_for(monitor, outcome) == "none"
     outcome.findings = [("finding", rewind)]
     assert _action_for(monitor, outcome).startswith("none: ")   # its own decision, shown
+
+
+def test_the_chain_does_not_count_in_the_time_to_detect_and_shows_its_latest_state():
+    import dataclasses
+
+    fault, o = UncleanElection(), FaultOutcome("unclean_election", "unclean", started_ms=0)
+    rewind = finding("offset_rewind", "group:ledger-readers/ledger-0")
+    election = finding("unclean_election", "ledger-0")
+    truncation = finding("log_truncation", "ledger-0")
+    record_finding(o, fault, 40_000, rewind)          # an effect may come first
+    assert not o.detected
+    record_finding(o, fault, 70_000, election)
+    record_finding(o, fault, 95_000, truncation)
+    record_finding(o, fault, 99_000, election)        # seen again: counted once
+    assert o.time_to_detect_s == 70
+    assert [f.entity for _, f in o.findings] == ["ledger-0"]
+    assert [f.type.value for _, f in o.effects] == ["offset_rewind", "log_truncation"]
+    assert summary_table([o]).count("unclean_election ledger-0") == 1
+
+    later = dataclasses.replace(election, incident_id="inc1", evidence={"messages_lost": 730})
+    refresh_findings(o, {election.finding_id: later})
+    assert o.findings == [(70_000, later)]
+    assert o.to_json()["findings"][0]["evidence"] == {"messages_lost": 730}
+    assert [e["type"] for e in o.to_json()["effects"]] == ["offset_rewind", "log_truncation"]

@@ -95,6 +95,19 @@ def scenarios():
             "groups_beyond": [{"group": "search", "committed_offset": 1040}],
             "messages_lost": 95}})
 
+    # Seen in the demo: the producer (acks=1) wrote to the new leader before the first end
+    # offset after the election was sampled, past the old high watermark. Not "0 lost".
+    yield Scenario(
+        "end_offset_after_election_past_the_old_high_watermark_leaves_the_start_unknown",
+        [ELECTION], offsets=ends((60, 1000), (110, 1475)), commits=COMMITS,
+        lost=(None, "unknown", 1000, "last_end_offset_before_election"),
+        groups={"inside": [], "beyond": [], "behind": [],
+                "unknown": [("audit", 1000), ("billing", 950), ("reporting", 800)]},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {"messages_lost": None,
+                                                               "lost_until": 1000}})
+
     yield Scenario(
         "nothing_known_about_the_range_still_reports_the_election", [ELECTION],
         commits=COMMITS,
