@@ -296,7 +296,25 @@ def _action_for(monitor, outcome: FaultOutcome) -> str:
     acted = [d for d in decisions if d.action is not None]
     if acted:
         return ", ".join(sorted({f"{d.action.kind.value} (dry run)" for d in acted}))
-    return ", ".join(sorted({f"none: {d.reason[:40]}" for d in decisions})) or "none"
+    return ", ".join(sorted({f"none: {d.reason[:40]}" for d in decisions})) or NOT_DECIDED
+
+
+NOT_DECIDED = "not decided yet"
+
+
+def _fill_actions(monitor, outcomes: list[FaultOutcome], stop: threading.Event,
+                  wait_s: float = 30.0) -> None:
+    """Each fault's action column. The decision step runs after the detector query hands
+    over its findings, so a fault detected in the last evaluation may have no decision
+    yet (seen: 9 s later): wait up to wait_s for every detected fault's."""
+    end = time.monotonic() + wait_s
+    while True:
+        for o in outcomes:
+            o.action = _action_for(monitor, o)
+        pending = [o for o in outcomes if o.detected and o.action == NOT_DECIDED]
+        if not pending or time.monotonic() >= end or stop.is_set():
+            return
+        stop.wait(2.0)
 
 
 def run_demo(config: Config, *, keep: bool = False, short: bool = False,
@@ -408,8 +426,7 @@ def run_demo(config: Config, *, keep: bool = False, short: bool = False,
                 stop.wait(settings.settle_s)
 
         p.step("summary")
-        for o in outcomes:   # decisions are recorded just after the findings: read them now
-            o.action = _action_for(monitor, o)
+        _fill_actions(monitor, outcomes, stop)
         print("\n" + summary_table(outcomes), file=out, flush=True)
         if healthy:
             print(f"\nhealthy warm-up flagged {len(healthy)} finding(s): "

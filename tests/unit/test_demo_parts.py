@@ -187,7 +187,7 @@ def test_the_action_column_shows_only_what_was_decided_about_the_faults_findings
     from remediation.config import RemediationSection
     from remediation.decide import decide
     from remediation.stores import JsonLinesDecisionStore
-    from jobs.demo import _action_for
+    from jobs.demo import NOT_DECIDED, _action_for
 
     store = JsonLinesDecisionStore(tmp_path / "decisions.jsonl")
     slow = finding("slow_broker", "broker:2", first=5_000)
@@ -197,7 +197,7 @@ def test_the_action_column_shows_only_what_was_decided_about_the_faults_findings
     monitor = types.SimpleNamespace(decisions=types.SimpleNamespace(decisions=store))
     outcome = FaultOutcome("slow_broker", "slow broker", 4_000)
     outcome.findings = [("finding", slow)]
-    assert _action_for(monitor, outcome) == "none"
+    assert _action_for(monitor, outcome) == NOT_DECIDED
     outcome.findings = [("finding", rewind)]
     assert _action_for(monitor, outcome).startswith("none: ")   # its own decision, shown
 
@@ -224,3 +224,28 @@ def test_the_chain_does_not_count_in_the_time_to_detect_and_shows_its_latest_sta
     assert o.findings == [(70_000, later)]
     assert o.to_json()["findings"][0]["evidence"] == {"messages_lost": 730}
     assert [e["type"] for e in o.to_json()["effects"]] == ["offset_rewind", "log_truncation"]
+
+
+def test_the_summary_waits_for_the_decision_of_a_fault_detected_last(tmp_path):
+    import threading
+    import types
+
+    from jobs.demo import NOT_DECIDED, _fill_actions
+    from remediation.config import RemediationSection
+    from remediation.decide import decide
+    from remediation.stores import JsonLinesDecisionStore
+
+    store = JsonLinesDecisionStore(tmp_path / "decisions.jsonl")
+    election = finding("unclean_election", "ledger-0", kind=EntityKind.PARTITION, first=5_000)
+    outcome = FaultOutcome("unclean_election", "unclean", 4_000, detected_ms=6_000)
+    outcome.findings = [(6_000, election)]
+    monitor = types.SimpleNamespace(decisions=types.SimpleNamespace(decisions=store))
+    config = RemediationSection(enabled_actions=["page_human"], dry_run=True)
+    # The decision step records its decision while the summary waits.
+    threading.Timer(0.5, lambda: store.record(
+        decide([election], [], config, 7_000, cluster_sizes={"local": 3}))).start()
+    _fill_actions(monitor, [outcome], threading.Event(), wait_s=10)
+    assert outcome.action != NOT_DECIDED
+    undetected = FaultOutcome("slow_broker", "slow", 4_000)
+    _fill_actions(monitor, [undetected], threading.Event(), wait_s=10)   # nothing to wait for
+    assert undetected.action == "-"
