@@ -16,7 +16,6 @@ idempotent writes make a replayed batch a no-op.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
@@ -130,35 +129,30 @@ class Pipeline:
         self.ensure_tables()
         started = []
         for query, streams, on_slow in self.groups():
-            with scheduler_pool(self.spark, SLOW_POOL if on_slow else FAST_POOL):
-                started.append(silver.start_silver(
-                    self.spark, self.lake, streams, self._raw([s.name for s in streams]),
-                    query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
-                    dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
-                    bronze_tables=st.bronze_tables, write_threads=st.write_threads))
+            started.append(silver.start_silver(
+                self.spark, self.lake, streams, self._raw([s.name for s in streams]),
+                query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
+                dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
+                bronze_tables=st.bronze_tables, write_threads=st.write_threads))
         if once:
             _await(started)
         names = {s.name for s in self.streams}
         gold_trigger = trig(st.gold_trigger_s)
         if "request_stages" in names:
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_stages")
-            with scheduler_pool(self.spark, SLOW_POOL):
-                started.append(gold.start_stage_percentiles(
-                    self.spark, self.lake, "request_stages_1m", "1 minute",
-                    f"{lateness} seconds", slow))
+            started.append(gold.start_stage_percentiles(
+                self.spark, self.lake, "request_stages_1m", "1 minute", f"{lateness} seconds",
+                slow))
             if st.fast_stage_table:
-                with scheduler_pool(self.spark, FAST_POOL):
-                    started.append(gold.start_stage_percentiles(
-                        self.spark, self.lake, "request_stages_10s",
-                        f"{st.fast_window_s} seconds", f"{st.fast_watermark_s} seconds",
-                        gold_trigger))
-        with scheduler_pool(self.spark, SLOW_POOL):
-            if "offset_commits" in names:
-                started.append(gold.start_offset_commits_1m(self.spark, self.lake,
-                                                            gold.COMMITS_WATERMARK, slow))
-            if {"offset_commits", "partition_offsets"} <= names:
-                started.append(gold.start_offset_lag_1m(self.spark, self.lake, slow,
-                                                        st.offset_lag_lookback_days))
+                started.append(gold.start_stage_percentiles(
+                    self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
+                    f"{st.fast_watermark_s} seconds", gold_trigger))
+        if "offset_commits" in names:
+            started.append(gold.start_offset_commits_1m(self.spark, self.lake,
+                                                        gold.COMMITS_WATERMARK, slow))
+        if {"offset_commits", "partition_offsets"} <= names:
+            started.append(gold.start_offset_lag_1m(self.spark, self.lake, slow,
+                                                    st.offset_lag_lookback_days))
         if once:
             _await(started)
         for make in self.extra_queries:
@@ -227,24 +221,6 @@ class Pipeline:
                     print(line, file=out, flush=True)
                 next_report += self.settings.progress_interval_s
             stop.wait(0.5)
-
-
-# Fair-scheduler pools (kmon/resources/fairscheduler.xml, used by a local session; on a
-# cluster without that file Spark creates them with default settings).
-FAST_POOL, SLOW_POOL = "fast", "slow"
-
-
-@contextlib.contextmanager
-def scheduler_pool(spark: SparkSession, pool: str):
-    """Queries started inside run their micro-batches in `pool` (a streaming query keeps
-    the local properties of the thread that started it)."""
-    sc = spark.sparkContext
-    before = sc.getLocalProperty("spark.scheduler.pool")
-    sc.setLocalProperty("spark.scheduler.pool", pool)
-    try:
-        yield
-    finally:
-        sc.setLocalProperty("spark.scheduler.pool", before)
 
 
 def _await(queries) -> None:

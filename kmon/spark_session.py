@@ -21,7 +21,6 @@ from kmon.jvm_deps import JvmDeps
 log = logging.getLogger(__name__)
 
 _LOG4J2 = Path(__file__).parent / "resources" / "spark-log4j2.properties"
-FAIR_POOLS = Path(__file__).parent / "resources" / "fairscheduler.xml"
 # Local mode: G1's concurrent threads compete with the tasks on a small machine; the
 # throughput collector with two threads leaves that CPU to the queries. The optimizing JIT
 # (C2) stays: C1 alone (tried earlier to save compile time) made a silver micro-batch of
@@ -63,8 +62,6 @@ def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
         # evaluation's short jobs (pool "detect", jobs/detect.py) run between their tasks
         # instead of queueing behind all of them.
         conf["spark.scheduler.mode"] = "FAIR"
-        # The pools (fast, detect, slow) and why: in that file.
-        conf["spark.scheduler.allocation.file"] = f"file://{FAIR_POOLS}"
         # optimizeWrite adds a shuffle to every write to make big files: on one machine
         # the micro-batches are small and that shuffle is a fixed cost per batch.
         conf["spark.databricks.delta.optimizeWrite.enabled"] = "false"

@@ -185,22 +185,3 @@ def test_the_offset_lag_table_exists_before_any_end_offset_arrives(spark, lake, 
     table = spark.read.format("delta").load(path)
     assert table.count() == 0
     assert {"lag", "committed_below_start", "date"} <= set(table.columns)
-
-
-def test_a_query_started_in_a_scheduler_pool_runs_its_batches_there(spark, tmp_path):
-    """The fast/slow pools (kmon/resources/fairscheduler.xml) work only if a streaming
-    query keeps the pool of the thread that started it, and the session loaded the file."""
-    from jobs.pipeline import FAST_POOL, scheduler_pool
-
-    seen = []
-    ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
-    with scheduler_pool(spark, FAST_POOL):
-        q = (ticks.writeStream.option("checkpointLocation", str(tmp_path / "cp"))
-             .foreachBatch(lambda _df, _id: seen.append(
-                 spark.sparkContext.getLocalProperty("spark.scheduler.pool")))
-             .trigger(availableNow=True).start())
-    q.awaitTermination(120)
-    assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") != FAST_POOL  # restored
-    assert seen and set(seen) == {FAST_POOL}
-    assert spark.sparkContext.getConf().get("spark.scheduler.allocation.file", "").endswith(
-        "fairscheduler.xml")
