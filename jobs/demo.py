@@ -98,6 +98,11 @@ class FindingTracker:
                     self.first_seen[f.finding_id] = (wall, f)
                     print(f"   >> {finding_line(f)}", file=self.out, flush=True)
 
+    def open_findings(self) -> list:
+        """Every finding open in its latest state."""
+        with self.lock:
+            return [f for f in self.latest.values() if f.status.value == "open"]
+
     def since(self, start_ms: int) -> list[tuple[int, object]]:
         with self.lock:
             return sorted(((t, self.latest.get(fid, f)) for fid, (t, f) in self.first_seen.items()
@@ -188,6 +193,8 @@ class DemoSettings:
     detect_timeout_s: float = 300.0  # per fault
     settle_s: float = 20.0           # after a fault is healed, before the next
     effects_wait_s: float = 90.0     # after a detection, most time to wait for its effects
+    clear_wait_s: float = 120.0      # before a fault, most time to wait for open findings
+                                     # that would show it to resolve
     exporter_port: int = 9464
     rate_per_s: float = 40.0         # messages/s per workload producer
 
@@ -212,6 +219,10 @@ def demo_config(config: Config) -> Config:
         # slow-broker detector computes those windows from silver (detectors/inputs.py),
         # one stateful query fewer.
         pipeline={"bronze_tables": False, "fast_stage_table": False},
+        # Faults follow each other within minutes: a finding left open by one (a cleaner
+        # frozen with its broker) must resolve before the next fault of its kind, or that
+        # fault's finding is an update of the old one (the demo waits, clear_wait_s).
+        findings={"resolve_after_s": 60.0},
         remediation={"enabled_actions": ["move_leadership", "restore_group_offsets",
                                          "page_human"], "dry_run": True})
 
@@ -555,10 +566,39 @@ def _wait_for_effects(fault, outcome: FaultOutcome, check, settings: DemoSetting
         stop.wait(1.0)
 
 
+def already_showing(fault, findings) -> list:
+    """Open findings that would show the fault (one of its parts) before it is caused: a
+    finding that persists is updated, not raised again, so while one is open the fault's
+    own finding cannot appear (seen: a frozen cleaner's compaction_lag on every broker
+    during the slow-broker fault, still open when the compaction fault began)."""
+    return [f for f in findings
+            if f.status.value == "open" and fault.part_of(f) in fault.parts]
+
+
+def _wait_until_clear(fault, tracker: FindingTracker, settings: DemoSettings,
+                      stop: threading.Event, p: Progress) -> None:
+    end = time.monotonic() + settings.clear_wait_s
+    last_note = 0.0
+    while not stop.is_set():
+        showing = already_showing(fault, tracker.open_findings())
+        if not showing:
+            return
+        if time.monotonic() >= end:
+            p.note(f"still open after {settings.clear_wait_s:.0f} s, so this fault's own "
+                   f"finding may not show: {'; '.join(finding_line(f) for f in showing)}")
+            return
+        if time.monotonic() - last_note >= 15:
+            last_note = time.monotonic()
+            p.note(f"waiting for {len(showing)} earlier finding(s) that look like this fault "
+                   f"to resolve: {', '.join(f'{f.type.value} {f.entity}' for f in showing)}")
+        stop.wait(2.0)
+
+
 def _cause(fault, ctx, tracker: FindingTracker, settings: DemoSettings, stop: threading.Event,
            p: Progress, monitor) -> FaultOutcome:
     from faults.base import FaultRun
 
+    _wait_until_clear(fault, tracker, settings, stop, p)
     started = int(time.time() * 1000)
     run = FaultRun(fault.name, started)
     outcome = FaultOutcome(fault.name, fault.title, started, notes=run.notes)

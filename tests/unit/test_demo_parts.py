@@ -249,3 +249,25 @@ def test_the_summary_waits_for_the_decision_of_a_fault_detected_last(tmp_path):
     undetected = FaultOutcome("slow_broker", "slow", 4_000)
     _fill_actions(monitor, [undetected], threading.Event(), wait_s=10)   # nothing to wait for
     assert undetected.action == "-"
+
+
+def test_an_open_finding_of_the_faults_kind_must_clear_before_the_fault():
+    from jobs.demo import already_showing
+
+    lingering = finding("compaction_lag", "broker:3")
+    other_broker = finding("compaction_lag", "broker:2")
+    resolved = finding("compaction_lag", "broker:3", status=Status.RESOLVED)
+    assert already_showing(CompactionLag(broker=3), [lingering, other_broker]) == [lingering]
+    assert already_showing(CompactionLag(broker=3), [resolved, other_broker]) == []
+    # The chain's effects do not hold a fault back, only what would show the fault itself.
+    rewind = finding("offset_rewind", "group:ledger-readers/ledger-0")
+    assert already_showing(UncleanElection(), [rewind]) == []
+
+
+def test_the_demo_resolves_findings_after_a_minute_and_keeps_the_per_type_overrides():
+    from jobs.demo import demo_config
+    from kmon.config import load_config
+
+    c = demo_config(load_config(None))
+    assert c.findings.resolve_after_s == 60.0
+    assert c.findings.resolve_after_s_by_type["unclean_election"] == 3600.0
