@@ -1,0 +1,106 @@
+"""How long one detector evaluation takes, and where, on a real demo lake.
+
+Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [--at MS ...]
+     [--repeats 3]
+
+Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or
+`./kmonw demo --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary
+folder (the evaluation writes findings), then runs `jobs.detect.evaluate` at each
+`--at` time (epoch ms; default: 60 s and 360 s before the newest request row) `--repeats`
+times, the way the detector query does (same config, same parallel reads). It prints
+each read's wall time and row count, then each evaluation's wall time. The first
+evaluation includes Spark's warm-up; the later ones are what a running detector query
+pays per trigger on an idle machine. Under the demo's load the same evaluation takes
+3-4 times longer (see the demo log's "detectors at ... in X s" lines).
+
+Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+READS = ("request_stage_rows", "read_stage_windows", "read_client_sends", "read_baselines",
+         "read_follower_fetches", "read_log_events", "read_resets", "read_commits",
+         "read_memberships", "read_partition_offsets", "read_meter_ticks",
+         "read_cleaner_gauges")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lake", default=str(ROOT / ".kmon" / "demo" / "lake"),
+                    help="a demo's lake (default: .kmon/demo/lake)")
+    ap.add_argument("--at", type=int, nargs="*", default=None,
+                    help="evaluation times, epoch ms (default: 60 s and 360 s before the "
+                         "newest request row)")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    lake_src = Path(args.lake)
+    if not (lake_src / "silver" / "request_stages" / "_delta_log").is_dir():
+        print(f"{lake_src}: no silver.request_stages table; run a demo first "
+              f"(./kmonw test -m demo)", file=sys.stderr)
+        return 2
+
+    work = Path(tempfile.mkdtemp(prefix="kmon-bench-detect-"))
+    shutil.copytree(lake_src, work / "lake", ignore=shutil.ignore_patterns("landing"))
+    os.environ["KMON__SPARK__STORAGE_ROOT"] = str(work / "lake")
+    os.environ.setdefault("KMON__PIPELINE__FAST_STAGE_TABLE", "false")   # as in the demo
+
+    from detectors import inputs
+    from jobs import detect
+    from jobs.lake import Lake
+    from kmon.config import load_config
+    from kmon.spark_session import build_spark_session
+
+    config = load_config(None)
+    spark = build_spark_session(config)
+    lake = Lake(config.storage_root)
+    timings: list[tuple[str, float, object]] = []
+
+    def timed(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            t = time.monotonic()
+            out = fn(*a, **k)
+            timings.append((name, time.monotonic() - t,
+                            len(out) if hasattr(out, "__len__") else "-"))
+            return out
+        return wrapper
+
+    for name in READS:
+        setattr(inputs, name, timed(name, getattr(inputs, name)))
+
+    at = args.at
+    if not at:
+        from pyspark.sql import functions as F
+        newest = (spark.read.format("delta").load(lake.table("silver", "request_stages"))
+                  .agg(F.max("ts_ms")).first()[0])
+        at = [newest - 360_000, newest - 60_000]
+    try:
+        for rep in range(args.repeats):
+            for now_ms in at:
+                timings.clear()
+                t = time.monotonic()
+                findings = detect.evaluate(spark, lake, config, now_ms, table="anomalies_bench")
+                wall = time.monotonic() - t
+                print(f"run {rep + 1}, at {now_ms}: {wall:.1f} s, {len(findings)} findings")
+                for name, secs, rows in timings:
+                    print(f"    {name:24s} {secs:5.2f} s  rows {rows}")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
