@@ -425,6 +425,26 @@ class TopicConfigCache:
         return self._value
 
 
+class BaselineCache:
+    """The slow-broker baselines (medians over the hour of gold.request_stages_1m before
+    the range) move by a minute's worth at most per minute: read them again only when the
+    range start has moved `refresh_s` past the last read. A live evaluation then saves
+    one read most of the time; a replay passes no cache and reads every step."""
+
+    def __init__(self, refresh_s: float = 60.0):
+        self.refresh_ms = int(refresh_s * 1000)
+        self._value: list[LatencyBaseline] = []
+        self._start_ms: int | None = None
+
+    def __call__(self, start_ms: int, read: Callable[[], list[LatencyBaseline]]
+                 ) -> list[LatencyBaseline]:
+        if (self._start_ms is None or start_ms < self._start_ms
+                or start_ms - self._start_ms >= self.refresh_ms):
+            self._value = read()
+            self._start_ms = start_ms
+        return self._value
+
+
 # --- Spark reads -----------------------------------------------------------------------------
 
 def _table(spark: SparkSession, lake: Lake, layer: str, name: str) -> DataFrame | None:
@@ -434,6 +454,12 @@ def _table(spark: SparkSession, lake: Lake, layer: str, name: str) -> DataFrame 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     return spark.read.format("delta").load(path)
+
+
+def _sorted_rows(rows: Iterable[Any], keys: Sequence[str]) -> list:
+    """Collected rows in Spark's ascending order of `keys` (nulls first). The reads sort
+    their few rows here: an orderBy before collect costs a sampling job and a shuffle."""
+    return sorted(rows, key=lambda x: tuple((x[k] is not None, x[k]) for k in keys))
 
 
 def _date(ms: int) -> dt.date:
@@ -679,8 +705,8 @@ def read_resets(spark: SparkSession, lake: Lake, r: TimeRange) -> list[ClientOff
     rows = (_silver_range(df, r)
             .select("cluster", "ts_ms", "client_id", "group_id", "topic", "partition", "kind",
                     "from_offset", "to_offset", "reset_target", "reason")
-            .orderBy("ts_ms").collect())
-    return [client_reset_from_row(x.asDict()) for x in rows]
+            .collect())
+    return [client_reset_from_row(x.asDict()) for x in _sorted_rows(rows, ("ts_ms",))]
 
 
 def read_memberships(spark: SparkSession, lake: Lake, r: TimeRange,
@@ -696,11 +722,11 @@ def read_memberships(spark: SparkSession, lake: Lake, r: TimeRange,
                                                           ["cluster", "group_id"])
             .select("cluster", "group_id", "ts_ms", "source_partition", "source_offset",
                     "member_count")
-            .orderBy("cluster", "group_id", "ts_ms", "source_partition", "source_offset")
             .collect())
     out: list[GroupMembership] = []
     before: dict[tuple[str, str], GroupMembership] = {}
-    for x in rows:
+    for x in _sorted_rows(rows, ("cluster", "group_id", "ts_ms", "source_partition",
+                                 "source_offset")):
         m = GroupMembership(cluster=x["cluster"], group=x["group_id"],
                             observed_ms=max(int(x["ts_ms"]), r.start_ms),
                             member_count=int(x["member_count"]))
@@ -755,11 +781,12 @@ def read_commits(spark: SparkSession, lake: Lake, r: TimeRange,
     rows = (commits.where("_wanted")
             .select(*COMMIT_KEY, "offset", "commit_ms", "leader_epoch", "source_partition",
                     "source_offset")
-            .orderBy(*COMMIT_KEY, *COMMIT_ORDER).collect())
+            .collect())
     return [OffsetCommit(cluster=x["cluster"], group=x["group_id"], topic=x["topic"],
                          partition=int(x["partition"]), offset=int(x["offset"]),
                          commit_ms=int(x["commit_ms"]),
-                         leader_epoch=_int_or_none(x["leader_epoch"])) for x in rows]
+                         leader_epoch=_int_or_none(x["leader_epoch"]))
+            for x in _sorted_rows(rows, (*COMMIT_KEY, *COMMIT_ORDER))]
 
 
 def read_partition_offsets(spark: SparkSession, lake: Lake, r: TimeRange,
@@ -772,10 +799,11 @@ def read_partition_offsets(spark: SparkSession, lake: Lake, r: TimeRange,
     rows = (_silver_range(df, r).join(F.broadcast(keys), ["cluster", "topic", "partition"],
                                       "left_semi")
             .select("cluster", "topic", "partition", "ts_ms", "earliest_offset", "latest_offset")
-            .orderBy("cluster", "topic", "partition", "ts_ms").collect())
+            .collect())
     return [PartitionOffsets(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
                              observed_ms=int(x["ts_ms"]), end_offset=int(x["latest_offset"]),
-                             log_start_offset=_int_or_none(x["earliest_offset"])) for x in rows]
+                             log_start_offset=_int_or_none(x["earliest_offset"]))
+            for x in _sorted_rows(rows, ("cluster", "topic", "partition", "ts_ms"))]
 
 
 def _broker_metrics(spark: SparkSession, lake: Lake, r: TimeRange,
@@ -812,10 +840,9 @@ def read_cleaner_gauges(spark: SparkSession, lake: Lake, r: TimeRange) -> list[C
     for metric, (name, how) in CLEANER_METRICS.items():
         value = F.when(F.col("metric") == metric, F.col("value"))
         aggs.append((F.sum(value) if how == "sum" else F.max(value)).alias(name))
-    rows = (df.groupBy("cluster", "broker", "ts_ms").agg(*aggs)
-            .orderBy("cluster", "broker", "ts_ms").collect())
+    rows = df.groupBy("cluster", "broker", "ts_ms").agg(*aggs).collect()
     out = []
-    for x in rows:
+    for x in _sorted_rows(rows, ("cluster", "broker", "ts_ms")):
         values = {name: x[name] for name, _ in CLEANER_METRICS.values()}
         for name in ("dead_thread_count", "uncleanable_partitions_count"):
             values[name] = _int_or_none(values[name])
@@ -826,7 +853,8 @@ def read_cleaner_gauges(spark: SparkSession, lake: Lake, r: TimeRange) -> list[C
 
 def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int, end_ms: int,
                 topic_configs: Iterable[CompactedTopicConfig] = (), *,
-                parallelism: int = 4) -> DetectorInputs:
+                parallelism: int = 4,
+                baseline_cache: BaselineCache | None = None) -> DetectorInputs:
     """Every detector input for [start_ms, end_ms) of one lake.
 
     The reads form independent chains (stage windows then the client sends they point
@@ -836,6 +864,7 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
     Delta log) between them, so one after another they leave the cores idle between
     jobs; `parallelism` chains run at once, each in a thread that inherits the caller's
     scheduler pool. The result does not depend on `parallelism` (1 reads in order).
+    `baseline_cache` (the detector query's) may answer the baselines from an earlier read.
     """
     r = TimeRange(start_ms, end_ms)
     sb = config.slow_broker
@@ -863,7 +892,10 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
                 release(stages)
 
     def baselines() -> None:
-        out.baselines = read_baselines(spark, lake, sb, r)
+        def read() -> list[LatencyBaseline]:
+            return read_baselines(spark, lake, sb, r)
+
+        out.baselines = read() if baseline_cache is None else baseline_cache(r.start_ms, read)
 
     def partition_signals() -> None:
         events = read_log_events(spark, lake, r.back(max(ISR_SEED_S, evidence_s, meter_s)))

@@ -6,7 +6,8 @@ One evaluation at `now_ms` (`evaluate`):
    small rows come back);
 2. run the four detectors (`run_detectors`: pure);
 3. read the findings of gold.anomalies that are still open, or resolved within
-   correlation.chain_window_s, and first seen at or before now (`read_findings`);
+   correlation.chain_window_s, and first seen at or before now (`read_findings`; the
+   detector query keeps the last evaluation's result instead, `carried_findings`);
 4. `update_findings` turns the detections into findings with a lifecycle (refresh, open,
    resolve), then `correlate` links them into incidents;
 5. MERGE the rows that changed into gold.anomalies by finding_id (`write_findings`).
@@ -46,7 +47,7 @@ from pyspark.sql.types import (ArrayType, BooleanType, DateType, LongType, Strin
 from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from detectors.correlation import correlate
 from detectors.findings import Detection, Finding, sort_findings, update_findings
-from detectors.inputs import DetectorInputs, check_config, read_inputs
+from detectors.inputs import BaselineCache, DetectorInputs, check_config, read_inputs
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
@@ -181,7 +182,8 @@ def ensure_anomalies_table(spark: SparkSession, path: str) -> None:
 def read_findings(spark: SparkSession, path: str, now_ms: int, config: "Config") -> list[Finding]:
     """The findings an evaluation at now_ms starts from: open ones, and those resolved
     within the correlation window (correlation may still link them), first seen by now
-    (a replay over a range already evaluated sees the table as it was)."""
+    (a replay over a range already evaluated sees the table as it was). The same rule as
+    `carried_findings`, applied to the table."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
@@ -194,6 +196,17 @@ def read_findings(spark: SparkSession, path: str, now_ms: int, config: "Config")
     return [Finding.from_row(r.asDict()) for r in rows]
 
 
+def carried_findings(findings: Iterable[Finding], now_ms: int, config: "Config") -> list[Finding]:
+    """What `read_findings` would read at now_ms from a table whose rows are `findings`
+    (an evaluation's result, all of it written): the detector query starts each
+    evaluation from the last one's result instead of reading gold.anomalies again."""
+    chain_ms = int(config.correlation.chain_window_s * 1000)
+    return [f for f in findings
+            if f.first_seen_ms <= now_ms
+            and (f.status.value == "open"
+                 or (f.resolved_ms is not None and f.resolved_ms >= now_ms - chain_ms))]
+
+
 def write_findings(spark: SparkSession, path: str, findings: Iterable[Finding]) -> int:
     """MERGE the findings into the table by finding_id; returns how many rows were sent."""
     from delta.tables import DeltaTable
@@ -203,8 +216,12 @@ def write_findings(spark: SparkSession, path: str, findings: Iterable[Finding]) 
         return 0
     ensure_anomalies_table(spark, path)
     source = spark.createDataFrame(rows, ANOMALY_SCHEMA)
+    # The dates as literals too: Delta prunes the table's other days before it looks for
+    # matches (a join condition alone makes it scan every day the table holds).
+    days = ", ".join(f"DATE'{d.isoformat()}'" for d in sorted({r["date"] for r in rows}))
     (DeltaTable.forPath(spark, path).alias("t")
-     .merge(source.alias("s"), "t.date = s.date AND t.finding_id = s.finding_id")
+     .merge(source.alias("s"),
+            f"t.date IN ({days}) AND t.date = s.date AND t.finding_id = s.finding_id")
      .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
     return len(rows)
 
@@ -213,16 +230,23 @@ def write_findings(spark: SparkSession, path: str, findings: Iterable[Finding]) 
 
 def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
              lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
-             topic_configs: Iterable[CompactedTopicConfig] = ()) -> list[Finding]:
+             topic_configs: Iterable[CompactedTopicConfig] = (),
+             previous: Iterable[Finding] | None = None,
+             baseline_cache: BaselineCache | None = None) -> list[Finding]:
     """One evaluation at now_ms over [now - lookback, now); returns its findings (open and
-    recently resolved, correlated) after writing the changed ones to gold.<table>."""
+    recently resolved, correlated) after writing the changed ones to gold.<table>.
+
+    `previous`: the result of the last evaluation of this table by the caller, when the
+    caller is the table's only writer (the detector query); None reads the table.
+    `baseline_cache`: the caller's (the detector query's) slow-broker baselines."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
     inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
-                         topic_configs)
+                         topic_configs, baseline_cache=baseline_cache)
     detections = run_detectors(inputs, config, now_ms)
-    previous = read_findings(spark, path, now_ms, config)
+    previous = (read_findings(spark, path, now_ms, config) if previous is None
+                else carried_findings(previous, now_ms, config))
     findings = next_findings(previous, detections, config, now_ms)
     written = write_findings(spark, path, changed_findings(previous, findings))
     log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
@@ -265,6 +289,11 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
     """
     check_config(config)
     ensure_anomalies_table(spark, lake.table("gold", table))
+    # The last evaluation's findings: the next one starts from them instead of reading the
+    # table back (about a second per evaluation). The query is the table's writer; after
+    # a restart, or an evaluation that failed, the table is read again.
+    last: dict[str, list[Finding] | None] = {"findings": None}
+    baselines = BaselineCache()
 
     def on_tick(_batch, _batch_id: int) -> None:
         # Its own scheduler pool (fair scheduling, kmon/spark_session.py): the evaluation's
@@ -272,8 +301,11 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
         now_ms = clock()
         configs = topic_configs(now_ms) if topic_configs is not None else ()
+        previous, last["findings"] = last["findings"], None
         findings = evaluate(spark, lake, config, now_ms, lookback_s, table=table,
-                            topic_configs=configs)
+                            topic_configs=configs, previous=previous,
+                            baseline_cache=baselines)
+        last["findings"] = findings
         if on_findings is not None:
             on_findings(findings, now_ms)
 

@@ -32,7 +32,7 @@ from ingest.consumer_offsets import encode_key, encode_value, parse_offset_recor
 from ingest.partition_offsets_agent import partition_offsets_record
 from ingest.request_log import parse_request_line
 from ingest.sinks import LandingSink
-from jobs.detect import (ANOMALY_SCHEMA, evaluate, read_findings, replay,
+from jobs.detect import (ANOMALY_SCHEMA, carried_findings, evaluate, read_findings, replay,
                          start_detector_query)
 from jobs.lake import Lake
 from jobs.pipeline import Pipeline
@@ -375,6 +375,27 @@ def test_evaluating_again_adds_no_rows_and_a_signal_gone_long_enough_resolves(
         assert (r["status"], r["resolved_ms"]) == ("resolved", later)
     # One-off events stay open longer (findings.resolve_after_s_by_type).
     assert rows[("unclean_election", "unclean-t-0")]["status"] == "open"
+
+
+def test_carrying_the_last_result_reads_what_the_table_holds(spark, lake, kmon_config):
+    # The detector query starts each evaluation from the last one's result (carried)
+    # instead of reading the table: both ways give the same findings and the same table,
+    # through a refresh and a resolution.
+    later = END + int(kmon_config.findings.resolve_after_s * 1000)
+    carried = None
+    for now_ms in (NOW_A, NOW_A + 10_000, later):
+        if carried is not None:
+            back = read_findings(spark, lake.table("gold", "anomalies_c"), now_ms, kmon_config)
+            assert ({f.finding_id: f.to_row() for f in carried_findings(carried, now_ms,
+                                                                         kmon_config)}
+                    == {f.finding_id: f.to_row() for f in back})
+        read = evaluate(spark, lake, kmon_config, now_ms, 300, table="anomalies_t")
+        carried = evaluate(spark, lake, kmon_config, now_ms, 300, table="anomalies_c",
+                           previous=carried)
+        assert [f.to_row() for f in carried] == [f.to_row() for f in read]
+    assert any(f.status is Status.RESOLVED for f in carried)
+    assert (sorted(tuple(r) for r in _table_rows(spark, lake, "anomalies_c").collect())
+            == sorted(tuple(r) for r in _table_rows(spark, lake, "anomalies_t").collect()))
 
 
 def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, kmon_config, findings_a):

@@ -14,8 +14,8 @@ from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, 
 from detectors.inputs import DetectorInputs
 from detectors.partition_signals import LogTruncation, OffsetCommit
 from detectors.unclean_election import UncleanElection
-from jobs.detect import (ANOMALY_COLUMNS, ANOMALY_SCHEMA, changed_findings, finding_row,
-                         next_findings, replay_times, run_detectors)
+from jobs.detect import (ANOMALY_COLUMNS, ANOMALY_SCHEMA, carried_findings, changed_findings,
+                         finding_row, next_findings, replay_times, run_detectors)
 from kmon.config import Config
 
 pytestmark = pytest.mark.unit
@@ -75,6 +75,21 @@ def test_a_finding_unseen_for_resolve_after_is_resolved():
     later = T0 + 10_000 + int(CONFIG.findings.resolve_after_s * 1000)
     [r] = next_findings([f], [], CONFIG, later)
     assert (r.finding_id, r.status, r.resolved_ms) == (f.finding_id, Status.RESOLVED, later)
+
+
+def test_the_next_evaluation_carries_open_and_recently_resolved_findings():
+    chain_ms = int(CONFIG.correlation.chain_window_s * 1000)
+    now = T0 + 10 * chain_ms
+    [f] = next_findings([], [detection()], CONFIG, T0 + 10_000)
+    still_open = dataclasses.replace(f, finding_id="open")
+    just_resolved = dataclasses.replace(f, finding_id="recent", status=Status.RESOLVED,
+                                        resolved_ms=now - chain_ms)
+    long_resolved = dataclasses.replace(f, finding_id="old", status=Status.RESOLVED,
+                                        resolved_ms=now - chain_ms - 1)
+    later_first_seen = dataclasses.replace(f, finding_id="later", first_seen_ms=now + 1)
+    carried = carried_findings([still_open, just_resolved, long_resolved, later_first_seen],
+                               now, CONFIG)
+    assert [x.finding_id for x in carried] == ["open", "recent"]
 
 
 @pytest.mark.parametrize("start, end, step, times", [

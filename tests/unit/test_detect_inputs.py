@@ -9,7 +9,8 @@ from detectors.compaction_lag import CompactedTopicConfig
 from detectors.partition_signals import ResetReason, ResetTarget
 from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
 from detectors.unclean_election import UncleanElectionMeterTick
-from detectors.inputs import (CLEANER_METRICS, UNCLEAN_METER, TimeRange, TopicConfigCache,
+from detectors.inputs import (CLEANER_METRICS, UNCLEAN_METER, BaselineCache, TimeRange,
+                              TopicConfigCache,
                               check_config, cleaner_runs_from, client_reset_from_row,
                               compacted_topic_config, dedupe_elections, fresh_windows_until,
                               merge_controller_ticks, send_candidates, shrinks_from_isr_events, topic_ids,
@@ -230,6 +231,21 @@ def test_topic_configs_are_fetched_again_only_after_the_refresh_interval():
     assert [c.topic for c in cache(T0 + 59_000)] == ["t1"] and len(calls) == 1
     assert [c.topic for c in cache(T0 + 60_000)] == ["t1"]        # failed: last answer kept
     assert [c.topic for c in cache(T0 + 120_000)] == ["t3"]
+
+
+def test_baselines_are_read_again_once_the_range_start_moved_a_refresh_on():
+    reads = []
+
+    def read():
+        reads.append(len(reads))
+        return [f"read {len(reads)}"]
+
+    cache = BaselineCache(refresh_s=60)
+    assert cache(T0, read) == ["read 1"]
+    assert cache(T0 + 59_999, read) == ["read 1"]
+    assert cache(T0 + 60_000, read) == ["read 2"]
+    assert cache(T0 + 30_000, read) == ["read 3"]      # an earlier range: never a later read
+    assert len(reads) == 3
 
 
 def test_every_metric_the_adapter_reads_is_one_the_scraper_keeps():
