@@ -23,7 +23,9 @@ Three ways to run it:
 - `start_detector_query`: a streaming query that evaluates on every trigger, with a
   ``rate`` source as its clock tick: every micro-batch evaluates, new telemetry or not,
   so findings also resolve when the signal stops. ``on_findings(findings, now_ms)`` is
-  called after each evaluation (the exporter's ``KmonExporter.set_findings``).
+  called in each evaluation once the findings are known, before they are written (the
+  exporter's ``KmonExporter.set_findings``, the remediation decision step): an alert does
+  not wait for the MERGE.
 - `evaluate`: one evaluation (tests, a CLI command).
 - `replay`: batch mode over any historic range, evaluating at each step's end; the same
   ids as a live run with the same evaluation times.
@@ -232,13 +234,17 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
              lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
              topic_configs: Iterable[CompactedTopicConfig] = (),
              previous: Iterable[Finding] | None = None,
-             baseline_cache: BaselineCache | None = None) -> list[Finding]:
+             baseline_cache: BaselineCache | None = None,
+             before_write: Callable[[list[Finding]], None] | None = None) -> list[Finding]:
     """One evaluation at now_ms over [now - lookback, now); returns its findings (open and
     recently resolved, correlated) after writing the changed ones to gold.<table>.
 
     `previous`: the result of the last evaluation of this table by the caller, when the
     caller is the table's only writer (the detector query); None reads the table.
-    `baseline_cache`: the caller's (the detector query's) slow-broker baselines."""
+    `baseline_cache`: the caller's (the detector query's) slow-broker baselines.
+    `before_write(findings)` is called with the findings before the MERGE (the detector
+    query hands them to the exporter and the decision step there: an alert does not wait
+    for the table write, which takes seconds on a loaded driver)."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
@@ -248,11 +254,15 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
     previous = (read_findings(spark, path, now_ms, config) if previous is None
                 else carried_findings(previous, now_ms, config))
     findings = next_findings(previous, detections, config, now_ms)
+    assessed = time.monotonic()
+    if before_write is not None:
+        before_write(findings)
     written = write_findings(spark, path, changed_findings(previous, findings))
+    done = time.monotonic()
     log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
-             "%.1f s; inputs %s", now_ms, len(detections), len(findings),
-             sum(f.status.value == "open" for f in findings), written,
-             time.monotonic() - started, inputs.counts())
+             "%.1f s (assessed in %.1f s, written in %.1f s); inputs %s", now_ms,
+             len(detections), len(findings), sum(f.status.value == "open" for f in findings),
+             written, done - started, assessed - started, done - assessed, inputs.counts())
     return findings
 
 
@@ -302,12 +312,11 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
         now_ms = clock()
         configs = topic_configs(now_ms) if topic_configs is not None else ()
         previous, last["findings"] = last["findings"], None
+        handed = None if on_findings is None else (lambda found: on_findings(found, now_ms))
         findings = evaluate(spark, lake, config, now_ms, lookback_s, table=table,
                             topic_configs=configs, previous=previous,
-                            baseline_cache=baselines)
+                            baseline_cache=baselines, before_write=handed)
         last["findings"] = findings
-        if on_findings is not None:
-            on_findings(findings, now_ms)
 
     ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
     writer = (ticks.writeStream.queryName(query_name)

@@ -413,14 +413,19 @@ def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, kmon_c
 def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
         spark, lake, kmon_config, findings_a):
     calls = []
+
+    def on_findings(findings, now_ms):
+        # Handed over before the MERGE: the (new) table does not hold them yet.
+        calls.append((findings, now_ms, _table_rows(spark, lake, "anomalies_q").count()))
+
     query = start_detector_query(spark, lake, kmon_config, {"availableNow": True},
-                                 lambda findings, now_ms: calls.append((findings, now_ms)),
-                                 clock=lambda: NOW_A, lookback_s=300, table="anomalies_q",
-                                 query_name="detect_anomalies_test")
+                                 on_findings, clock=lambda: NOW_A, lookback_s=300,
+                                 table="anomalies_q", query_name="detect_anomalies_test")
     query.awaitTermination()
     assert query.exception() is None
     assert len(calls) == 1
-    findings, now_ms = calls[0]
+    findings, now_ms, rows_when_handed = calls[0]
     assert now_ms == NOW_A
     assert [f.to_row() for f in findings] == [f.to_row() for f in findings_a]
+    assert rows_when_handed == 0
     assert _table_rows(spark, lake, "anomalies_q").count() == len(findings_a)
