@@ -257,12 +257,14 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
     assessed = time.monotonic()
     if before_write is not None:
         before_write(findings)
+    handed = time.monotonic()
     written = write_findings(spark, path, changed_findings(previous, findings))
     done = time.monotonic()
     log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
-             "%.1f s (assessed in %.1f s, written in %.1f s); inputs %s", now_ms,
-             len(detections), len(findings), sum(f.status.value == "open" for f in findings),
-             written, done - started, assessed - started, done - assessed, inputs.counts())
+             "%.1f s (assessed in %.1f s, handed over in %.1f s, written in %.1f s); inputs %s",
+             now_ms, len(detections), len(findings),
+             sum(f.status.value == "open" for f in findings), written, done - started,
+             assessed - started, handed - assessed, done - handed, inputs.counts())
     return findings
 
 

@@ -10,11 +10,10 @@ from detectors.partition_signals import ResetReason, ResetTarget
 from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
 from detectors.unclean_election import UncleanElectionMeterTick
 from detectors.inputs import (CLEANER_METRICS, UNCLEAN_METER, BaselineCache, TimeRange,
-                              TopicConfigCache,
-                              check_config, cleaner_runs_from, client_reset_from_row,
-                              compacted_topic_config, dedupe_elections, fresh_windows_until,
-                              merge_controller_ticks, send_candidates, shrinks_from_isr_events, topic_ids,
-                              truncations_from)
+                              TopicConfigCache, check_config, cleaner_runs_from,
+                              client_reset_from_row, compacted_topic_config, dedupe_elections,
+                              fresh_windows_until, merge_controller_ticks, send_candidates,
+                              shrinks_from_isr_events, topic_ids, truncations_from)
 from kmon.config import Config, ConfigError
 from schemas import broker_metrics
 
