@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,10 +17,12 @@ from faults.compaction_lag import (CompactionLag, cleaner_log_mark, cleaner_star
 from faults.offset_rewind import OffsetRewinds
 from faults.slow_broker import SlowBroker
 from faults.unclean_election import UncleanElection
-from jobs.demo import (FaultOutcome, FindingTracker, record_finding, refresh_findings,
+from jobs.demo import (DemoError, DemoLock, FaultOutcome, FindingTracker, record_finding, refresh_findings,
                        summary_table)
 
 pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def finding(type_: str, entity: str, kind=EntityKind.BROKER, status=Status.OPEN, first=1_000,
@@ -271,3 +277,27 @@ def test_the_demo_resolves_findings_after_a_minute_and_keeps_the_per_type_overri
     c = demo_config(load_config(None))
     assert c.findings.resolve_after_s == 60.0
     assert c.findings.resolve_after_s_by_type["unclean_election"] == 3600.0
+
+
+def test_a_second_demo_stops_at_start_naming_the_first(tmp_path):
+    lock = tmp_path / "demo.lock"
+    # The first demo: another process holding the lock.
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; sys.path.insert(0, sys.argv[2]); from jobs.demo import DemoLock; "
+         "from pathlib import Path; l = DemoLock(Path(sys.argv[1])).__enter__(); "
+         "print('held', flush=True); sys.stdin.read()", str(lock), str(ROOT)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DemoError, match=f"another kmon demo is running .*pid {holder.pid}"):
+            with DemoLock(lock):
+                pass
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    # Its process ended (a crash would do the same): the lock is free again.
+    with DemoLock(lock):
+        assert lock.read_text().strip() == str(os.getpid())
+    with DemoLock(lock):          # released on exit: the same process can take it again
+        pass
