@@ -152,7 +152,17 @@ class Monitor:
                                                                        listener))
 
     def _decide(self, findings, now_ms: int) -> None:
-        decisions = self.decisions.run(findings, now_ms, self.cluster_sizes)
+        from remediation.queue import QueueError
+
+        try:
+            decisions = self.decisions.run(findings, now_ms, self.cluster_sizes)
+        except QueueError as e:
+            # The watched cluster (which holds the queue) is down or unreachable, e.g. in
+            # the middle of a fault: nothing was recorded, so the same decisions are taken
+            # and published again at the next evaluation. One line, not a traceback.
+            log.warning("remediation: actions not published, decided again at the next "
+                        "evaluation: %s", e)
+            return
         for d in decisions:
             log.info("remediation: %s on %s %s -> %s (%s)", d.anomaly_type, d.cluster, d.entity,
                      d.outcome.value, d.reason)

@@ -1,0 +1,55 @@
+"""How `jobs.run.Monitor` hands findings to its listeners: a failing listener never stops
+detection, and an unreachable remediation queue is one warning line. No SparkSession."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from jobs.run import Monitor
+from kmon.config import Config
+from remediation.queue import QueueError
+
+pytestmark = pytest.mark.unit
+
+
+class _Decisions:
+    def __init__(self, error: Exception):
+        self.error, self.calls = error, 0
+
+    def run(self, findings, now_ms, cluster_sizes):
+        self.calls += 1
+        raise self.error
+
+
+def _monitor(decisions, seen):
+    m = Monitor(Config(), on_findings=[lambda findings, now_ms: seen.append(now_ms)])
+    m.decisions = decisions
+    m.listeners.append(m._decide)
+    return m
+
+
+def test_an_unreachable_queue_is_one_warning_and_the_other_listeners_still_run(caplog):
+    seen: list[int] = []
+    decisions = _Decisions(QueueError("1 action(s) still queued and 0 failed on q"))
+    m = _monitor(decisions, seen)
+    with caplog.at_level(logging.WARNING):
+        m._on_findings([], 1_000)
+        m._on_findings([], 2_000)
+    assert seen == [1_000, 2_000] and decisions.calls == 2
+    warnings = [r for r in caplog.records if r.name == "jobs.run"]
+    assert len(warnings) == 2
+    assert all(r.levelno == logging.WARNING and r.exc_info is None for r in warnings)
+    assert "actions not published" in warnings[0].getMessage()
+    assert "1 action(s) still queued" in warnings[0].getMessage()
+
+
+def test_any_other_listener_error_is_logged_with_its_traceback_and_detection_goes_on(caplog):
+    seen: list[int] = []
+    m = _monitor(_Decisions(ValueError("bug")), seen)
+    with caplog.at_level(logging.ERROR):
+        m._on_findings([], 3_000)
+    assert seen == [3_000]
+    [r] = [r for r in caplog.records if r.name == "jobs.run"]
+    assert r.levelno == logging.ERROR and r.exc_info is not None
