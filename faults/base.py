@@ -76,6 +76,12 @@ class FaultContext:
             self._admins[key] = AdminClient({"bootstrap.servers": key})
         return self._admins[key]
 
+    def close(self) -> None:
+        """Let go of the kept AdminClients before the cluster stops (AdminClient has no
+        close(): dropping the last reference ends its threads, which would otherwise log
+        "Connection refused" for every broker until the process exits)."""
+        self._admins.clear()
+
     def sleep(self, seconds: float) -> None:
         """Sleep, but return at once when stopping."""
         if self.stop is not None:

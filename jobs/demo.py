@@ -465,7 +465,8 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
                f"{(time.time() * 1000 - warm_start) / 1000:.0f} s, "
                f"{tracker.evaluations} detector evaluations")
 
-        p.step(f"causing {len(selected)} faults, one after another")
+        if not stop.is_set():
+            p.step(f"causing {len(selected)} faults, one after another")
         for i, fault in enumerate(selected, 1):
             if stop.is_set():
                 break
@@ -487,9 +488,13 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
             if i < len(selected) and not stop.is_set():
                 stop.wait(settings.settle_s)
 
-        p.step("summary")
-        _fill_actions(monitor, outcomes, stop)
-        print("\n" + summary_table(outcomes), file=out, flush=True)
+        if outcomes:
+            p.step("summary" + (f" (interrupted: {len(outcomes)} of {len(selected)} faults "
+                                "caused)" if stop.is_set() else ""))
+            _fill_actions(monitor, outcomes, stop)
+            print("\n" + summary_table(outcomes), file=out, flush=True)
+        else:
+            p.note("interrupted before the first fault: nothing to summarize")
         if healthy:
             print(f"\nhealthy warm-up flagged {len(healthy)} finding(s): "
                   + "; ".join(finding_line(f) for _, f in healthy), file=out)
@@ -528,12 +533,17 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
                     f.heal(ctx)
             except Exception as e:  # noqa: BLE001 - keep tearing down
                 log.warning("healing %s: %s", f.name, e)
+        if ctx is not None:
+            ctx.close()
         if workload is not None:
             workload.stop()
         if monitor is not None:
             monitor.stop()
         if cluster is not None and not keep:
             cluster.stop()
+            if stop.is_set():
+                print("kmon demo: stopped; the cluster, the workload, the agents and Spark "
+                      "are down", file=out, flush=True)
         elif cluster is not None:
             print(f"\ncluster left running: bootstrap.servers={cluster.bootstrap_servers}; "
                   f"stop it with `kmon cluster down --name {DEMO_CLUSTER}`", file=out)

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -113,6 +114,7 @@ class Monitor:
         self.listeners = [self.exporter.set_findings, *(on_findings or [])]
         self.spark = self.pipeline = self.supervisor = self.server = None
         self.decisions = None
+        self._release_clients = lambda: None
 
     def start(self, exporter_port: int = 0, out=sys.stdout) -> None:
         from ingest.supervisor import AgentSupervisor
@@ -133,8 +135,8 @@ class Monitor:
                                         self.watched_bootstrap)
         if self.decisions is not None:
             self.listeners.append(self._decide)
-        _add_detectors(self.pipeline, self.spark, self.lake, config, self._on_findings,
-                       self.watched_bootstrap)
+        self._release_clients = _add_detectors(self.pipeline, self.spark, self.lake, config,
+                                               self._on_findings, self.watched_bootstrap)
         self.pipeline.start()
         if self.agents:
             self.supervisor = AgentSupervisor(self.agents)
@@ -181,6 +183,7 @@ class Monitor:
 
     def stop(self) -> None:
         self.stop_streams()
+        self._release_clients()
         if self.decisions is not None:
             close = getattr(self.decisions.publisher, "close", None)
             if close is not None:
@@ -273,20 +276,23 @@ def _decision_step(config: Config, spark, lake, bootstrap: str | None):
                         DeltaResultStore(spark, lake, rem.results_table))
 
 
-def _add_detectors(pipeline, spark, lake, config, on_findings, bootstrap: str | None) -> None:
+def _add_detectors(pipeline, spark, lake, config, on_findings,
+                   bootstrap: str | None) -> Callable[[], None]:
     """The detector query (every trigger, gold.anomalies) handing findings to `on_findings`.
 
     Compacted topics' configs (for the compaction-lag contract) come from the watched
     cluster when it is reachable: `bootstrap` (the local cluster) or watch.bootstrap_servers.
+    Returns what lets go of that AdminClient once the queries stopped (it has no close():
+    kept, it logs "Connection refused" for every broker of a stopped cluster).
     """
     from detectors.inputs import TopicConfigCache, describe_compacted_topics
     from jobs.detect import start_detector_query
     from kmon.kafka_clients import librdkafka_config
 
     topic_configs = None
+    client: dict = {}
     if bootstrap or config.watch.bootstrap_servers:
         admin_config = librdkafka_config(config.watch, "watch", bootstrap)
-        client: dict = {}
 
         def describe():
             # One client for the whole run (see describe_compacted_topics).
@@ -300,6 +306,7 @@ def _add_detectors(pipeline, spark, lake, config, on_findings, bootstrap: str | 
         lambda trigger: start_detector_query(spark, lake, config, trigger,
                                              on_findings=on_findings,
                                              topic_configs=topic_configs))
+    return client.clear
 
 
 def _report_health(pipeline, exporter, stop: threading.Event) -> None:
