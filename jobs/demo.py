@@ -505,7 +505,8 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
         report = _write_report(monitor, config, outcomes, out)
         lake_root = config.storage_root
         print(f"\nincident report: {report or '(not written)'}", file=out)
-        print(f"exporter: http://127.0.0.1:{port}/metrics (while the demo runs)", file=out)
+        print(f"exporter: http://127.0.0.1:{port}/metrics (while the demo runs)" if port
+              else "exporter: off (--exporter-port 0)", file=out)
         print(f"Delta tables under {lake_root}; query them with\n"
               f"  KMON__SPARK__STORAGE_ROOT={lake_root} ./kmonw sql \"SELECT type, entity, "
               f"cause, status FROM gold.anomalies ORDER BY first_seen_ms\"", file=out, flush=True)
