@@ -24,8 +24,9 @@ Three ways to run it:
   ``rate`` source as its clock tick: every micro-batch evaluates, new telemetry or not,
   so findings also resolve when the signal stops. ``on_findings(findings, now_ms)`` is
   called in each evaluation once the findings are known, before they are written (the
-  exporter's ``KmonExporter.set_findings``, the remediation decision step): an alert does
-  not wait for the MERGE.
+  exporter's ``KmonExporter.set_findings``): an alert does not wait for the MERGE. The
+  slow rest (``in_background``: the remediation decision step; then the MERGE) runs in a
+  write-behind thread (jobs/write_behind.py) while the next evaluation reads.
 - `evaluate`: one evaluation (tests, a CLI command).
 - `replay`: batch mode over any historic range, evaluating at each step's end; the same
   ids as a live run with the same evaluation times.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from pyspark.sql import SparkSession
@@ -54,6 +56,7 @@ from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
 from jobs.lake import Lake
+from jobs.write_behind import BackgroundJobFailed, WriteBehind
 
 if TYPE_CHECKING:
     from kmon.config import Config
@@ -230,21 +233,40 @@ def write_findings(spark: SparkSession, path: str, findings: Iterable[Finding]) 
 
 # --- running ---------------------------------------------------------------------------------
 
-def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
-             lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
-             topic_configs: Iterable[CompactedTopicConfig] = (),
-             previous: Iterable[Finding] | None = None,
-             baseline_cache: BaselineCache | None = None,
-             before_write: Callable[[list[Finding]], None] | None = None) -> list[Finding]:
-    """One evaluation at now_ms over [now - lookback, now); returns its findings (open and
-    recently resolved, correlated) after writing the changed ones to gold.<table>.
+@dataclass
+class Assessment:
+    """What one evaluation found, before anything is written: its findings, the rows of
+    gold.anomalies they change, and where the time went."""
+    now_ms: int
+    findings: list[Finding]
+    changed: list[Finding]
+    detections: int
+    input_counts: dict
+    assessed_s: float
+
+    def log(self, *, handed_s: float, written: int, written_s: float,
+            background: str = "") -> None:
+        """The evaluation's log line (`written_s` includes the decision step when it runs
+        with the write; `background` says so)."""
+        total = self.assessed_s + handed_s + written_s
+        log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
+                 "%.1f s (assessed in %.1f s, handed over in %.1f s, %swritten in %.1f s); "
+                 "inputs %s", self.now_ms, self.detections, len(self.findings),
+                 sum(f.status.value == "open" for f in self.findings), written, total,
+                 self.assessed_s, handed_s, background, written_s, self.input_counts)
+
+
+def assess(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
+           lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
+           topic_configs: Iterable[CompactedTopicConfig] = (),
+           previous: Iterable[Finding] | None = None,
+           baseline_cache: BaselineCache | None = None) -> Assessment:
+    """Steps 1-4 of an evaluation at now_ms over [now - lookback, now): read, detect, the
+    lifecycle and correlation. Writes nothing.
 
     `previous`: the result of the last evaluation of this table by the caller, when the
     caller is the table's only writer (the detector query); None reads the table.
-    `baseline_cache`: the caller's (the detector query's) slow-broker baselines.
-    `before_write(findings)` is called with the findings before the MERGE (the detector
-    query hands them to the exporter and the decision step there: an alert does not wait
-    for the table write, which takes seconds on a loaded driver)."""
+    `baseline_cache`: the caller's (the detector query's) slow-broker baselines."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
@@ -254,18 +276,29 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
     previous = (read_findings(spark, path, now_ms, config) if previous is None
                 else carried_findings(previous, now_ms, config))
     findings = next_findings(previous, detections, config, now_ms)
-    assessed = time.monotonic()
-    if before_write is not None:
-        before_write(findings)
+    return Assessment(now_ms, findings, changed_findings(previous, findings), len(detections),
+                      inputs.counts(), time.monotonic() - started)
+
+
+def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
+             lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
+             topic_configs: Iterable[CompactedTopicConfig] = (),
+             previous: Iterable[Finding] | None = None,
+             baseline_cache: BaselineCache | None = None,
+             before_write: Callable[[list[Finding]], None] | None = None) -> list[Finding]:
+    """One evaluation at now_ms (`assess`, then step 5); returns its findings (open and
+    recently resolved, correlated) after writing the changed ones to gold.<table>.
+
+    `before_write(findings)` is called with the findings before the MERGE."""
+    a = assess(spark, lake, config, now_ms, lookback_s, table=table,
+               topic_configs=topic_configs, previous=previous, baseline_cache=baseline_cache)
     handed = time.monotonic()
-    written = write_findings(spark, path, changed_findings(previous, findings))
-    done = time.monotonic()
-    log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
-             "%.1f s (assessed in %.1f s, handed over in %.1f s, written in %.1f s); inputs %s",
-             now_ms, len(detections), len(findings),
-             sum(f.status.value == "open" for f in findings), written, done - started,
-             assessed - started, handed - assessed, done - handed, inputs.counts())
-    return findings
+    if before_write is not None:
+        before_write(a.findings)
+    writing = time.monotonic()
+    written = write_findings(spark, lake.table("gold", table), a.changed)
+    a.log(handed_s=writing - handed, written=written, written_s=time.monotonic() - writing)
+    return a.findings
 
 
 def replay(spark: SparkSession, lake: Lake, config: "Config", start_ms: int, end_ms: int,
@@ -283,6 +316,45 @@ def replay(spark: SparkSession, lake: Lake, config: "Config", start_ms: int, end
     return sort_findings(last.values())
 
 
+class DetectorQuery:
+    """The detector's StreamingQuery with its write-behind: everything else is the
+    StreamingQuery's, but `stop` and `awaitTermination` also wait for the last
+    evaluation's write, and `exception` reports that write's failure too."""
+
+    def __init__(self, query, writer: WriteBehind):
+        self._query, self._writer = query, writer
+        self._failed: BaseException | None = None
+
+    def __getattr__(self, name):
+        return getattr(self._query, name)
+
+    def _drain(self) -> None:
+        try:
+            self._writer.drain()
+        except BackgroundJobFailed as e:
+            # Not lost: the next start reads the table and evaluates again; the finding
+            # ids are the same, so the rows come back as they were.
+            self._failed = e
+            log.error("%s; the next start evaluates again", e)
+
+    def stop(self) -> None:
+        # The write first: stopping cancels the query's jobs, the write's too (it runs in
+        # the query's job group); a tick started meanwhile is cancelled, which is safe.
+        self._drain()
+        self._query.stop()
+        self._drain()
+
+    def awaitTermination(self, timeout=None):
+        ended = (self._query.awaitTermination() if timeout is None
+                 else self._query.awaitTermination(timeout))
+        if ended is not False:
+            self._drain()
+        return ended
+
+    def exception(self):
+        return self._query.exception() or self._failed
+
+
 def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
                          trigger: Mapping | None = None,
                          on_findings: Callable[[list[Finding], int], None] | None = None, *,
@@ -290,7 +362,9 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
                          lookback_s: float = DEFAULT_LOOKBACK_S,
                          table: str = ANOMALIES_TABLE,
                          topic_configs: Callable[[int], list[CompactedTopicConfig]] | None = None,
-                         query_name: str = QUERY_NAME):
+                         query_name: str = QUERY_NAME,
+                         in_background: Callable[[list[Finding], int], None] | None = None
+                         ) -> DetectorQuery:
     """A StreamingQuery that evaluates at clock() on every trigger.
 
     `trigger` is a DataStreamWriter.trigger keyword dict (default every 10 s;
@@ -298,14 +372,22 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
     watched cluster's compacted topic configs (e.g. a `detectors.inputs.TopicConfigCache`
     over `describe_compacted_topics`). The table is created before the query starts so
     the catalog can register it.
+
+    Each tick assesses, hands the findings to `on_findings(findings, now_ms)` (the
+    exporter: the alert), then leaves the rest to a write-behind thread: `in_background(
+    findings, now_ms)` (the remediation decision step) and the MERGE into gold.<table>.
+    The next tick's reads overlap that work; its own write waits for it (one at a time, in
+    order), and a failed write stops the query at the next tick, naming it.
     """
     check_config(config)
-    ensure_anomalies_table(spark, lake.table("gold", table))
+    path = lake.table("gold", table)
+    ensure_anomalies_table(spark, path)
     # The last evaluation's findings: the next one starts from them instead of reading the
     # table back (about a second per evaluation). The query is the table's writer; after
     # a restart, or an evaluation that failed, the table is read again.
     last: dict[str, list[Finding] | None] = {"findings": None}
     baselines = BaselineCache()
+    writer = WriteBehind(query_name)
 
     def on_tick(_batch, _batch_id: int) -> None:
         # Its own scheduler pool (fair scheduling, kmon/spark_session.py): the evaluation's
@@ -314,14 +396,28 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
         now_ms = clock()
         configs = topic_configs(now_ms) if topic_configs is not None else ()
         previous, last["findings"] = last["findings"], None
-        handed = None if on_findings is None else (lambda found: on_findings(found, now_ms))
-        findings = evaluate(spark, lake, config, now_ms, lookback_s, table=table,
-                            topic_configs=configs, previous=previous,
-                            baseline_cache=baselines, before_write=handed)
-        last["findings"] = findings
+        a = assess(spark, lake, config, now_ms, lookback_s, table=table,
+                   topic_configs=configs, previous=previous, baseline_cache=baselines)
+        handing = time.monotonic()
+        if on_findings is not None:
+            on_findings(a.findings, now_ms)
+        handed_s = time.monotonic() - handing
+
+        def write_behind() -> None:
+            started = time.monotonic()
+            if in_background is not None:
+                in_background(a.findings, now_ms)
+            written = write_findings(spark, path, a.changed)
+            a.log(handed_s=handed_s, written=written, written_s=time.monotonic() - started,
+                  background=(f"then in the background after {writer.waited_s:.1f} s "
+                              f"waiting: decided and "))
+
+        writer.submit(f"writing the findings of the evaluation at {now_ms}", write_behind)
+        last["findings"] = a.findings
 
     ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
-    writer = (ticks.writeStream.queryName(query_name)
-              .option("checkpointLocation", lake.checkpoint(query_name))
-              .foreachBatch(on_tick))
-    return writer.trigger(**dict(trigger or DEFAULT_TRIGGER)).start()
+    query = (ticks.writeStream.queryName(query_name)
+             .option("checkpointLocation", lake.checkpoint(query_name))
+             .foreachBatch(on_tick)
+             .trigger(**dict(trigger or DEFAULT_TRIGGER)).start())
+    return DetectorQuery(query, writer)

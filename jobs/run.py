@@ -111,7 +111,10 @@ class Monitor:
         self.agents = agents or []
         self.watched_bootstrap = watched_bootstrap
         self.cluster_sizes = cluster_sizes or {}
+        # Called in each evaluation, before anything is written (the alert path).
         self.listeners = [self.exporter.set_findings, *(on_findings or [])]
+        # Called after them, in the detector query's write-behind thread (the decision step).
+        self.background_listeners: list = []
         self.spark = self.pipeline = self.supervisor = self.server = None
         self.decisions = None
         self._release_clients = lambda: None
@@ -134,9 +137,10 @@ class Monitor:
         self.decisions = _decision_step(config, self.spark, self.lake,
                                         self.watched_bootstrap)
         if self.decisions is not None:
-            self.listeners.append(self._decide)
+            self.background_listeners.append(self._decide)
         self._release_clients = _add_detectors(self.pipeline, self.spark, self.lake, config,
-                                               self._on_findings, self.watched_bootstrap)
+                                               self._on_findings, self.watched_bootstrap,
+                                               in_background=self._on_findings_in_background)
         self.pipeline.start()
         if self.agents:
             self.supervisor = AgentSupervisor(self.agents)
@@ -146,7 +150,14 @@ class Monitor:
             print(f"exporter: http://127.0.0.1:{exporter_port}/metrics", file=out, flush=True)
 
     def _on_findings(self, findings, now_ms: int) -> None:
-        for listener in self.listeners:
+        self._hand_over(self.listeners, findings, now_ms)
+
+    def _on_findings_in_background(self, findings, now_ms: int) -> None:
+        self._hand_over(self.background_listeners, findings, now_ms)
+
+    @staticmethod
+    def _hand_over(listeners, findings, now_ms: int) -> None:
+        for listener in listeners:
             try:
                 listener(findings, now_ms)
             except Exception:  # noqa: BLE001 - one listener failing must not stop detection
@@ -277,8 +288,9 @@ def _decision_step(config: Config, spark, lake, bootstrap: str | None):
 
 
 def _add_detectors(pipeline, spark, lake, config, on_findings,
-                   bootstrap: str | None) -> Callable[[], None]:
-    """The detector query (every trigger, gold.anomalies) handing findings to `on_findings`.
+                   bootstrap: str | None, *, in_background=None) -> Callable[[], None]:
+    """The detector query (every trigger, gold.anomalies) handing findings to `on_findings`,
+    then to `in_background` in its write-behind thread.
 
     Compacted topics' configs (for the compaction-lag contract) come from the watched
     cluster when it is reachable: `bootstrap` (the local cluster) or watch.bootstrap_servers.
@@ -305,7 +317,8 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
     pipeline.extra_queries.append(
         lambda trigger: start_detector_query(spark, lake, config, trigger,
                                              on_findings=on_findings,
-                                             topic_configs=topic_configs))
+                                             topic_configs=topic_configs,
+                                             in_background=in_background))
     return client.clear
 
 

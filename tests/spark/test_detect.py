@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -415,20 +416,53 @@ def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, kmon_c
 
 def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
         spark, lake, kmon_config, findings_a):
-    calls = []
+    calls, background = [], []
 
     def on_findings(findings, now_ms):
         # Handed over before the MERGE: the (new) table does not hold them yet.
         calls.append((findings, now_ms, _table_rows(spark, lake, "anomalies_q").count()))
 
+    def in_background(findings, now_ms):
+        # The write-behind: after the hand-over, before the MERGE.
+        background.append((findings, now_ms, _table_rows(spark, lake, "anomalies_q").count()))
+
     query = start_detector_query(spark, lake, kmon_config, {"availableNow": True},
                                  on_findings, clock=lambda: NOW_A, lookback_s=300,
-                                 table="anomalies_q", query_name="detect_anomalies_test")
-    query.awaitTermination()
+                                 table="anomalies_q", query_name="detect_anomalies_test",
+                                 in_background=in_background)
+    query.awaitTermination()        # also waits for the write-behind
     assert query.exception() is None
-    assert len(calls) == 1
+    assert len(calls) == 1 and len(background) == 1
     findings, now_ms, rows_when_handed = calls[0]
     assert now_ms == NOW_A
     assert [f.to_row() for f in findings] == [f.to_row() for f in findings_a]
     assert rows_when_handed == 0
+    assert background[0][0] is findings and background[0][1:] == (NOW_A, 0)
     assert _table_rows(spark, lake, "anomalies_q").count() == len(findings_a)
+
+
+def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
+        spark, lake, kmon_config, findings_a):
+    """On a processing-time trigger each tick's MERGE runs while the next tick reads; the
+    writes stay in order (one at a time) and stop() leaves the table holding the last
+    evaluation's rows."""
+    ticks, background = [], []
+    clock = iter(range(NOW_A, NOW_A + 3_600_000, 1_000))
+    query = start_detector_query(spark, lake, kmon_config, {"processingTime": "1 second"},
+                                 lambda findings, now_ms: ticks.append(now_ms),
+                                 clock=lambda: next(clock), lookback_s=300,
+                                 table="anomalies_w", query_name="detect_anomalies_wb",
+                                 in_background=lambda f, now_ms: background.append(now_ms))
+    try:
+        deadline = time.monotonic() + 300
+        while len(ticks) < 3 and query.isActive and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert len(ticks) >= 3
+    assert background == ticks              # every evaluation's write ran, in order
+    rows = {r["finding_id"]: r for r in _table_rows(spark, lake, "anomalies_w").collect()}
+    assert set(rows) == {f.finding_id for f in findings_a}
+    last = max(ticks)
+    assert all(r["last_seen_ms"] <= last for r in rows.values())

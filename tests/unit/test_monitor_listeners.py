@@ -1,5 +1,7 @@
-"""How `jobs.run.Monitor` hands findings to its listeners: a failing listener never stops
-detection, and an unreachable remediation queue is one warning line. No SparkSession."""
+"""How `jobs.run.Monitor` hands findings to its listeners: the alert path (the exporter,
+`on_findings`) in the evaluation, the decision step in the detector query's write-behind;
+a failing listener never stops detection, and an unreachable remediation queue is one
+warning line. No SparkSession."""
 
 from __future__ import annotations
 
@@ -26,8 +28,14 @@ class _Decisions:
 def _monitor(decisions, seen):
     m = Monitor(Config(), on_findings=[lambda findings, now_ms: seen.append(now_ms)])
     m.decisions = decisions
-    m.listeners.append(m._decide)
+    m.background_listeners.append(m._decide)
     return m
+
+
+def _evaluation(m, now_ms):
+    """What the detector query does with one evaluation's findings, in order."""
+    m._on_findings([], now_ms)
+    m._on_findings_in_background([], now_ms)
 
 
 def test_an_unreachable_queue_is_one_warning_and_the_other_listeners_still_run(caplog):
@@ -35,8 +43,8 @@ def test_an_unreachable_queue_is_one_warning_and_the_other_listeners_still_run(c
     decisions = _Decisions(QueueError("1 action(s) still queued and 0 failed on q"))
     m = _monitor(decisions, seen)
     with caplog.at_level(logging.WARNING):
-        m._on_findings([], 1_000)
-        m._on_findings([], 2_000)
+        _evaluation(m, 1_000)
+        _evaluation(m, 2_000)
     assert seen == [1_000, 2_000] and decisions.calls == 2
     warnings = [r for r in caplog.records if r.name == "jobs.run"]
     assert len(warnings) == 2
@@ -49,7 +57,15 @@ def test_any_other_listener_error_is_logged_with_its_traceback_and_detection_goe
     seen: list[int] = []
     m = _monitor(_Decisions(ValueError("bug")), seen)
     with caplog.at_level(logging.ERROR):
-        m._on_findings([], 3_000)
+        _evaluation(m, 3_000)
     assert seen == [3_000]
     [r] = [r for r in caplog.records if r.name == "jobs.run"]
     assert r.levelno == logging.ERROR and r.exc_info is not None
+
+
+def test_the_decision_step_is_not_on_the_alert_path():
+    seen: list[int] = []
+    decisions = _Decisions(ValueError("not reached"))
+    m = _monitor(decisions, seen)
+    m._on_findings([], 4_000)
+    assert seen == [4_000] and decisions.calls == 0

@@ -1,0 +1,77 @@
+"""One piece of work at a time in the background, in order: the detector query's
+write-behind.
+
+An evaluation of the detector query ends with slow work nobody downstream waits for once
+the findings are handed to the exporter: the remediation decision step (Delta reads and
+an append) and the MERGE into gold.anomalies. `WriteBehind` runs that work in a thread
+while the next evaluation reads its inputs, so the next finding is not held up by the
+last one's writes.
+
+- At most one job is in flight: `submit` waits for the previous job first (a write never
+  overtakes an earlier one, and a slow table cannot pile up work).
+- A job that failed is raised by the next `submit`, in the caller's thread (the detector
+  query then stops with that error, as it did when it wrote in its own thread), or by
+  `drain`.
+- Jobs run in a `pyspark.util.InheritableThread`: Spark's local properties of the
+  submitting thread (its scheduler pool, the streaming query's job group) carry over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundJobFailed(RuntimeError):
+    """A job run by `WriteBehind` failed; the message names it, the cause is chained."""
+
+
+class WriteBehind:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._what = ""
+        self.waited_s = 0.0     # how long the last submit waited for the job before it
+
+    def submit(self, what: str, job: Callable[[], None]) -> None:
+        """Run `job` in the background once the previous job has ended; raise the previous
+        job's error instead if it failed (then `job` is not run)."""
+        from pyspark.util import InheritableThread
+
+        started = time.monotonic()
+        self.drain()
+        self.waited_s = time.monotonic() - started
+
+        def run() -> None:
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - kept, raised in the caller's thread
+                self._error = e
+
+        self._what = what
+        self._thread = InheritableThread(target=run, daemon=True,
+                                         name=f"{self.name}: {what}")
+        self._thread.start()
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def drain(self, timeout_s: float | None = None) -> None:
+        """Wait for the job in flight; raise `BackgroundJobFailed` if it failed (once: the
+        error is cleared). With `timeout_s`, a job still running after it is left running
+        and TimeoutError is raised."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                raise TimeoutError(f"{self.name}: {self._what} still running after "
+                                   f"{timeout_s:.0f} s")
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise BackgroundJobFailed(f"{self.name}: {self._what} failed: {error}") from error
