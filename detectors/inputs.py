@@ -87,9 +87,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -105,6 +106,8 @@ from detectors.slow_broker import (STAGES, ClientSendWindow, FollowerFetchWindow
 from detectors.unclean_election import UncleanElection, UncleanElectionMeterTick
 from jobs.lake import Lake
 from kmon.config_keys import ConfigError
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from kmon.config import Config
@@ -174,10 +177,21 @@ class DetectorInputs:
     cleaner_runs: list[CleanerRun] = field(default_factory=list)
     topic_configs: list[CompactedTopicConfig] = field(default_factory=list)
     partition_sizes: list[PartitionSize] = field(default_factory=list)  # no source yet
+    # Wall seconds of each read (`read_inputs`; reads overlap), logged per evaluation.
+    read_s: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     def counts(self) -> dict[str, int]:
         """How many of each input (logged per evaluation)."""
-        return {f.name: len(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: len(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name != "read_s"}
+
+    def timed(self, name: str, read: Callable[[], T]) -> T:
+        """`read()`, its wall time kept in read_s[name]."""
+        started = time.monotonic()
+        try:
+            return read()
+        finally:
+            self.read_s[name] = round(time.monotonic() - started, 1)
 
 
 def check_config(config: "Config") -> None:
@@ -875,16 +889,18 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
     def request_stages() -> None:
         from jobs.silver import release
 
-        stages = request_stage_rows(spark, lake, r.back(FOLLOWER_GAP_SEED_S))
+        stages = out.timed("request_stages", lambda: request_stage_rows(
+            spark, lake, r.back(FOLLOWER_GAP_SEED_S)))
         try:
             def slow_broker_windows() -> None:
-                out.stage_windows = read_stage_windows(
-                    spark, lake, sb, r, config.pipeline.fast_watermark_s * 1000, stages)
-                out.client_sends = read_client_sends(spark, lake, sb, r, out.stage_windows,
-                                                     stages)
+                out.stage_windows = out.timed("stage_windows", lambda: read_stage_windows(
+                    spark, lake, sb, r, config.pipeline.fast_watermark_s * 1000, stages))
+                out.client_sends = out.timed("client_sends", lambda: read_client_sends(
+                    spark, lake, sb, r, out.stage_windows, stages))
 
             def follower_fetches() -> None:
-                out.follower_fetches = read_follower_fetches(spark, lake, sb, r, stages)
+                out.follower_fetches = out.timed("follower_fetches", lambda: (
+                    read_follower_fetches(spark, lake, sb, r, stages)))
 
             _run_all(spark, [slow_broker_windows, follower_fetches], min(parallelism, 2))
         finally:
@@ -895,10 +911,25 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
         def read() -> list[LatencyBaseline]:
             return read_baselines(spark, lake, sb, r)
 
-        out.baselines = read() if baseline_cache is None else baseline_cache(r.start_ms, read)
+        out.baselines = out.timed("baselines", lambda: (
+            read() if baseline_cache is None else baseline_cache(r.start_ms, read)))
 
     def partition_signals() -> None:
-        events = read_log_events(spark, lake, r.back(max(ISR_SEED_S, evidence_s, meter_s)))
+        # The longest chain: the log events and the client resets (read side by side),
+        # then the commits they point at, then those groups' memberships and partitions'
+        # offsets.
+        found: dict[str, list] = {}
+
+        def log_events() -> None:
+            found["events"] = out.timed("log_events", lambda: read_log_events(
+                spark, lake, r.back(max(ISR_SEED_S, evidence_s, meter_s))))
+
+        def resets() -> None:
+            out.resets = out.timed("resets", lambda: read_resets(spark, lake,
+                                                                 r.back(evidence_s)))
+
+        _run_all(spark, [log_events, resets], min(parallelism, 2))
+        events = found["events"]
         out.isr_shrinks = shrinks_from_isr_events(
             [e for e in events if e["kind"] in ("isr_shrink", "isr_update", "isr_expand",
                                                 "leader_change")], since_ms=r.start_ms)
@@ -910,29 +941,32 @@ def read_inputs(spark: SparkSession, lake: Lake, config: "Config", start_ms: int
              if e["kind"] == "unclean_election" and e["ts_ms"] >= election_since],
             topic_ids(events))
 
-        out.resets = read_resets(spark, lake, r.back(evidence_s))
         election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
         reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
-        out.commits = read_commits(spark, lake, r, election_tps, reset_gtps)
+        out.commits = out.timed("commits", lambda: read_commits(spark, lake, r, election_tps,
+                                                                reset_gtps))
         offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
                       | {(e.cluster, e.topic, e.partition) for e in out.resets}
                       | {(t.cluster, t.topic, t.partition) for t in out.truncations})
         groups = {(c.cluster, c.group) for c in out.commits}
 
         def memberships() -> None:
-            out.memberships = read_memberships(spark, lake, r, groups)
+            out.memberships = out.timed("memberships", lambda: read_memberships(
+                spark, lake, r, groups))
 
         def partition_offsets() -> None:
-            out.partition_offsets = read_partition_offsets(spark, lake, r.back(evidence_s),
-                                                           offset_tps)
+            out.partition_offsets = out.timed("partition_offsets", lambda: (
+                read_partition_offsets(spark, lake, r.back(evidence_s), offset_tps)))
 
         _run_all(spark, [memberships, partition_offsets], min(parallelism, 2))
 
     def meter_ticks() -> None:
-        out.meter_ticks = read_meter_ticks(spark, lake, r, int(meter_s * 1000))
+        out.meter_ticks = out.timed("meter_ticks", lambda: read_meter_ticks(
+            spark, lake, r, int(meter_s * 1000)))
 
     def cleaner_gauges() -> None:
-        out.cleaner_gauges = read_cleaner_gauges(spark, lake, r)
+        out.cleaner_gauges = out.timed("cleaner_gauges", lambda: read_cleaner_gauges(
+            spark, lake, r))
 
     # The longest chain first, so it never waits for a free thread.
     _run_all(spark, [partition_signals, request_stages, baselines, meter_ticks,

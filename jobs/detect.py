@@ -243,6 +243,7 @@ class Assessment:
     detections: int
     input_counts: dict
     assessed_s: float
+    read_s: dict            # each read's wall seconds (they overlap)
 
     def log(self, *, handed_s: float, written: int, written_s: float,
             background: str = "") -> None:
@@ -251,9 +252,10 @@ class Assessment:
         total = self.assessed_s + handed_s + written_s
         log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
                  "%.1f s (assessed in %.1f s, handed over in %.1f s, %swritten in %.1f s); "
-                 "inputs %s", self.now_ms, self.detections, len(self.findings),
+                 "inputs %s; reads (s) %s", self.now_ms, self.detections, len(self.findings),
                  sum(f.status.value == "open" for f in self.findings), written, total,
-                 self.assessed_s, handed_s, background, written_s, self.input_counts)
+                 self.assessed_s, handed_s, background, written_s, self.input_counts,
+                 self.read_s)
 
 
 def assess(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
@@ -277,7 +279,7 @@ def assess(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
                 else carried_findings(previous, now_ms, config))
     findings = next_findings(previous, detections, config, now_ms)
     return Assessment(now_ms, findings, changed_findings(previous, findings), len(detections),
-                      inputs.counts(), time.monotonic() - started)
+                      inputs.counts(), time.monotonic() - started, dict(inputs.read_s))
 
 
 def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
