@@ -29,10 +29,26 @@ overridden with KMON__SECTION__KEY=value, e.g. KMON__SPARK__MASTER=spark://host:
 """
 
 
+class RetriedPy4jCallFilter(logging.Filter):
+    """py4j logs a call it retries on a new connection (the one it pooled was closed by the
+    JVM) on the root logger at INFO, with a traceback; the retry succeeds. Those lines are
+    shown only at DEBUG. A call that fails is logged at ERROR and always shown."""
+
+    MESSAGE = "Exception while sending command."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (record.name == "root" and record.levelno == logging.INFO
+                and record.getMessage() == self.MESSAGE):
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RetriedPy4jCallFilter())
     for noisy in ("py4j", "kmon.local_cluster.admin"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 
 from kmon import preflight
-from kmon.cli import build_parser, main
+from kmon.cli import RetriedPy4jCallFilter, build_parser, main
 
 
 @pytest.mark.parametrize("out,major", [
@@ -54,3 +57,30 @@ def test_bad_config_stops_with_key_and_file(tmp_path, capsys):
 def test_per_node_action_needs_a_node(capsys):
     assert main(["cluster", "pause"]) == 2
     assert "which node" in capsys.readouterr().err
+
+
+def _record(name, level, msg, exc=None):
+    return logging.LogRecord(name, level, "java_gateway.py", 1056, msg, None, exc)
+
+
+def test_a_retried_py4j_call_is_not_logged_unless_debugging():
+    """py4j logs a retried call (it then succeeds) at INFO with a traceback on the root
+    logger: five to seven per demo run before this filter."""
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError:
+        exc = sys.exc_info()
+    f = RetriedPy4jCallFilter()
+    root = logging.getLogger()
+    before = root.level
+    try:
+        root.setLevel(logging.INFO)
+        assert not f.filter(_record("root", logging.INFO, "Exception while sending command.", exc))
+        # the same words on failure (ERROR) and any other line still pass
+        assert f.filter(_record("root", logging.ERROR, "Exception while sending command.", exc))
+        assert f.filter(_record("jobs.detect", logging.INFO, "Exception while sending command."))
+        assert f.filter(_record("root", logging.INFO, "something else"))
+        root.setLevel(logging.DEBUG)
+        assert f.filter(_record("root", logging.INFO, "Exception while sending command.", exc))
+    finally:
+        root.setLevel(before)
