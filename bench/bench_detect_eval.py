@@ -1,13 +1,13 @@
 """How long one detector evaluation takes, and where, on a real demo lake.
 
 Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [--at MS ...]
-     [--repeats 3] [--like-replay]
+     [--repeats 3] [--advance S] [--like-replay]
 
 Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or
 `./kmonw demo --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary
 folder (the evaluation writes findings), then runs `jobs.detect.evaluate` at each
 `--at` time (epoch ms; default: 60 s and 360 s before the newest request row) `--repeats`
-times, the way the detector query does (same config, same parallel reads; from the second
+times (each `--advance` seconds later than the last), the way the detector query does (same config, same parallel reads; from the second
 repeat on, the last result and the baselines are carried over, unless `--like-replay`). It prints
 each read's wall time and row count, then each evaluation's wall time. The first
 evaluation includes Spark's warm-up; the later ones are what a running detector query
@@ -45,6 +45,11 @@ def main() -> int:
                     help="evaluation times, epoch ms (default: 60 s and 360 s before the "
                          "newest request row)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--advance", type=float, default=0.0,
+                    help="seconds each repeat moves the evaluation time on, as the live query "
+                         "does (default 0: the same times again). With 0 Spark reuses the "
+                         "code it generated for the first repeat: a live evaluation compiles "
+                         "again, because the times are literals in its plans")
     ap.add_argument("--like-replay", action="store_true",
                     help="read the findings and the baselines at every evaluation (as "
                          "`jobs.detect.replay` does) instead of carrying them (as the "
@@ -100,14 +105,15 @@ def main() -> int:
     caches = {now_ms: inputs.BaselineCache() for now_ms in at}
     try:
         for rep in range(args.repeats):
-            for now_ms in at:
+            for base_ms in at:
+                now_ms = base_ms + int(rep * args.advance * 1000)
                 timings.clear()
                 t = time.monotonic()
                 query_state = {} if args.like_replay else {
-                    "previous": carried.get(now_ms), "baseline_cache": caches[now_ms]}
+                    "previous": carried.get(base_ms), "baseline_cache": caches[base_ms]}
                 findings = detect.evaluate(spark, lake, config, now_ms, table="anomalies_bench",
                                            **query_state)
-                carried[now_ms] = findings
+                carried[base_ms] = findings
                 wall = time.monotonic() - t
                 print(f"run {rep + 1}, at {now_ms}: {wall:.1f} s, {len(findings)} findings")
                 for name, secs, rows in timings:

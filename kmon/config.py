@@ -53,6 +53,12 @@ class SparkSection:
     ui_enabled: bool = _key("Start the Spark UI (off by default in the embedded mode)", False)
     log_level: str = _key("Spark's own log level", "WARN",
                           choices=("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"))
+    codegen: str = _key("Compile each query to JVM bytecode (whole-stage codegen): on, off, or "
+                        "auto (off with a local master). Off runs every query interpreted: no "
+                        "compile per new plan, the better trade for the many small queries of "
+                        "one machine (a plan's times are literals in its code, so each detector "
+                        "evaluation and micro-batch compiled anew); keep it on for a cluster's "
+                        "large batches", "auto", choices=("auto", "on", "off"))
     extra_conf: dict = _key("Extra Spark settings passed as-is, e.g. "
                             "{\"spark.hadoop.fs.s3a.endpoint\" = \"...\"}", {})
 

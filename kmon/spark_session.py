@@ -65,6 +65,15 @@ def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
         # optimizeWrite adds a shuffle to every write to make big files: on one machine
         # the micro-batches are small and that shuffle is a fixed cost per batch.
         conf["spark.databricks.delta.optimizeWrite.enabled"] = "false"
+    if s.codegen == "off" or (s.codegen == "auto" and s.master.startswith("local")):
+        # Interpreted: Janino compiling generated code was a quarter of the busy driver's
+        # samples in the demo (jstack), because plans carry their times as literals and
+        # every detector evaluation and micro-batch compiled new classes. Interpreted, an
+        # evaluation took 3.4-4.8 s instead of 5.4-6.7 s and a silver micro-batch 3.8 s
+        # instead of 4.7 s (bench/bench_detect_eval.py --advance 20, bench_silver_batch.py).
+        # factoryMode is internal to Spark; 4.1 honours it outside tests too.
+        conf["spark.sql.codegen.wholeStage"] = "false"
+        conf["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
     extra = {k: str(v) for k, v in s.extra_conf.items()}
     if jars and extra.pop("kmon.provided_jars", "false").lower() != "true":
         conf["spark.jars"] = ",".join(str(j) for j in jars)
