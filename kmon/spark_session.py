@@ -30,6 +30,13 @@ _LOCAL_JVM_OPTIONS = ["-XX:ReservedCodeCacheSize=256m",
                       "-XX:+UseParallelGC", "-XX:ParallelGCThreads=2"]
 
 
+def _local_path(root: str) -> bool:
+    """A lake on this machine's disk (a plain path or file:), not on object storage/HDFS."""
+    from urllib.parse import urlparse
+
+    return urlparse(root).scheme in ("", "file")
+
+
 def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
     """Every setting the session is built with (pure, so it can be checked without a JVM)."""
     s = config.spark
@@ -65,6 +72,15 @@ def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
         # optimizeWrite adds a shuffle to every write to make big files: on one machine
         # the micro-batches are small and that shuffle is a fixed cost per batch.
         conf["spark.databricks.delta.optimizeWrite.enabled"] = "false"
+    if _local_path(root):
+        # Hadoop's local file system forks a process for every readlink and chmod it makes
+        # through the FileContext API (no native library from Maven): Spark's streaming
+        # checkpoint files, Delta's commit and checksum files each made two. The
+        # FileSystem API makes neither, and on a local disk its rename is as atomic.
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = (
+            "org.apache.spark.sql.execution.streaming.checkpointing."
+            "FileSystemBasedCheckpointFileManager")
+        conf["spark.delta.logStore.file.impl"] = "io.delta.storage.LocalLogStore"
     if s.codegen == "off" or (s.codegen == "auto" and s.master.startswith("local")):
         # Interpreted: Janino compiling generated code was a quarter of the busy driver's
         # samples in the demo (jstack), because plans carry their times as literals and

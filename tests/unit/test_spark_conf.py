@@ -48,3 +48,24 @@ def test_a_bad_codegen_value_names_the_key(tmp_path):
     bad.write_text('[spark]\ncodegen = "sometimes"\n')
     with pytest.raises(ConfigError, match=r"spark\.codegen"):
         load_config(bad)
+
+
+LOCAL_FILE_APIS = {
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
+}
+
+
+@pytest.mark.parametrize("root, local", [
+    ("/var/lib/kmon/lake", True),
+    ("file:/var/lib/kmon/lake", True),
+    ("file:///var/lib/kmon/lake", True),
+    ("s3a://bucket/kmon", False),
+    ("abfss://lake@account.dfs.core.windows.net/kmon", False),
+    ("hdfs://namenode:8020/kmon", False),
+])
+def test_a_lake_on_local_disk_uses_the_file_apis_that_fork_no_process(root, local):
+    conf = _conf(master="spark://master:7077", storage_root=root)
+    for key, value in LOCAL_FILE_APIS.items():
+        assert (conf.get(key) == value) is local, key
