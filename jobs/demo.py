@@ -35,7 +35,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jobs.run import RunError
@@ -372,16 +372,20 @@ class DemoLock:
 def run_demo(config: Config, *, keep: bool = False, short: bool = False,
              exporter_port: int | None = None, summary_json: str | None = None,
              faults: list[str] | None = None, capture_to: str | None = None,
-             out=sys.stdout) -> int:
-    """The four-fault demo (see the module docstring); one at a time per work folder."""
+             warmup_s: float | None = None, out=sys.stdout) -> int:
+    """The four-fault demo (see the module docstring); one at a time per work folder.
+    `warmup_s` replaces the healthy warm-up's length (150 s, 90 s when `short`)."""
+    if warmup_s is not None and warmup_s <= 0:
+        raise ValueError(f"--warmup must be a positive number of seconds, got {warmup_s:g}")
     with DemoLock(config.work_dir / "demo.lock"):
         return _run_demo(config, keep=keep, short=short, exporter_port=exporter_port,
                          summary_json=summary_json, faults=faults, capture_to=capture_to,
-                         out=out)
+                         warmup_s=warmup_s, out=out)
 
 
 def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | None,
               summary_json: str | None, faults: list[str] | None, capture_to: str | None,
+              warmup_s: float | None,
               out) -> int:
     from confluent_kafka.admin import NewTopic
     from prometheus_client import CollectorRegistry
@@ -392,6 +396,8 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
     from kmon.local_cluster import LocalCluster
 
     settings = SHORT if short else DemoSettings()
+    if warmup_s is not None:
+        settings = replace(settings, warmup_s=warmup_s)
     port = settings.exporter_port if exporter_port is None else exporter_port
     config = demo_config(config)
     preflight(config, port)
@@ -461,9 +467,10 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
         _wait_healthy(monitor, tracker, settings.warmup_s, stop, p)
         _wait_keeping_up(monitor, settings.catch_up_s, stop, p)
         healthy = tracker.since(warm_start)
-        p.note(f"healthy run: {len(healthy)} finding(s) in "
-               f"{(time.time() * 1000 - warm_start) / 1000:.0f} s, "
+        healthy_s = (time.time() * 1000 - warm_start) / 1000
+        p.note(f"healthy run: {len(healthy)} finding(s) in {healthy_s:.0f} s, "
                f"{tracker.evaluations} detector evaluations")
+        faults_start = time.monotonic()
 
         if not stop.is_set():
             p.step(f"causing {len(selected)} faults, one after another")
@@ -488,7 +495,9 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
             if i < len(selected) and not stop.is_set():
                 stop.wait(settings.settle_s)
 
+        faults_s = time.monotonic() - faults_start
         if outcomes:
+            p.note(f"the faults took {faults_s:.0f} s in all (the healthy run {healthy_s:.0f} s)")
             p.step("summary" + (f" (interrupted: {len(outcomes)} of {len(selected)} faults "
                                 "caused)" if stop.is_set() else ""))
             _fill_actions(monitor, outcomes, stop)
@@ -522,6 +531,7 @@ def _run_demo(config: Config, *, keep: bool, short: bool, exporter_port: int | N
         if summary_json:
             Path(summary_json).write_text(json.dumps({
                 "healthy_findings": [finding_line(f) for _, f in healthy],
+                "healthy_s": round(healthy_s, 1), "faults_s": round(faults_s, 1),
                 "faults": [o.to_json() for o in outcomes], "report": str(report or ""),
                 "lake": lake_root}, indent=2, default=str))
         if stop.is_set():

@@ -43,6 +43,16 @@ class RetriedPy4jCallFilter(logging.Filter):
         return True
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -136,7 +146,7 @@ def cmd_demo(args, config) -> int:
     return run_demo(config, keep=args.keep, short=args.short, exporter_port=args.exporter_port,
                     summary_json=args.summary_json,
                     faults=args.faults.split(",") if args.faults else None,
-                    capture_to=args.capture)
+                    capture_to=args.capture, warmup_s=args.warmup)
 
 
 def cmd_run(args, config) -> int:
@@ -331,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="leave the cluster and the lake for a look around")
     sp.add_argument("--short", action="store_true",
                     help="shorter warm-up and waits (what the test runs)")
+    sp.add_argument("--warmup", type=_positive_seconds, metavar="S",
+                    help="seconds of healthy load before the first fault, in which nothing may "
+                         "be flagged (default 150; 90 with --short)")
     sp.add_argument("--faults", help="comma-separated subset: slow_broker,offset_rewind,"
                                      "compaction_lag,unclean_election")
     sp.add_argument("--exporter-port", type=int, default=None,

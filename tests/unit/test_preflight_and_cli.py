@@ -84,3 +84,17 @@ def test_a_retried_py4j_call_is_not_logged_unless_debugging():
         assert f.filter(_record("root", logging.INFO, "Exception while sending command.", exc))
     finally:
         root.setLevel(before)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_a_demo_warmup_that_is_not_a_positive_number_is_refused_naming_the_option(value,
+                                                                                   capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["demo", "--warmup", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--warmup" in err and "positive number of seconds" in err and value in err
+
+
+def test_the_demo_warmup_is_read_in_seconds():
+    assert build_parser().parse_args(["demo", "--short", "--warmup", "360"]).warmup == 360.0
