@@ -82,7 +82,7 @@ def spark_conf(config: Config, jars: list[Path]) -> dict[str, str]:
             "FileSystemBasedCheckpointFileManager")
         conf["spark.delta.logStore.file.impl"] = "io.delta.storage.LocalLogStore"
     if s.codegen == "off" or (s.codegen == "auto" and s.master.startswith("local")):
-        # Interpreted: Janino compiling generated code was a quarter of the busy driver's
+        # Interpreted: Janino compiling generated code was a third of the busy driver's
         # samples in the demo (jstack), because plans carry their times as literals and
         # every detector evaluation and micro-batch compiled new classes. Interpreted, an
         # evaluation took 3.4-4.8 s instead of 5.4-6.7 s and a silver micro-batch 3.8 s
