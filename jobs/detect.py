@@ -412,7 +412,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
             written = write_findings(spark, path, a.changed)
             a.log(handed_s=handed_s, written=written, written_s=time.monotonic() - started,
                   background=(f"then in the background after {writer.waited_s:.1f} s "
-                              f"waiting: decided and "))
+                              f"waiting: {'decided and ' if in_background else ''}"))
 
         writer.submit(f"writing the findings of the evaluation at {now_ms}", write_behind)
         last["findings"] = a.findings
