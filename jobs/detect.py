@@ -246,9 +246,13 @@ class Assessment:
     read_s: dict            # each read's wall seconds (they overlap)
 
     def log(self, *, handed_s: float, written: int, written_s: float,
-            background: str = "") -> None:
-        """The evaluation's log line (`written_s` includes the decision step when it runs
-        with the write; `background` says so)."""
+            waited_s: float | None = None, decided: bool = False) -> None:
+        """The evaluation's log line. `waited_s`: the write ran in the background after
+        waiting that long for the previous one; `decided`: the decision step ran with it
+        (its time is in `written_s`)."""
+        background = ("" if waited_s is None else
+                      f"then in the background after {waited_s:.1f} s waiting: "
+                      f"{'decided and ' if decided else ''}")
         total = self.assessed_s + handed_s + written_s
         log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
                  "%.1f s (assessed in %.1f s, handed over in %.1f s, %swritten in %.1f s); "
@@ -411,8 +415,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
                 in_background(a.findings, now_ms)
             written = write_findings(spark, path, a.changed)
             a.log(handed_s=handed_s, written=written, written_s=time.monotonic() - started,
-                  background=(f"then in the background after {writer.waited_s:.1f} s "
-                              f"waiting: {'decided and ' if in_background else ''}"))
+                  waited_s=writer.waited_s, decided=in_background is not None)
 
         writer.submit(f"writing the findings of the evaluation at {now_ms}", write_behind)
         last["findings"] = a.findings
