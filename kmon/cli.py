@@ -361,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
              "kmon cluster up && kmon run --duration 600")
     sp.add_argument("--no-agents", action="store_true",
                     help="run only the jobs and the exporter (agents run on the broker hosts)")
-    sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    sp.add_argument("--duration", type=_positive_seconds,
+                    help="stop by itself after this many seconds")
     sp.add_argument("--exporter-port", type=int,
                     help="exporter port (default pipeline.exporter_port; 0 = off)")
     sp.add_argument("--state-dir", help="where the agents keep their positions "
@@ -380,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--offsets", action="store_true",
                     help="read __consumer_offsets and end offsets of watch.bootstrap_servers")
     sp.add_argument("--state-dir", help="where positions are kept (default <work_dir>/agent-state)")
-    sp.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    sp.add_argument("--duration", type=_positive_seconds,
+                    help="stop by itself after this many seconds")
     sp.add_argument("--metrics-port", type=int, default=0, help="serve agent metrics here")
 
     add("remediate", "Run the remediation executor: take actions from the queue, re-check "

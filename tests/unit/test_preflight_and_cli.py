@@ -87,14 +87,18 @@ def test_a_retried_py4j_call_is_not_logged_unless_debugging():
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon"])
-def test_a_demo_warmup_that_is_not_a_positive_number_is_refused_naming_the_option(value,
-                                                                                   capsys):
+@pytest.mark.parametrize("command, option", [("demo", "--warmup"), ("run", "--duration"),
+                                             ("agents", "--duration")])
+def test_seconds_that_are_not_a_positive_number_are_refused_naming_the_option(
+        command, option, value, capsys):
+    # `kmon run --duration 0` used to run forever and `--duration -5` to stop at once.
     with pytest.raises(SystemExit) as e:
-        build_parser().parse_args(["demo", "--warmup", value])
+        build_parser().parse_args([command, option, value])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "--warmup" in err and "positive number of seconds" in err and value in err
+    assert option in err and "positive number of seconds" in err and value in err
 
 
-def test_the_demo_warmup_is_read_in_seconds():
+def test_the_demo_warmup_and_a_run_duration_are_read_in_seconds():
     assert build_parser().parse_args(["demo", "--short", "--warmup", "360"]).warmup == 360.0
+    assert build_parser().parse_args(["run", "--duration", "600"]).duration == 600.0
