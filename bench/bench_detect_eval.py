@@ -3,16 +3,17 @@
 Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [--at MS ...]
      [--repeats 3] [--advance S] [--like-replay]
 
-Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or
-`./kmonw demo --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary
-folder (the evaluation writes findings), then runs `jobs.detect.evaluate` at each
-`--at` time (epoch ms; default: 60 s and 360 s before the newest request row) `--repeats`
-times (each `--advance` seconds later than the last), the way the detector query does (same config, same parallel reads; from the second
-repeat on, the last result and the baselines are carried over, unless `--like-replay`). It prints
-each read's wall time and row count, then each evaluation's wall time. The first
-evaluation includes Spark's warm-up; the later ones are what a running detector query
-pays per trigger on an idle machine. Under the demo's load the same evaluation takes
-3-4 times longer (see the demo log's "detectors at ... in X s" lines).
+Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or `./kmonw demo
+--keep` leave it at .kmon/demo/lake). The bench copies it to a temporary folder (the
+evaluation writes findings), then runs `jobs.detect.evaluate` at each `--at` time (epoch
+ms; default: 60 s and 360 s before the newest request row) `--repeats` times (each
+`--advance` seconds later than the last), the way the detector query does (same config,
+same parallel reads; from the second repeat on, the last result and the baselines are
+carried over, unless `--like-replay`). It prints each read's wall time and row count, then
+each evaluation's wall time. The first evaluation includes Spark's warm-up; the later ones
+are what a running detector query pays per trigger on an idle machine. Under the demo's
+load the same evaluation takes 3-4 times longer (see the demo log's "detectors at ... in
+X s" lines).
 
 Nothing here asserts a speed.
 """
