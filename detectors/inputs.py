@@ -15,11 +15,13 @@ Where each input comes from:
   equal slow_broker.window_s (`check_config`). Past the newest window that table holds
   (its query releases a window only at its next micro-batch after the watermark passed
   it: a trigger or two behind), the windows come from silver.request_stages with the
-  same definition (jobs.gold.stage_percentiles) and the same closing rule: a window
-  counts once silver's newest row is pipeline.fast_watermark_s past its end. So the
-  detector sees a window as soon as silver has it, and with pipeline.fast_stage_table =
-  false (no 10-s query: one stateful query fewer on a small machine) every window comes
-  from silver.
+  same definition (jobs.gold.stage_percentiles). A window counts once every broker's
+  newest row in silver is slow_broker.window_close_slack_s past its end (a broker's rows
+  come in time order), and at the latest, as in the streaming query, once the newest row
+  of any broker is pipeline.fast_watermark_s past it (`fresh_windows_until`). So the
+  detector sees a window as soon as silver has all of it, and with
+  pipeline.fast_stage_table = false (no 10-s query: one stateful query fewer on a small
+  machine) every window comes from silver.
 - `LatencyBaseline` <- gold.request_stages_1m over the BASELINE_HISTORY_S before start_ms:
   per broker/API the median of the minutes' latency (slow_broker.latency_ms's definition:
   Remote left out for purgatory APIs), minutes with enough traffic only, and only when at
@@ -542,12 +544,19 @@ def _stage_window_rows(windows: DataFrame, config: SlowBrokerSection) -> list:
             .collect())
 
 
-def fresh_windows_until(newest_ms: int | None, r: TimeRange, settle_ms: int) -> int | None:
-    """Windows ending at or before this are closed: the streaming rule (watermark = newest
-    event time - settle) applied to silver, never past the range end. None: no rows."""
-    if newest_ms is None:
+def fresh_windows_until(newest_by_broker: Mapping[Any, int], r: TimeRange, settle_ms: int,
+                        slack_ms: int) -> int | None:
+    """Windows ending at or before this are closed. `newest_by_broker`: each broker's
+    newest row in silver. A broker logs its requests in time order and its rows reach
+    silver in that order, so a window is complete once every broker's rows are `slack_ms`
+    past its end; at the latest it closes as the streaming query's would (watermark =
+    newest row of any broker - settle), so a broker that stopped logging holds nothing
+    back longer than that. Never past the range end. None: no rows."""
+    if not newest_by_broker:
         return None
-    return min(r.end_ms, newest_ms - settle_ms)
+    watermark = max(newest_by_broker.values()) - settle_ms
+    every_broker_past = min(newest_by_broker.values()) - slack_ms
+    return min(r.end_ms, max(watermark, every_broker_past))
 
 
 def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
@@ -558,7 +567,9 @@ def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBroker
     df = _request_stages(spark, lake, r) if stages is None else _in_range(stages, r)
     if df is None:
         return []
-    until = fresh_windows_until(df.agg(F.max("ts_ms")).first()[0], r, settle_ms)
+    newest = {(x["cluster"], x["broker"]): int(x["newest_ms"]) for x in
+              df.groupBy("cluster", "broker").agg(F.max("ts_ms").alias("newest_ms")).collect()}
+    until = fresh_windows_until(newest, r, settle_ms, int(config.window_close_slack_s * 1000))
     if until is None or until - r.start_ms < config.window_ms:
         return []
     closed = stage_percentiles(df.where(F.col("ts_ms") < until), f"{config.window_s:g} seconds")

@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from detectors.findings import AnomalyType, Status
-from detectors.inputs import UNCLEAN_METER, TimeRange, read_inputs, read_stage_windows
+from detectors.inputs import (UNCLEAN_METER, TimeRange, read_inputs, read_stage_windows,
+                              request_stage_rows)
 from ingest.broker_log import parse_lines
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
 from ingest.partition_offsets_agent import partition_offsets_record
@@ -37,6 +38,7 @@ from jobs.detect import (ANOMALY_SCHEMA, carried_findings, evaluate, read_findin
                          start_detector_query)
 from jobs.lake import Lake
 from jobs.pipeline import Pipeline
+from jobs.silver import release
 from jobs.streams import QUARANTINE, stream
 from schemas import broker_metrics
 
@@ -284,21 +286,36 @@ def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
         | {(b, "Fetch", T0 + k * W) for b in (1, 2, 3) for k in range(-1, 6)})
     from_silver = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle)
     key = lambda w: (w.broker, w.api, w.window_start_ms)  # noqa: E731
-    # The same windows with the same numbers, but for the last two: gold's query saw the
+    # The same windows with the same numbers, but for the last: gold's query saw the
     # closing record 10 minutes ahead, while nothing after NOW_A is read from silver (a
-    # replay sees what a live run saw), whose newest row is just before NOW_A: a window
-    # closes 10 s (fast_watermark_s) after its end.
-    # (The newest row is before NOW_A, so a window ending at NOW_A - 10 s is still open.)
-    closed = [w for w in from_gold if w.window_start_ms + W < NOW_A - settle]
+    # replay sees what a live run saw). There every broker's newest row (a follower fetch)
+    # is within a second before NOW_A: a window closes once every broker is
+    # slow_broker.window_close_slack_s (1 s) past its end, so the one ending at NOW_A is
+    # still open. Under the streaming watermark alone (10 s) the one before it would be too.
+    slack = sb.window_close_slack_s * 1000
+    assert sb.window_close_slack_s < W / 1000 < settle / 1000 + 1
+    closed = [w for w in from_gold if w.window_start_ms + W <= NOW_A - slack]
     assert {w.window_start_ms for w in from_gold} - {w.window_start_ms for w in closed} == {
-        T0 + 4 * W, T0 + 5 * W}
+        T0 + 5 * W}
     assert sorted(from_silver, key=key) == sorted(closed, key=key)
-    # Evaluated at SLOW_FROM + W, nothing later is read (a replay sees what a live run
-    # saw): the newest row is just before it, so the windows that ended a watermark
-    # (10 s) before that row are closed and the two after them are not yet.
+    # Evaluated at SLOW_FROM + W, nothing later is read: every broker's newest row is just
+    # before it, so the windows that ended a slack before those rows are closed and the
+    # one they are in is not yet.
     early = read_stage_windows(spark, Lake(str(silver_only)), sb,
                                TimeRange(NOW_A - 300_000, SLOW_FROM + W), settle)
-    assert {w.window_start_ms for w in early} == {T0 - W, T0, T0 + W}   # T0 - W: Fetch
+    assert {w.window_start_ms for w in early} == {T0 - W, T0, T0 + W, T0 + 2 * W}  # T0 - W: Fetch
+    # A broker that stops logging holds the windows back no longer than the watermark: with
+    # broker 3's rows gone from the last 25 s, the others close what ended 10 s before
+    # their newest row.
+    stages = request_stage_rows(spark, Lake(str(silver_only)), r)
+    try:
+        gone = stages.where(~((F.col("broker") == 3) & (F.col("ts_ms") >= NOW_A - 25_000)))
+        held = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle, gone)
+    finally:
+        release(stages)
+    assert max(w.window_start_ms for w in held) == NOW_A - 3 * W   # ends NOW_A - 20 s
+    assert {w.window_start_ms for w in held if w.broker == 3} <= {
+        T0 + k * W for k in range(-1, 4)}
 
 
 def test_slow_broker_names_the_stage_and_the_follower(findings_a):

@@ -268,10 +268,15 @@ def test_a_time_range_is_not_empty_and_reaches_back():
 # --- windows taken from silver (past what gold.request_stages_10s has closed) ----------------
 
 @pytest.mark.parametrize("newest_ms, until", [
-    pytest.param(None, None, id="no_rows_no_windows"),
-    pytest.param(50_000, 40_000, id="a_window_closes_a_watermark_after_its_end"),
-    pytest.param(45_000, 35_000, id="the_window_the_newest_row_is_in_stays_open"),
-    pytest.param(500_000, 100_000, id="never_past_the_range_end"),
+    pytest.param({}, None, id="no_rows_no_windows"),
+    pytest.param({1: 50_000, 2: 50_000, 3: 50_000}, 49_000,
+                 id="a_window_closes_once_every_broker_is_a_slack_past_its_end"),
+    pytest.param({1: 50_000, 2: 41_500, 3: 50_000}, 40_500,
+                 id="a_broker_behind_holds_the_window_back"),
+    pytest.param({1: 50_000, 2: 20_000, 3: 50_000}, 40_000,
+                 id="a_broker_that_stopped_logging_holds_it_no_longer_than_the_watermark"),
+    pytest.param({1: 50_000}, 49_000, id="one_broker"),
+    pytest.param({1: 500_000, 2: 499_000}, 100_000, id="never_past_the_range_end"),
 ])
-def test_silver_windows_close_as_the_streaming_watermark_would(newest_ms, until):
-    assert fresh_windows_until(newest_ms, TimeRange(0, 100_000), 10_000) == until
+def test_silver_windows_close_when_every_broker_has_passed_them(newest_ms, until):
+    assert fresh_windows_until(newest_ms, TimeRange(0, 100_000), 10_000, 1_000) == until
