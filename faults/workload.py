@@ -1,6 +1,6 @@
 """A steady, realistic workload on the local cluster, in background threads.
 
-Producers send at a fixed rate (acks=all with idempotence, or acks=1), consumer groups
+Producers send at a fixed rate (acks=all or acks=1), consumer groups
 read and commit every second, each consumer logging through librdkafka into
 ``<log_dir>/<group>.log`` (``yyyy-MM-dd HH:mm:ss,SSS`` UTC stamp, then librdkafka's
 ``FAC [client] ...`` message) for the client-log agent to follow. Faults stop and start
@@ -8,6 +8,14 @@ consumers, and add topics with their own producers and groups.
 
 Every client survives brokers being paused, stopped and restarted: errors are counted
 and logged, never raised into the caller.
+
+Producers are not idempotent unless their spec asks (librdkafka's default). librdkafka
+2.16.0's idempotent producer busy-loops its broker threads while a replica of its
+partitions is frozen: with the slow-broker fault's freezes (1.5 s of every 2 s) one
+acks=all producer at 100 messages/s took 1.04 cores on this 2-core machine, and 0.00
+cores without idempotence (0.50 with linger.ms 300, 0.03 with 1000). In a real fleet the
+applications run on their own machines; here they share two cores with the brokers and
+the pipeline, and that spin came out of the pipeline's share during the fault.
 """
 
 from __future__ import annotations
@@ -29,6 +37,19 @@ class ProducerSpec:
     acks: str = "all"
     value_bytes: int = 200
     key_space: int | None = None   # keys k0..k<n-1> (a compacted topic), else unkeyed
+    idempotent: bool = False       # enable.idempotence (acks=all only); see the module doc
+
+
+def producer_config(spec: ProducerSpec, bootstrap: str) -> dict:
+    """librdkafka settings of a workload producer (its logger aside)."""
+    conf = {"bootstrap.servers": bootstrap, "client.id": spec.name, "acks": spec.acks,
+            "linger.ms": 100, "message.timeout.ms": 30000}
+    if spec.idempotent:
+        if spec.acks != "all":
+            raise ValueError(f"producer {spec.name}: an idempotent producer needs acks=all, "
+                             f"got acks={spec.acks}")
+        conf["enable.idempotence"] = True
+    return conf
 
 
 @dataclass(frozen=True)
@@ -92,11 +113,8 @@ class Workload:
         from confluent_kafka import KafkaException, Producer
 
         counts = self.producers[spec.name].counts
-        conf = {"bootstrap.servers": self.bootstrap, "client.id": spec.name, "acks": spec.acks,
-                "linger.ms": 100, "message.timeout.ms": 30000,
+        conf = {**producer_config(spec, self.bootstrap),
                 "logger": _file_logger(self.log_dir / f"{spec.name}.log", spec.name)}
-        if spec.acks == "all":
-            conf["enable.idempotence"] = True
 
         def delivered(err, _msg):
             if err is not None:
@@ -135,9 +153,10 @@ class Workload:
 
     @staticmethod
     def _restart_producer(spec: ProducerSpec, conf: dict, counts: dict, error: Exception):
-        """An idempotent producer whose brokers were stopped mid-batch can fail for good
-        (librdkafka: "unable to guarantee consistency"); an application then starts a new
-        one, and so does the workload, so the faults after it still have traffic."""
+        """A producer can fail for good (an idempotent one whose brokers were stopped
+        mid-batch: librdkafka's "unable to guarantee consistency"); an application then
+        starts a new one, and so does the workload, so the faults after it still have
+        traffic."""
         from confluent_kafka import Producer
 
         counts["errors"] += 1

@@ -147,6 +147,18 @@ def test_only_a_fatal_client_error_makes_the_workload_start_a_new_producer():
     assert not _is_fatal(KafkaException())
 
 
+def test_workload_producers_are_not_idempotent_unless_asked():
+    from faults.workload import ProducerSpec, producer_config
+
+    # librdkafka's default; its idempotent producer spins a core while a replica freezes.
+    plain = producer_config(ProducerSpec("orders-producer", "orders", 100, acks="all"), "b:9092")
+    assert plain["acks"] == "all" and "enable.idempotence" not in plain
+    asked = producer_config(ProducerSpec("p", "t", 1, acks="all", idempotent=True), "b:9092")
+    assert asked["enable.idempotence"] is True
+    with pytest.raises(ValueError, match="acks=all, got acks=1"):
+        producer_config(ProducerSpec("p", "t", 1, acks="1", idempotent=True), "b:9092")
+
+
 class _Query:
     def __init__(self, name, seconds):
         self.name = name
