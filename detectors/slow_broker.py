@@ -118,9 +118,10 @@ still fires; after recovery the detection lasts until fewer than 2 of the last 3
 hold a verdict (at most two more windows), and the finding resolves resolve_after_s later
 (findings.py). Detection-time budget, the acceptance target being under 60 s from fault
 start: the first faulty window closes within window_s of the fault, the second one
-window_s later, so the evidence is complete 2 x window_s = 20 s after the fault; gold's
-watermark delay and the detector's trigger interval come on top (keep their sum under
-~30 s). With 1-minute windows the same rule would need 2-3 minutes: window_s is a
+window_s later, so the evidence is complete 2 x window_s = 20 s after the fault; the
+time for a window to count as closed (window_close_slack_s once every broker's rows are
+past it, gold's watermark delay at the latest: detectors/inputs.py), the pipeline's
+latency and the detector's trigger interval come on top. With 1-minute windows the same rule would need 2-3 minutes: window_s is a
 parameter, and its default is 10 s for that reason.
 
 Unfixable (suggested page_human instead of move_leadership): cluster-wide slowness,
