@@ -121,8 +121,9 @@ start: the first faulty window closes within window_s of the fault, the second o
 window_s later, so the evidence is complete 2 x window_s = 20 s after the fault; the
 time for a window to count as closed (window_close_slack_s once every broker's rows are
 past it, gold's watermark delay at the latest: detectors/inputs.py), the pipeline's
-latency and the detector's trigger interval come on top. With 1-minute windows the same rule would need 2-3 minutes: window_s is a
-parameter, and its default is 10 s for that reason.
+latency and the detector's trigger interval come on top. With 1-minute windows the same
+rule would need 2-3 minutes: window_s is a parameter, and its default is 10 s for that
+reason.
 
 Unfixable (suggested page_human instead of move_leadership): cluster-wide slowness,
 unattributed slowness, a slow follower seen only through the leaders it holds back
