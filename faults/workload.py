@@ -3,8 +3,8 @@
 Producers send at a fixed rate (acks=all or acks=1), consumer groups read and commit
 every second, each consumer logging through librdkafka into ``<log_dir>/<group>.log``
 (``yyyy-MM-dd HH:mm:ss,SSS`` UTC stamp, then librdkafka's ``FAC [client] ...`` message)
-for the client-log agent to follow. Faults stop and start
-consumers, and add topics with their own producers and groups.
+for the client-log agent to follow. Faults stop and start consumers, and add topics
+with their own producers and groups.
 
 Every client survives brokers being paused, stopped and restarted: errors are counted
 and logged, never raised into the caller.
