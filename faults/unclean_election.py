@@ -6,8 +6,9 @@ unclean.leader.election.enable=true, a producer with acks=1 and a consumer group
 
 1. stops follower 2 (it leaves the ISR); writes go on to leader 1 alone until the
    readers have committed `leader_only_read` records past the follower's end;
-2. stops leader 1: the partition has no leader (and, the nodes being controllers too,
-   the KRaft quorum is down to one voter until 2 returns);
+2. stops leader 1: the partition has no leader (on a cluster whose every node is a
+   controller too, the KRaft quorum is also down to one voter until 2 returns; the demo's
+   one controller is node 3, as a fleet keeps its quorum apart from the brokers);
 3. restarts 2: the controller elects it although it is not in the ISR (unclean), and the
    records only 1 had are gone;
 4. restarts 1: it truncates its log to the new leader's.

@@ -22,7 +22,9 @@ Three ways to run it:
 
 - `start_detector_query`: a streaming query that evaluates on every trigger, with a
   ``rate`` source as its clock tick: every micro-batch evaluates, new telemetry or not,
-  so findings also resolve when the signal stops. ``on_findings(findings, now_ms)`` is
+  so findings also resolve when the signal stops. In `kmon run` a tick first waits for
+  the silver query's next commit (`wait_for_data`, jobs/silver_commits.py), so the
+  evaluation reads the freshest silver. ``on_findings(findings, now_ms)`` is
   called in each evaluation once the findings are known, before they are written (the
   exporter's ``KmonExporter.set_findings``): an alert does not wait for the MERGE. The
   slow rest (``in_background``: the remediation decision step; then the MERGE) runs in a
@@ -244,6 +246,7 @@ class Assessment:
     input_counts: dict
     assessed_s: float
     read_s: dict            # each read's wall seconds (they overlap)
+    data_wait_s: float | None = None   # waited for silver's commit before it began
 
     def log(self, *, handed_s: float, written: int, written_s: float,
             waited_s: float | None = None, decided: bool = False) -> None:
@@ -254,11 +257,13 @@ class Assessment:
                       f"then in the background after {waited_s:.1f} s waiting: "
                       f"{'decided and ' if decided else ''}")
         total = self.assessed_s + handed_s + written_s
+        waited = ("" if self.data_wait_s is None else
+                  f"after {self.data_wait_s:.1f} s waiting for silver's commit, ")
         log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
-                 "%.1f s (assessed in %.1f s, handed over in %.1f s, %swritten in %.1f s); "
+                 "%.1f s (%sassessed in %.1f s, handed over in %.1f s, %swritten in %.1f s); "
                  "inputs %s; reads (s) %s", self.now_ms, self.detections, len(self.findings),
                  sum(f.status.value == "open" for f in self.findings), written, total,
-                 self.assessed_s, handed_s, background, written_s, self.input_counts,
+                 waited, self.assessed_s, handed_s, background, written_s, self.input_counts,
                  self.read_s)
 
 
@@ -369,7 +374,8 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
                          table: str = ANOMALIES_TABLE,
                          topic_configs: Callable[[int], list[CompactedTopicConfig]] | None = None,
                          query_name: str = QUERY_NAME,
-                         in_background: Callable[[list[Finding], int], None] | None = None
+                         in_background: Callable[[list[Finding], int], None] | None = None,
+                         wait_for_data: Callable[[], float] | None = None
                          ) -> DetectorQuery:
     """A StreamingQuery that evaluates at clock() on every trigger.
 
@@ -384,6 +390,10 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
     findings, now_ms)` (the remediation decision step) and the MERGE into gold.<table>.
     The next tick's reads overlap that work; its own write waits for it (one at a time, in
     order), and a failed write stops the query at the next tick, naming it.
+
+    `wait_for_data()` is called at the start of each tick, before the clock is read, and
+    returns the seconds it waited: `jobs.silver_commits.SilverCommits.wait_fresh`, so an
+    evaluation starts right after the silver query's commit and reads the freshest data.
     """
     check_config(config)
     path = lake.table("gold", table)
@@ -399,11 +409,13 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
         # Its own scheduler pool (fair scheduling, kmon/spark_session.py): the evaluation's
         # jobs do not wait behind every streaming query's tasks.
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
+        data_wait_s = wait_for_data() if wait_for_data is not None else None
         now_ms = clock()
         configs = topic_configs(now_ms) if topic_configs is not None else ()
         previous, last["findings"] = last["findings"], None
         a = assess(spark, lake, config, now_ms, lookback_s, table=table,
                    topic_configs=configs, previous=previous, baseline_cache=baselines)
+        a.data_wait_s = data_wait_s
         handing = time.monotonic()
         if on_findings is not None:
             on_findings(a.findings, now_ms)

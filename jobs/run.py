@@ -24,9 +24,13 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from jobs.silver_commits import SilverCommits
 from kmon.config import Config
 
 log = logging.getLogger(__name__)
+
+# A silver commit this recent counts as the latest: the evaluation starts at once.
+FRESH_COMMIT_S = 1.0
 
 
 class RunError(RuntimeError):
@@ -117,6 +121,8 @@ class Monitor:
         self.background_listeners: list = []
         self.spark = self.pipeline = self.supervisor = self.server = None
         self.decisions = None
+        # The silver query's commits; each detector evaluation starts after one.
+        self.silver_commits = SilverCommits()
         self._release_clients = lambda: None
 
     def start(self, exporter_port: int = 0, out=sys.stdout) -> None:
@@ -130,17 +136,23 @@ class Monitor:
                          if config.pipeline.source == "kafka" else None)
         self.spark = build_spark_session(config)
         exporter = self.exporter
+        commits = self.silver_commits
+
+        def on_batch(stats: dict) -> None:
+            exporter.quarantined(stats["stream"], stats["rows_quarantined"])
+            commits.notice(stats)
+
         self.pipeline = Pipeline(
             self.spark, self.lake, config.pipeline, kafka_options=kafka_options,
-            topic_prefix=config.telemetry.topic_prefix,
-            on_batch=lambda s: exporter.quarantined(s["stream"], s["rows_quarantined"]))
+            topic_prefix=config.telemetry.topic_prefix, on_batch=on_batch)
         self.decisions = _decision_step(config, self.spark, self.lake,
                                         self.watched_bootstrap)
         if self.decisions is not None:
             self.background_listeners.append(self._decide)
-        self._release_clients = _add_detectors(self.pipeline, self.spark, self.lake, config,
-                                               self._on_findings, self.watched_bootstrap,
-                                               in_background=self._on_findings_in_background)
+        self._release_clients = _add_detectors(
+            self.pipeline, self.spark, self.lake, config, self._on_findings,
+            self.watched_bootstrap, in_background=self._on_findings_in_background,
+            silver_commits=commits if config.pipeline.detect_after_silver_commit else None)
         self.pipeline.start()
         if self.agents:
             self.supervisor = AgentSupervisor(self.agents)
@@ -189,6 +201,7 @@ class Monitor:
         if self.supervisor:
             self.supervisor.stop()
             self.supervisor = None
+        self.silver_commits.close()   # a detector tick waiting for silver goes on now
         if self.pipeline:
             self.pipeline.stop()
 
@@ -288,9 +301,14 @@ def _decision_step(config: Config, spark, lake, bootstrap: str | None):
 
 
 def _add_detectors(pipeline, spark, lake, config, on_findings,
-                   bootstrap: str | None, *, in_background=None) -> Callable[[], None]:
+                   bootstrap: str | None, *, in_background=None,
+                   silver_commits: SilverCommits | None = None) -> Callable[[], None]:
     """The detector query (every trigger, gold.anomalies) handing findings to `on_findings`,
     then to `in_background` in its write-behind thread.
+
+    With `silver_commits`, a running query's evaluation starts once the silver query has
+    committed (within the last second, or next: at most two silver intervals' wait); a
+    run-once (availableNow) evaluates at once, after silver has ended.
 
     Compacted topics' configs (for the compaction-lag contract) come from the watched
     cluster when it is reachable: `bootstrap` (the local cluster) or watch.bootstrap_servers.
@@ -314,11 +332,16 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
             return describe_compacted_topics(client["admin"], config.watch.cluster)
 
         topic_configs = TopicConfigCache(describe)
-    pipeline.extra_queries.append(
-        lambda trigger: start_detector_query(spark, lake, config, trigger,
-                                             on_findings=on_findings,
-                                             topic_configs=topic_configs,
-                                             in_background=in_background))
+    def wait_for_data() -> float:
+        return silver_commits.wait_fresh(FRESH_COMMIT_S, 2 * config.pipeline.silver_trigger_s)
+
+    def start(trigger):
+        waits = silver_commits is not None and "processingTime" in trigger
+        return start_detector_query(spark, lake, config, trigger, on_findings=on_findings,
+                                    topic_configs=topic_configs, in_background=in_background,
+                                    wait_for_data=wait_for_data if waits else None)
+
+    pipeline.extra_queries.append(start)
     return client.clear
 
 

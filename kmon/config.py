@@ -75,7 +75,11 @@ class JvmSection:
 @dataclass(frozen=True)
 class LocalClusterSection:
     name: str = _key("Name of the embedded cluster (its folder under <work_dir>/clusters)", "local")
-    brokers: int = _key("Number of KRaft nodes (each broker and controller)", 3, min=1, max=9)
+    brokers: int = _key("Number of KRaft nodes (each a broker)", 3, min=1, max=9)
+    controllers: int = _key("How many of the nodes are KRaft controllers as well: the "
+                            "highest-numbered ones, the rest are brokers only (as on a fleet, "
+                            "where the quorum runs apart from the brokers, stopping two brokers "
+                            "then leaves the quorum up); 0: every node", 0, min=0, max=9)
     base_port: int = _key("First port to use; 0 allocates free loopback ports", 0, min=0, max=65535)
     heap: str = _key("Java heap per broker (-Xmx and -Xms)", "512m")
     ready_timeout_s: float = _key("How long to wait for the cluster to be ready", 120.0,
@@ -104,6 +108,11 @@ class PipelineSection:
                                  "slow-broker detector reads), seconds", 10.0, min=0.5, max=3600)
     detect_trigger_s: float = _key("How often the detectors evaluate, seconds", 20.0, min=1,
                                    max=3600)
+    detect_after_silver_commit: bool = _key(
+        "Start each evaluation right after the silver query commits a micro-batch (waiting "
+        "at most two silver_trigger_s for it), not at a random point between two commits: "
+        "telemetry reaches a finding up to one silver interval sooner instead of up to one "
+        "detect_trigger_s, with the same number of evaluations", True)
     slow_trigger_s: float = _key("Micro-batch interval of the queries no detector waits for "
                                  "(slow_streams, the per-minute gold tables), seconds: each "
                                  "micro-batch has a fixed cost, so on a small machine fewer of "

@@ -1,4 +1,7 @@
-"""A real local Apache Kafka cluster (KRaft, combined broker+controller nodes) on loopback.
+"""A real local Apache Kafka cluster (KRaft) on loopback.
+
+Every node is a broker; the last ``local_cluster.controllers`` of them (all by default)
+are KRaft controllers too, in combined mode.
 
 Each node is a separate JVM started from the Apache jars resolved by `kmon.jvm_deps`,
 with its own data and log folders under ``<work_dir>/clusters/<name>/node-<id>``:
@@ -134,6 +137,7 @@ class LocalCluster:
         self.deps = jvm_deps or JvmDeps(config.work_dir, config.jvm.maven_repo, config.jvm.offline)
         self.name = name or config.local_cluster.name
         self.size = brokers or config.local_cluster.brokers
+        self.controllers = config.local_cluster.controllers   # 0: every node
         self.owner_bound = owner_bound
         self.log_roll_mb = log_roll_mb
         self.home = config.work_dir / "clusters" / self.name
@@ -211,14 +215,27 @@ class LocalCluster:
             self._write_node_files(n)
         self._save_state()
 
+    def controller_ids(self) -> list[int]:
+        """The nodes that are KRaft controllers too: the last `controllers` of them."""
+        if self.controllers > len(self.nodes):
+            raise ClusterError(f"local_cluster.controllers is {self.controllers}, but the "
+                               f"cluster has {len(self.nodes)} nodes")
+        return [n.node_id for n in self.nodes[len(self.nodes) - (self.controllers or
+                                                                 len(self.nodes)):]]
+
     def _broker_properties(self, n: Node) -> dict[str, str]:
-        voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self.nodes)
+        controllers = self.controller_ids()
+        voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self.nodes
+                          if m.node_id in controllers)
+        listeners = f"PLAINTEXT://127.0.0.1:{n.client_port}"
+        if n.node_id in controllers:
+            listeners += f",CONTROLLER://127.0.0.1:{n.controller_port}"
         rf = min(3, self.size)
         props = {
-            "process.roles": "broker,controller",
+            "process.roles": "broker,controller" if n.node_id in controllers else "broker",
             "node.id": str(n.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{n.client_port},CONTROLLER://127.0.0.1:{n.controller_port}",
+            "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{n.client_port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",

@@ -462,14 +462,25 @@ def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
         spark, lake, kmon_config, findings_a):
     """On a processing-time trigger each tick's MERGE runs while the next tick reads; the
     writes stay in order (one at a time) and stop() leaves the table holding the last
-    evaluation's rows."""
-    ticks, background = [], []
-    clock = iter(range(NOW_A, NOW_A + 3_600_000, 1_000))
+    evaluation's rows. Each tick first waits for fresh data (`wait_for_data`, silver's
+    commit in `kmon run`), then reads the clock."""
+    ticks, background, order = [], [], []
+    times = iter(range(NOW_A, NOW_A + 3_600_000, 1_000))
+
+    def clock():
+        order.append("clock")
+        return next(times)
+
+    def wait_for_data():
+        order.append("wait")
+        return 0.25
+
     query = start_detector_query(spark, lake, kmon_config, {"processingTime": "1 second"},
                                  lambda findings, now_ms: ticks.append(now_ms),
-                                 clock=lambda: next(clock), lookback_s=300,
+                                 clock=clock, lookback_s=300,
                                  table="anomalies_w", query_name="detect_anomalies_wb",
-                                 in_background=lambda f, now_ms: background.append(now_ms))
+                                 in_background=lambda f, now_ms: background.append(now_ms),
+                                 wait_for_data=wait_for_data)
     try:
         deadline = time.monotonic() + 300
         while len(ticks) < 3 and query.isActive and time.monotonic() < deadline:
@@ -479,6 +490,7 @@ def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
     assert query.exception() is None
     assert len(ticks) >= 3
     assert background == ticks              # every evaluation's write ran, in order
+    assert order[:2 * len(ticks)] == ["wait", "clock"] * len(ticks)
     rows = {r["finding_id"]: r for r in _table_rows(spark, lake, "anomalies_w").collect()}
     assert set(rows) == {f.finding_id for f in findings_a}
     last = max(ticks)
