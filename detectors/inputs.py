@@ -15,10 +15,11 @@ Where each input comes from:
   equal slow_broker.window_s (`check_config`). Past the newest window that table holds
   (its query releases a window only at its next micro-batch after the watermark passed
   it: a trigger or two behind), the windows come from silver.request_stages with the
-  same definition (jobs.gold.stage_percentiles). A window counts once every broker's
-  newest row in silver is slow_broker.window_close_slack_s past its end (a broker's rows
-  come in time order), and at the latest, as in the streaming query, once the newest row
-  of any broker is pipeline.fast_watermark_s past it (`fresh_windows_until`). So the
+  same definition (jobs.gold.stage_percentiles). A window of a cluster counts once every
+  broker of that cluster has its newest row in silver slow_broker.window_close_slack_s
+  past the window's end (a broker's rows come in time order), and at the latest, as in
+  the streaming query, once the newest row of any broker is pipeline.fast_watermark_s
+  past it (`fresh_windows_until`). So the
   detector sees a window as soon as silver has all of it, and with
   pipeline.fast_stage_table = false (no 10-s query: one stateful query fewer on a small
   machine) every window comes from silver.
@@ -88,6 +89,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -544,19 +546,24 @@ def _stage_window_rows(windows: DataFrame, config: SlowBrokerSection) -> list:
             .collect())
 
 
-def fresh_windows_until(newest_by_broker: Mapping[Any, int], r: TimeRange, settle_ms: int,
-                        slack_ms: int) -> int | None:
-    """Windows ending at or before this are closed. `newest_by_broker`: each broker's
-    newest row in silver. A broker logs its requests in time order and its rows reach
-    silver in that order, so a window is complete once every broker's rows are `slack_ms`
-    past its end; at the latest it closes as the streaming query's would (watermark =
-    newest row of any broker - settle), so a broker that stopped logging holds nothing
-    back longer than that. Never past the range end. None: no rows."""
+def fresh_windows_until(newest_by_broker: Mapping[tuple[str, Any], int], r: TimeRange,
+                        settle_ms: int, slack_ms: int) -> dict[str, int]:
+    """Per cluster, windows ending at or before this are closed. `newest_by_broker`: each
+    (cluster, broker)'s newest row in silver. A broker logs its requests in time order and
+    its rows reach silver in that order, so a cluster's window is complete once every one
+    of its brokers' rows are `slack_ms` past its end; at the latest it closes as the
+    streaming query's would (watermark = newest row of any broker of any cluster -
+    settle), so a broker that stopped logging holds nothing back longer than that, and a
+    cluster's brokers hold back no other cluster's windows. Never past the range end. A
+    cluster with no rows has no entry."""
     if not newest_by_broker:
-        return None
+        return {}
     watermark = max(newest_by_broker.values()) - settle_ms
-    every_broker_past = min(newest_by_broker.values()) - slack_ms
-    return min(r.end_ms, max(watermark, every_broker_past))
+    slowest: dict[str, int] = {}
+    for (cluster, _broker), newest in newest_by_broker.items():
+        slowest[cluster] = min(newest, slowest.get(cluster, newest))
+    return {cluster: min(r.end_ms, max(watermark, oldest - slack_ms))
+            for cluster, oldest in slowest.items()}
 
 
 def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
@@ -569,13 +576,22 @@ def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBroker
         return []
     newest = {(x["cluster"], x["broker"]): int(x["newest_ms"]) for x in
               df.groupBy("cluster", "broker").agg(F.max("ts_ms").alias("newest_ms")).collect()}
-    until = fresh_windows_until(newest, r, settle_ms, int(config.window_close_slack_s * 1000))
-    if until is None or until - r.start_ms < config.window_ms:
+    until = {c: u for c, u in fresh_windows_until(
+        newest, r, settle_ms, int(config.window_close_slack_s * 1000)).items()
+        if u - r.start_ms >= config.window_ms}
+    if not until:
         return []
-    closed = stage_percentiles(df.where(F.col("ts_ms") < until), f"{config.window_s:g} seconds")
+
+    def before_until(ts: Column, inclusive: bool) -> Column:
+        return functools.reduce(Column.__or__, [
+            (F.col("cluster") == c) & (ts <= u if inclusive else ts < u)
+            for c, u in sorted(until.items())])
+
+    closed = stage_percentiles(df.where(before_until(F.col("ts_ms"), False)),
+                               f"{config.window_s:g} seconds")
     return _stage_window_rows(
         closed.where((F.unix_millis("window_start") >= r.start_ms)
-                     & (F.unix_millis("window_end") <= until)), config)
+                     & before_until(F.unix_millis("window_end"), True)), config)
 
 
 def latency_column(config: SlowBrokerSection) -> Column:

@@ -175,8 +175,9 @@ class SlowBrokerSection:
                            "target", 10.0, min=1, max=3600)
     window_close_slack_s: float = _key("A window the lake has not closed yet (computed from "
                                        "silver.request_stages) counts as closed once every "
-                                       "broker's newest row is this far past its end: each "
-                                       "broker logs its requests in time order. At the latest "
+                                       "broker of its cluster has its newest row this far "
+                                       "past its end: each broker logs its requests in time "
+                                       "order. At the latest "
                                        "it closes pipeline.fast_watermark_s after the newest "
                                        "row of any broker (a broker that stopped logging "
                                        "holds no window back longer)", 1.0, min=0, max=3600)

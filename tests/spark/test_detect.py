@@ -16,6 +16,7 @@ One minute of a three-broker cluster, from T0:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -311,11 +312,20 @@ def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
     try:
         gone = stages.where(~((F.col("broker") == 3) & (F.col("ts_ms") >= NOW_A - 25_000)))
         held = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle, gone)
+        # Two clusters in one lake, the second with that silent broker: it holds back its
+        # own cluster's windows, not the first one's.
+        two = stages.unionByName(gone.withColumn("cluster", F.lit("other")))
+        both = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle, two)
     finally:
         release(stages)
     assert max(w.window_start_ms for w in held) == NOW_A - 3 * W   # ends NOW_A - 20 s
     assert {w.window_start_ms for w in held if w.broker == 3} <= {
         T0 + k * W for k in range(-1, 4)}
+    assert {w.cluster for w in from_silver} == {CLUSTER}
+    assert sorted((w for w in both if w.cluster == CLUSTER), key=key) == sorted(
+        from_silver, key=key)
+    assert sorted((w for w in both if w.cluster == "other"), key=key) == sorted(
+        (dataclasses.replace(w, cluster="other") for w in held), key=key)
 
 
 def test_slow_broker_names_the_stage_and_the_follower(findings_a):

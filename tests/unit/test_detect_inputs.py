@@ -279,4 +279,20 @@ def test_a_time_range_is_not_empty_and_reaches_back():
     pytest.param({1: 500_000, 2: 499_000}, 100_000, id="never_past_the_range_end"),
 ])
 def test_silver_windows_close_when_every_broker_has_passed_them(newest_ms, until):
-    assert fresh_windows_until(newest_ms, TimeRange(0, 100_000), 10_000, 1_000) == until
+    one_cluster = {("a", broker): ms for broker, ms in newest_ms.items()}
+    assert fresh_windows_until(one_cluster, TimeRange(0, 100_000), 10_000, 1_000) == (
+        {} if until is None else {"a": until})
+
+
+def test_each_cluster_closes_its_windows_by_its_own_brokers():
+    newest = {("a", 1): 50_000, ("a", 2): 50_000,
+              ("b", 1): 50_000, ("b", 2): 43_000}    # b's broker 2 is behind
+    assert fresh_windows_until(newest, TimeRange(0, 100_000), 10_000, 1_000) == {
+        "a": 49_000, "b": 42_000}
+
+
+def test_a_cluster_whose_agents_lag_closes_no_later_than_the_watermark_of_all():
+    newest = {("a", 1): 90_000, ("a", 2): 90_000,
+              ("b", 1): 30_000, ("b", 2): 20_000}    # b's telemetry is a minute behind
+    assert fresh_windows_until(newest, TimeRange(0, 100_000), 10_000, 1_000) == {
+        "a": 89_000, "b": 80_000}
