@@ -33,11 +33,11 @@ Algorithm, per group and partition:
      (standalone consumers using assign(), e.g. Flink) always commit while "empty", so for
      them membership proves nothing and that half of the rule is skipped.
    - auto_reset_after_out_of_range: a client reset line on the partition within
-     `evidence_window_s` of the rewind, or a truncation of the partition shortly before
-     it that removed committed data (below the high watermark: followers also truncate
-     to their high watermark on topic creation and after every leader change, which
-     removes nothing a consumer read), or an old position past the end offset (the
-     position no longer existed).
+     `evidence_window_s` of the rewind, or a truncation of the partition as near to it
+     (either side: `truncation_near`) that removed committed data (below the high
+     watermark: followers also truncate to their high watermark on topic creation and
+     after every leader change, which removes nothing a consumer read), or an old
+     position past the end offset (the position no longer existed).
    - stale_offset_after_coordinator_move: members were active and nothing reset them: a
      stale process (a zombie of an old generation, a standalone committer with an old
      position) or a coordinator that served stale state after moving, committed an old
@@ -68,8 +68,8 @@ Scoring and actions:
 
 Config keys ([offset_rewind] section, `OffsetRewindSection`):
 
-- evidence_window_s = 120: a client reset line this close to the rewind (either side),
-  or a truncation this long before it, explains it.
+- evidence_window_s = 120: a client reset line or a truncation this close to the rewind
+  (either side) explains it.
 - membership_max_age_s = 300: a membership sample older than this at the commit counts
   as unknown.
 - min_rewind_messages = 1: drops smaller than this are ignored.
@@ -90,7 +90,7 @@ from typing import Iterable, Sequence
 
 from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
                                 group_partition_entity, partition_entity)
-from detectors.partition_signals import (CLOCK_SKEW_MS, ClientOffsetReset, GroupMembership,
+from detectors.partition_signals import (ClientOffsetReset, GroupMembership,
                                          LogTruncation, OffsetCommit, PartitionOffsets,
                                          ResetReason, ResetTarget, at_or_before, by_partition,
                                          messages_reread, offsets_at, offsets_past_log_end,
@@ -100,8 +100,8 @@ from kmon.config_keys import _key
 
 @dataclass(frozen=True)
 class OffsetRewindSection:
-    evidence_window_s: float = _key("A client reset line this close to a rewind (either side), "
-                                    "or a truncation this long before it, explains the rewind",
+    evidence_window_s: float = _key("A client reset line or a truncation this close to a "
+                                    "rewind (either side) explains the rewind",
                                     120.0, min=1, max=86400)
     membership_max_age_s: float = _key("A group membership sample older than this at a commit "
                                        "counts as unknown", 300.0, min=1, max=86400)
@@ -230,14 +230,18 @@ def seek_near(resets: Sequence[ClientOffsetReset], group: str, t_ms: int,
     return _closest_event(resets, group, t_ms, window_ms, {ResetReason.APPLICATION_SEEK})
 
 
-def truncation_before(truncations: Sequence[LogTruncation], t_ms: int,
-                      window_ms: int) -> LogTruncation | None:
-    """The latest truncation of the partition that removed committed data, in the window
-    before t_ms (a client meets the truncated log a few fetches later, so the reset follows
-    the truncation). A truncation to the high watermark removes nothing a consumer read."""
+def truncation_near(truncations: Sequence[LogTruncation], t_ms: int,
+                    window_ms: int) -> LogTruncation | None:
+    """The truncation of the partition that removed committed data closest to t_ms, within
+    the window on either side. Either order happens: a replica that truncates while it
+    follows makes the clients' reset follow its line, but the old leader of an unclean
+    election logs its truncation only when it comes back, while its readers already met
+    the new leader's shorter log (seen in the demo: the readers' rewind 5.2 s before the
+    old leader's line). A truncation to the high watermark removes nothing a consumer
+    read."""
     near = [t for t in truncations if t.below_high_watermark
-            and t_ms - window_ms <= t.event_ms <= t_ms + CLOCK_SKEW_MS]
-    return max(near, key=lambda t: t.event_ms, default=None)
+            and abs(t.event_ms - t_ms) <= window_ms]
+    return min(near, key=lambda t: (abs(t.event_ms - t_ms), -t.event_ms), default=None)
 
 
 def classify_rewind(admin_commit: bool, seek: ClientOffsetReset | None,
@@ -315,7 +319,7 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
     admin = is_admin_commit(member_count, uses_membership)
     seek = seek_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     event = reset_event_near(inputs.resets, r.rewind_commit.group, t, window_ms)
-    truncation = truncation_before(inputs.truncations, t, window_ms)
+    truncation = truncation_near(inputs.truncations, t, window_ms)
     at = offsets_during_rewind(inputs.offsets, r, window_ms)
     past_end = offsets_past_log_end(r.old_position, at)
     latest = inputs.offsets[-1] if inputs.offsets else None

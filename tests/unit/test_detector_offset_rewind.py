@@ -189,6 +189,37 @@ def scenarios():
                                                                        "truncated_to": 4200,
                                                                        "high_watermark": 5000}}})
 
+    # Seen in the demo once its quorum stayed up: the readers met the new leader's shorter
+    # log and their rewind was committed 5.2 s before the old leader, restarted, logged
+    # the truncation (more than the 5 s allowed for clock skew). The end offset had already passed the old position again (the new
+    # leader takes writes), so only the truncation can explain it.
+    yield Scenario(
+        "the_old_leaders_truncation_logged_after_the_readers_rewind_explains_it",
+        commits((0, 28000), (60, 28545), (70, 28440)),
+        offsets=ends((65, 28815, 0)), members=members((0, 1)), now_s=100,
+        truncations=[LogTruncation("c1", 1, "orders", 2, at(75.2), 28120, 28545)],
+        rewind={"old_position": 28545, "new_position": 28440, "drops": 1, "active": True,
+                "member_count": 1, "admin_commit": False, "reset_event": False,
+                "truncation": True, "past_log_end": 0, "duplicates": 105,
+                "cause": "auto_reset_after_out_of_range"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("auto_reset_after_out_of_range",
+                                                          Severity.HIGH, ActionKind.PAGE_HUMAN)})
+
+    # A truncation that removed committed data, but minutes away from the rewind, is not
+    # its cause.
+    yield Scenario(
+        "a_truncation_outside_the_evidence_window_explains_nothing",
+        commits((0, 1000), (60, 2000), (120, 1500)),
+        offsets=ends((0, 1000, 0), (120, 2200, 0)), members=members((0, 2)), now_s=150,
+        truncations=[LogTruncation("c1", 1, "orders", 2, at(250), 1400, 2000)],
+        rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": True,
+                "member_count": 2, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 500,
+                "cause": "stale_offset_after_coordinator_move"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "stale_offset_after_coordinator_move", Severity.HIGH,
+            ActionKind.RESTORE_GROUP_OFFSETS)})
+
     # Seen on a real 3-replica topic: followers log "Truncating partition ... due to local
     # high watermark 0" at creation and truncate to their high watermark after a leader
     # change. Neither removed anything a consumer read: a stale commit stays stale.
