@@ -205,29 +205,16 @@ def scenarios():
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("auto_reset_after_out_of_range",
                                                           Severity.HIGH, ActionKind.PAGE_HUMAN)})
 
-    # A truncation that removed committed data, but minutes away from the rewind, is not
-    # its cause.
-    yield Scenario(
-        "a_truncation_outside_the_evidence_window_explains_nothing",
-        commits((0, 1000), (60, 2000), (120, 1500)),
-        offsets=ends((0, 1000, 0), (120, 2200, 0)), members=members((0, 2)), now_s=150,
-        truncations=[LogTruncation("c1", 1, "orders", 2, at(250), 1400, 2000)],
-        rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": True,
-                "member_count": 2, "admin_commit": False, "reset_event": False,
-                "truncation": False, "past_log_end": 0, "duplicates": 500,
-                "cause": "stale_offset_after_coordinator_move"},
-        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
-            "stale_offset_after_coordinator_move", Severity.HIGH,
-            ActionKind.RESTORE_GROUP_OFFSETS)})
-
     # Seen on a real 3-replica topic: followers log "Truncating partition ... due to local
     # high watermark 0" at creation and truncate to their high watermark after a leader
-    # change. Neither removed anything a consumer read: a stale commit stays stale.
+    # change. Neither removed anything a consumer read: a stale commit stays stale. Nor
+    # does one that removed committed data but is farther than evidence_window_s away.
     yield Scenario(
         "follower_truncations_to_the_high_watermark_explain_no_rewind",
         commits((0, 1000), (60, 2000), (120, 1500)),
         offsets=ends((0, 1000, 0), (120, 2200, 0)), members=members((0, 2)), now_s=150,
-        truncations=[LogTruncation("c1", 2, "orders", 2, at(100), 0, None),
+        truncations=[LogTruncation("c1", 1, "orders", 2, at(-10), 900, 1000),
+                     LogTruncation("c1", 2, "orders", 2, at(100), 0, None),
                      LogTruncation("c1", 3, "orders", 2, at(110), 2100, 2100)],
         rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": True,
                 "member_count": 2, "admin_commit": False, "reset_event": False,
