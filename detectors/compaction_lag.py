@@ -40,7 +40,8 @@ and the evidence lists every rule's result:
 3. uncleanable_partitions: uncleanable-partitions-count > 0: logs the cleaner gave up on
    (marked uncleanable after an error); they grow until an operator intervenes.
 4. falling_behind: max-dirty-percent non-decreasing over the last rising_observations
-   samples with a net rise, AND behind its contract: max-compaction-delay-secs above
+   samples with a net rise and never 0 among them (0: nothing was cleanable at that
+   look), AND behind its contract: max-compaction-delay-secs above
    compaction_delay_tolerance_s, or max-dirty-percent above the most lenient
    min.cleanable.dirty.ratio of the compacted topics (x100) plus dirty_margin_pct (for
    clusters that never set max.compaction.lag.ms, where the delay gauge stays 0).
@@ -231,11 +232,16 @@ def has_uncleanable_partitions(g: CleanerGauges) -> bool:
 
 
 def dirty_rising(series: Sequence[CleanerGauges], n: int) -> bool:
-    """max-dirty-percent never fell over the last n samples and rose overall."""
+    """max-dirty-percent never fell over the last n samples, rose overall, and was above
+    zero at each. The gauge is the dirtiest compacted log's cleanable share at a look for
+    work: 0 means nothing was cleanable then, the cleaner had caught up. A small
+    compacted log jumps from 0 to 70% or so when a segment rolls and is cleaned at once
+    (the demo's healthy runs); that is one jump, not dirt piling up run after run."""
     values = [g.max_dirty_percent for g in series if g.max_dirty_percent is not None][-n:]
     if len(values) < n:
         return False
-    return all(b >= a for a, b in zip(values, values[1:])) and values[-1] > values[0]
+    return (values[0] > 0 and all(b >= a for a, b in zip(values, values[1:]))
+            and values[-1] > values[0])
 
 
 def pass_not_ending(series: Sequence[CleanerGauges], n: int) -> bool:
