@@ -37,9 +37,13 @@ Adapter (Spark -> these dataclasses):
 - IsrShrink <- silver.log_events kind = isr_shrink (leader = broker).
 
 Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in order):
-1. enough_traffic: requests >= min_requests_per_minute scaled to the window. Few requests
-   make a p99 of one or two samples; a broker serving almost nothing must never be
-   "slow" (cruise-control #1142: negligible-traffic brokers were its main false positive).
+1. enough_traffic: requests >= min_requests_per_minute scaled to the window, and >=
+   min_requests_per_window (100). Few requests make a p99 of one or two samples; a
+   broker serving almost nothing must never be "slow" (cruise-control #1142:
+   negligible-traffic brokers were its main false positive). Below 100 requests the p99
+   is the slowest request alone: a demo healthy run (2026-11-25 19:32) flagged broker 2
+   for OffsetCommit, 20 commits a window at 104 ms usually, at 377 ms in two windows of
+   three: one slow commit each time.
 2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
    (`purgatory_apis`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
@@ -131,7 +135,8 @@ unattributed slowness, a slow follower seen only through the leaders it holds ba
 catch up or drop out of the ISR), and a broker whose clients' network is slow.
 
 Config keys ([slow_broker] section, `SlowBrokerSection`), defaults:
-window_s = 10, min_requests_per_minute = 50, threshold_ms = 300, api_threshold_ms = {},
+window_s = 10, min_requests_per_minute = 50, min_requests_per_window = 100,
+threshold_ms = 300, api_threshold_ms = {},
 watched_apis = [Produce, Fetch, FetchConsumer, FetchFollower, Metadata, OffsetCommit,
 OffsetFetch, ListOffsets], purgatory_apis = [Fetch, FetchConsumer, FetchFollower,
 JoinGroup, SyncGroup], history_ratio = 3.0, min_history_windows = 6, peer_ratio = 3.0,
@@ -184,6 +189,11 @@ class SlowBrokerSection:
     min_requests_per_minute: float = _key("A broker/API with fewer requests (scaled to the "
                                           "window) is ignored in that window", 50.0, min=0,
                                           max=1e9)
+    min_requests_per_window: int = _key("A broker/API with fewer requests than this in a "
+                                        "window is ignored in it, whatever the window's "
+                                        "length: below 100 requests a TP99 is the slowest "
+                                        "request alone, and one slow request is not a slow "
+                                        "broker", 100, min=0, max=1_000_000_000)
     threshold_ms: float = _key("Latency TP99 above which a broker/API can be slow", 300.0,
                                min=1, max=600000)
     api_threshold_ms: dict = _key("Per-API thresholds overriding threshold_ms, e.g. "
@@ -444,8 +454,11 @@ def latency_ms(row: RequestStageWindow, config: SlowBrokerSection) -> float:
 
 
 def has_enough_traffic(row: RequestStageWindow, config: SlowBrokerSection) -> bool:
-    """Enough requests in the window for a p99 to mean something."""
-    return row.requests >= config.min_requests_per_minute * config.window_s / 60.0
+    """Enough requests in the window for a p99 to mean something: the per-minute rate
+    scaled to the window, and at least min_requests_per_window (with fewer than 100, the
+    TP99 is the window's slowest request)."""
+    return (row.requests >= config.min_requests_per_minute * config.window_s / 60.0
+            and row.requests >= config.min_requests_per_window)
 
 
 def threshold_for(api: str, config: SlowBrokerSection) -> float:

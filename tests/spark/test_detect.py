@@ -81,13 +81,15 @@ def request_records() -> list[dict]:
     for w in range(6):
         for b in (1, 2, 3):
             slow = b == 1 and T0 + w * W >= SLOW_FROM
-            for i in range(12):
+            # 100 a window: slow_broker.min_requests_per_window (fewer, and a TP99 is one
+            # request).
+            for i in range(100):
                 stages = (dict(total_ms=600.0, request_queue_ms=2.0, local_ms=5.0,
                                remote_ms=590.0, response_queue_ms=1.0, send_ms=2.0)
                           if slow else
                           dict(total_ms=10.0, request_queue_ms=1.0, local_ms=5.0, remote_ms=3.0,
                                response_queue_ms=0.5, send_ms=0.5))
-                add("produce", b, T0 + w * W + 500 + i * 700, throttle_ms=0.0,
+                add("produce", b, T0 + w * W + 500 + i * 95, throttle_ms=0.0,
                     client_id="producer-acks-all", remote_addr=f"10.0.0.9:{4000 + b}", **stages)
     for leader in (1, 2, 3):
         for follower in (x for x in (1, 2, 3) if x != leader):
