@@ -90,12 +90,12 @@ def _entity(group: str, partition: int) -> str:
 # --- the workload and the faults -------------------------------------------------------------
 
 def _create_topic(admin: AdminClient) -> None:
-    # One replica, because of a known flaw of detectors/offset_rewind.py (truncation_before):
-    # any truncation of the partition within offset_rewind.evidence_window_s (120 s) before
-    # a rewind is taken as its cause (auto_reset_after_out_of_range), and the followers of
-    # a new topic log a no-op one ("Truncating partition ... due to local high watermark
-    # 0"), as followers do after every leader change. With three replicas the stale commit
-    # below was judged so. Without followers it is judged on what it is.
+    # One replica. It was chosen when any truncation of the partition within
+    # offset_rewind.evidence_window_s was taken as a rewind's cause, and the followers of a
+    # new topic log a no-op one ("Truncating partition ... due to local high watermark 0"):
+    # with three replicas the stale commit below was judged a reset. Only truncations
+    # below the high watermark count now (detectors/offset_rewind.py truncation_near);
+    # three replicas here have not been tried since.
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(60)
     wait_until(lambda: all(p.leader >= 0 for p in
                            admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.values()),
