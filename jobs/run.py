@@ -332,6 +332,7 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
             return describe_compacted_topics(client["admin"], config.watch.cluster)
 
         topic_configs = TopicConfigCache(describe)
+
     def wait_for_data() -> float:
         return silver_commits.wait_fresh(FRESH_COMMIT_S, 2 * config.pipeline.silver_trigger_s)
 
