@@ -227,12 +227,13 @@ class LocalCluster:
         controllers = self.controller_ids()
         voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self.nodes
                           if m.node_id in controllers)
+        is_controller = n.node_id in controllers
         listeners = f"PLAINTEXT://127.0.0.1:{n.client_port}"
-        if n.node_id in controllers:
+        if is_controller:
             listeners += f",CONTROLLER://127.0.0.1:{n.controller_port}"
         rf = min(3, self.size)
         props = {
-            "process.roles": "broker,controller" if n.node_id in controllers else "broker",
+            "process.roles": "broker,controller" if is_controller else "broker",
             "node.id": str(n.node_id),
             "controller.quorum.voters": voters,
             "listeners": listeners,

@@ -191,8 +191,9 @@ def scenarios():
 
     # Seen in the demo once its quorum stayed up: the readers met the new leader's shorter
     # log and their rewind was committed 5.2 s before the old leader, restarted, logged
-    # the truncation (more than the 5 s allowed for clock skew). The end offset had already passed the old position again (the new
-    # leader takes writes), so only the truncation can explain it.
+    # the truncation (more than the 5 s allowed for clock skew). The end offset had
+    # already passed the old position again (the new leader takes writes), so only the
+    # truncation can explain it.
     yield Scenario(
         "the_old_leaders_truncation_logged_after_the_readers_rewind_explains_it",
         commits((0, 28000), (60, 28545), (70, 28440)),
