@@ -45,15 +45,21 @@ and the evidence lists every rule's result:
    compaction_delay_tolerance_s, or max-dirty-percent above the most lenient
    min.cleanable.dirty.ratio of the compacted topics (x100) plus dirty_margin_pct (for
    clusters that never set max.compaction.lag.ms, where the delay gauge stays 0).
-   Or: a pass that does not end while a topic's contract is missed (time-since-last-run
-   grew at each of the last rising_observations samples, and either
-   max-compaction-delay-secs is above the tolerance or no thread has looked for work for
-   longer than the strictest max.compaction.lag.ms of the compacted topics). A throttled
-   or overloaded cleaner spends minutes on one log; the dirty and delay gauges then
-   freeze (they are computed when a thread picks a log), so a dirty share that was
+   Or: a pass that does not end while a topic's contract is missed. A pass is running
+   when no thread has looked for work for longer than the brokers' log.cleaner.backoff.ms
+   (cleaner_backoff_s; an idle thread looks that often). It counts once seen at two
+   scrapes in a row (time-since-last-run above the backoff at both and grown between
+   them: the same pass, still running). The contract is missed when
+   max-compaction-delay-secs is above the tolerance, or no thread has looked for work
+   for longer than the strictest max.compaction.lag.ms of the compacted topics. A
+   throttled or overloaded cleaner spends minutes on one log; the dirty and delay gauges
+   then freeze (they are computed when a thread picks a log), so a dirty share that was
    already high never "rises" again, but time-since-last-run does, by one scrape
    interval per scrape. Seen in the demo: dirty 70% and delay 0 frozen at the pick,
-   time-since-last-run 10 s, 20 s, ... 214 s, on a topic that promises 5 s.
+   time-since-last-run 10 s, 20 s, ... 214 s, on a topic that promises 5 s. Two looks,
+   not rising_observations: the demo's first throttled pass can end within 30 s (27 s,
+   seen at two scrapes at 8 and 18 s), and waiting for four looks then waits for the
+   next long pass.
 Per compacted partition:
 5. compacted_partition_growing: over at least growth_window_s with growth_min_samples
    samples, the size never dropped by more than growth_drop_tolerance between samples,
@@ -71,7 +77,7 @@ Config keys ([compaction_lag] section, `CompactionLagSection`), defaults:
 stall_floor_s = 1800, stall_factor = 5.0, min_history_samples = 6,
 rising_observations = 4, dirty_margin_pct = 20.0, default_min_cleanable_dirty_ratio = 0.5,
 compaction_delay_tolerance_s = 0.0, growth_window_s = 7200, growth_min_ratio = 0.25,
-growth_drop_tolerance = 0.02, growth_min_samples = 6.
+growth_drop_tolerance = 0.02, growth_min_samples = 6, cleaner_backoff_s = 15.0.
 
 Output: `Detection`s of type compaction_lag, entity "broker:<id>" (rules 1-4) or
 "<topic>-<p>" (rule 5).
@@ -90,6 +96,7 @@ from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, 
 from kmon.config_keys import _key
 
 CONSUMER_OFFSETS = "__consumer_offsets"
+PASS_LOOKS = 2   # scrapes in a row at which one cleaner pass must be seen running
 
 
 class CompactionCause(StrEnum):
@@ -131,6 +138,10 @@ class CompactionLagSection:
     growth_drop_tolerance: float = _key("A shrink smaller than this fraction between two samples "
                                         "is noise, not a clean", 0.02, min=0, max=1)
     growth_min_samples: int = _key("Size samples needed in the window", 6, min=2, max=100000)
+    cleaner_backoff_s: float = _key("The brokers' log.cleaner.backoff.ms, in seconds: an idle "
+                                    "cleaner thread looks for work this often, so a longer time "
+                                    "since the last look means a pass is running", 15.0, min=0.1,
+                                    max=86400)
 
 
 @dataclass(frozen=True)
@@ -244,12 +255,15 @@ def dirty_rising(series: Sequence[CleanerGauges], n: int) -> bool:
             and values[-1] > values[0])
 
 
-def pass_not_ending(series: Sequence[CleanerGauges], n: int) -> bool:
-    """time-since-last-run grew at each of the last n samples: no cleaner thread has come
-    back to pick another log since."""
+def pass_not_ending(series: Sequence[CleanerGauges], backoff_ms: float,
+                    looks: int = PASS_LOOKS) -> bool:
+    """The same cleaner pass seen running at the last `looks` scrapes: time-since-last-run
+    above the backoff (an idle thread would have looked for work by then) at each, and
+    grown at each (no thread has come back to pick another log since)."""
     values = [g.time_since_last_run_ms for g in series
-              if g.time_since_last_run_ms is not None][-n:]
-    return len(values) >= n and all(b > a for a, b in zip(values, values[1:]))
+              if g.time_since_last_run_ms is not None][-looks:]
+    return (len(values) >= looks and all(v > backoff_ms for v in values)
+            and all(b > a for a, b in zip(values, values[1:])))
 
 
 def past_max_compaction_lag(g: CleanerGauges, config: CompactionLagSection,
@@ -312,7 +326,7 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
     uncleanable = has_uncleanable_partitions(latest)
     rising = dirty_rising(series, config.rising_observations)
     behind = behind_contract(latest, cleanable_pct, config)
-    long_pass = (pass_not_ending(series, config.rising_observations)
+    long_pass = (pass_not_ending(series, config.cleaner_backoff_s * 1000)
                  and past_max_compaction_lag(latest, config, strictest_lag))
     falling = (rising and behind) or long_pass
     if dead:

@@ -230,6 +230,9 @@ def demo_config(config: Config) -> Config:
         # frozen with its broker) must resolve before the next fault of its kind, or that
         # fault's finding is an update of the old one (the demo waits, clear_wait_s).
         findings={"resolve_after_s": 60.0},
+        # The brokers' cleaners look for work every second (log.cleaner.backoff.ms above),
+        # so a second without a look already means a pass is running.
+        compaction_lag={"cleaner_backoff_s": int(brokers["log.cleaner.backoff.ms"]) / 1000},
         remediation={"enabled_actions": ["move_leadership", "restore_group_offsets",
                                          "page_human"], "dry_run": True})
 

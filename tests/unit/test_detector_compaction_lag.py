@@ -9,7 +9,8 @@ import pytest
 
 from detectors.compaction_lag import (CleanerGauges, CleanerRun, CompactedTopicConfig,
                                       CompactionLagSection, PartitionSize, assess_cleaner,
-                                      assess_growth, cleanable_point_pct, detect_compaction_lag)
+                                      assess_growth, cleanable_point_pct, detect_compaction_lag,
+                                      strictest_lag_ms)
 from detectors.findings import ActionKind, AnomalyType, Severity
 
 pytestmark = pytest.mark.unit
@@ -130,6 +131,16 @@ def scenarios():
         scrapes(since_run=[60_000, 120_000, 180_000, 240_000]),
         rules=RULES_HEALTHY)
 
+    # Kafka's default log.cleaner.backoff.ms (15 s): an idle thread looks for work every
+    # 15 s, so one-minute scrapes read time-since-last-run anywhere up to 15 s, and now and
+    # then four rising in a row. That is a thread between looks, not a pass, even on a
+    # topic that promises 5 s.
+    yield Scenario(
+        "an_idle_cleaner_sampled_up_its_backoff_is_not_a_pass",
+        scrapes(since_run=[3_000, 9_000, 12_000, 14_000]),
+        configs=[CompactedTopicConfig("c1", "customers", max_compaction_lag_ms=5_000)],
+        rules=RULES_HEALTHY)
+
     yield Scenario(
         "a_pass_that_ended_between_scrapes_is_not_lag",
         scrapes(delay=[8, 8, 8, 8], since_run=[60_000, 120_000, 3_000, 63_000]),
@@ -141,7 +152,8 @@ SCENARIOS = list(scenarios())
 
 @pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_broker_scenario(s: Scenario):
-    a = assess_cleaner(s.gauges, cleanable_point_pct(s.configs, CONFIG), CONFIG)
+    a = assess_cleaner(s.gauges, cleanable_point_pct(s.configs, CONFIG), CONFIG,
+                       strictest_lag_ms(s.configs))
     assert {"cleaner_dead": a.cleaner_dead, "cleaner_stalled": a.cleaner_stalled,
             "uncleanable_partitions": a.uncleanable_partitions, "dirty_rising": a.dirty_rising,
             "behind_contract": a.behind_contract, "pass_not_ending": a.pass_not_ending,
@@ -174,6 +186,28 @@ def test_a_pass_longer_than_the_strictest_max_compaction_lag_is_falling_behind()
     # The same pass with only lenient topics (1 hour) is not lag yet.
     lenient = [CompactedTopicConfig("c1", "customers", max_compaction_lag_ms=3_600_000)]
     assert detect_compaction_lag(gauges, topic_configs=lenient, config=CONFIG) == []
+
+
+def test_the_demos_first_throttled_pass_is_seen_at_two_looks():
+    """The demo's run 38 (2026-11-25), broker 3: the throttle reached the cleaner at
+    20:58:07 and its pass over one 0.3 MB log took 27 s (its log-cleaner.log). Scrapes every
+    10 s read time-since-last-run 0.6 s, 0.5 s, 8.3 s, 18.3 s, then 0.5 s (the pass had
+    ended); dirty 0, 0, 70, 70 and delay 0, frozen at the pick. `customers` promises 5 s;
+    the demo's brokers look for work every second. Four rising looks never came in that
+    pass: the finding waited for the next long one, 79 s after the fault."""
+    since, dirty = [648, 548, 8_295, 18_315], [0, 0, 70, 70]
+    gauges = [CleanerGauges("c1", 3, T0 + i * 10_000, dirty[i], since[i], 0.0, 0, 0, 0.0)
+              for i in range(4)]
+    strict = [CompactedTopicConfig("c1", "customers", max_compaction_lag_ms=5_000)]
+    demo = CompactionLagSection(cleaner_backoff_s=1.0)
+    [d] = detect_compaction_lag(gauges, topic_configs=strict, config=demo)
+    assert (d.cause, d.entity, d.first_seen_ms) == ("cleaner_falling_behind", "broker:3",
+                                                    T0 + 30_000 - 18_315)
+    assert d.evidence["rules"]["pass_not_ending"]
+    # One look in the pass is not yet a pass that does not end.
+    assert detect_compaction_lag(gauges[:3], topic_configs=strict, config=demo) == []
+    # With Kafka's default backoff (15 s) 8.3 s could be a thread between looks: not yet.
+    assert detect_compaction_lag(gauges, topic_configs=strict, config=CONFIG) == []
 
 
 def test_a_pass_that_does_not_end_is_explained_as_such():
