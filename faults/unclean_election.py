@@ -6,27 +6,17 @@ unclean.leader.election.enable=true, a producer with acks=1 and a consumer group
 
 1. stops follower 2 (it leaves the ISR); writes go on to leader 1 alone until the
    readers have committed `leader_only_read` records past the follower's end;
-2. pauses the producer and stops leader 1: the partition has no leader (on a cluster
-   whose every node is a controller too, the KRaft quorum is also down to one voter until
-   2 returns; the demo's one controller is node 3, as a fleet keeps its quorum apart from
-   the brokers);
+2. stops leader 1: the partition has no leader (on a cluster whose every node is a
+   controller too, the KRaft quorum is also down to one voter until 2 returns; the demo's
+   one controller is node 3, as a fleet keeps its quorum apart from the brokers);
 3. restarts 2: the controller elects it although it is not in the ISR (unclean), and the
    records only 1 had are gone;
-4. restarts 1: it truncates its log to the new leader's;
-5. resumes the producer once the readers have reset (at most `reset_wait_s`).
+4. restarts 1: it truncates its log to the new leader's.
 
 The consumers were past the new leader's end: they hit OffsetOutOfRange (or a detected
-truncation), reset and re-read. Expected: an unclean_election finding with the lost
-range, linked with the log truncation, the reset and the rewind of ``ledger-readers``
-into one incident.
-
-Why the pause: without it the producer's writes held while there was no leader reached
-the new leader at once, and when the readers came back after its log had grown past
-their position they fetched on from there, with no error and no reset: they skipped the
-new leader's records in between instead (3 of 11 demo runs, 2026-11-25). That is a real
-outcome, and the finding names such groups ("groups past the new end"), but it leaves no
-reset to link. With no writes until the readers have reset, the new leader's log ends
-where the follower's did, below their position.
+truncation), reset to the earliest offset and re-read. Expected: an unclean_election
+finding with the lost range, linked with the log truncation, the reset and the rewind of
+``ledger-readers`` into one incident.
 """
 
 from __future__ import annotations
@@ -52,10 +42,9 @@ class UncleanElection(Fault):
 
     def __init__(self, topic: str = "ledger", leader: int = 1, follower: int = 2,
                  group: str = "ledger-readers", rate_per_s: float = 50,
-                 leader_only_read: int = 100, reset_wait_s: float = 30):
+                 leader_only_read: int = 100):
         self.topic, self.leader, self.follower, self.group = topic, leader, follower, group
         self.leader_only_read = leader_only_read   # records past the follower's end to read
-        self.reset_wait_s = reset_wait_s           # how long writes stay paused at most
         self.producer = ProducerSpec(f"{topic}-producer", topic, rate_per_s, acks="1")
         self.consumer = ConsumerSpec(group, (topic,), "earliest")
 
@@ -107,40 +96,15 @@ class UncleanElection(Fault):
 
         reader = Consumer({"bootstrap.servers": others_than_follower, "group.id": self.group,
                            "enable.auto.commit": False})
-        seen_commit: dict = {}
-
-        def readers_committed() -> int:
-            seen_commit["offset"] = reader.committed([TopicPartition(*tp)], timeout=5)[0].offset
-            return seen_commit["offset"]
-
         try:
             run.notes["readers_past_follower_end"] = wait_for(
                 f"{self.group} committed past offset {target}",
-                lambda: readers_committed() >= target, 120, ctx)
-            before = seen_commit.get("offset", target)
-            ctx.say(f"pausing '{self.producer.name}' until the readers have reset; stopping "
-                    f"leader {self.leader}; restarting the stale follower {self.follower}")
-            ctx.workload.pause_producer(self.producer.name)
-            try:
-                self._elect_stale_follower(ctx, run, others)
-                run.notes["readers_reset"] = wait_for(
-                    f"{self.group} to commit below offset {before}",
-                    lambda: readers_committed() < before, self.reset_wait_s, ctx)
-                if not run.notes["readers_reset"]:
-                    ctx.say(f"'{self.group}' did not reset within {self.reset_wait_s:.0f} s "
-                            f"(last commit {seen_commit.get('offset')}); going on")
-            finally:
-                ctx.workload.resume_producer(self.producer.name)
+                lambda: reader.committed([TopicPartition(*tp)], timeout=5)[0].offset >= target,
+                120, ctx)
         finally:
             reader.close()
-        wait_for("both replicas back in the ISR",
-                 lambda: leader_and_isr(ctx.admin(), self.topic)[1]
-                 == sorted([self.leader, self.follower]), 120, ctx)
-
-    def _elect_stale_follower(self, ctx: FaultContext, run: FaultRun, others: str) -> None:
-        """Stop the leader, bring the stale follower back (the controller elects it
-        uncleanly), then the old leader (it truncates to the new leader's log)."""
-        cl = ctx.cluster
+        ctx.say(f"stopping leader {self.leader}; restarting the stale follower "
+                f"{self.follower}")
         cl.stop_node(self.leader)
         cl.restart(self.follower)
         run.fault_ms = now_ms()   # the controller elects the stale follower once it is back
@@ -151,6 +115,9 @@ class UncleanElection(Fault):
         ctx.say(f"broker {self.follower} leads '{self.topic}' uncleanly; restarting "
                 f"{self.leader}, which truncates its log")
         cl.restart(self.leader)
+        wait_for("both replicas back in the ISR",
+                 lambda: leader_and_isr(ctx.admin(), self.topic)[1]
+                 == sorted([self.leader, self.follower]), 120, ctx)
 
     def part_of(self, finding) -> str | None:
         kind = finding.type.value

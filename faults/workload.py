@@ -68,7 +68,6 @@ class _Running:
     thread: threading.Thread
     stop: threading.Event
     counts: dict = field(default_factory=lambda: {"messages": 0, "errors": 0})
-    paused: threading.Event = field(default_factory=threading.Event)   # producers only
 
 
 def _is_fatal(e: Exception) -> bool:
@@ -110,19 +109,10 @@ class Workload:
         self.producers[spec.name] = run
         run.thread.start()
 
-    def pause_producer(self, name: str) -> None:
-        """Stop sending new messages (the producer stays up, delivering what it holds);
-        `resume_producer` goes on at the same rate, without a burst for the pause."""
-        self.producers[name].paused.set()
-
-    def resume_producer(self, name: str) -> None:
-        self.producers[name].paused.clear()
-
     def _produce(self, spec: ProducerSpec, stop: threading.Event) -> None:
         from confluent_kafka import KafkaException, Producer
 
         counts = self.producers[spec.name].counts
-        paused = self.producers[spec.name].paused
         conf = {**producer_config(spec, self.bootstrap),
                 "logger": _file_logger(self.log_dir / f"{spec.name}.log", spec.name)}
 
@@ -135,7 +125,7 @@ class Workload:
         tick_s = 0.1   # produce in ticks of this length: few wake-ups, a steady rate
         i, owed = 0, 0.0
         while not stop.is_set():
-            owed = 0.0 if paused.is_set() else owed + spec.rate_per_s * tick_s
+            owed += spec.rate_per_s * tick_s
             while owed >= 1:
                 owed -= 1
                 key = f"k{i % spec.key_space}".encode() if spec.key_space else None
