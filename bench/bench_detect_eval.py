@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 READS = ("request_stage_rows", "read_stage_windows", "read_client_sends", "read_baselines",
          "read_follower_fetches", "read_log_events", "read_resets", "read_commits",
+         "read_commit_requests",
          "read_memberships", "read_partition_offsets", "read_meter_ticks",
-         "read_cleaner_gauges")
+         "read_cleaner_gauges", "read_cleaner_runs", "read_partition_sizes")
 
 
 def main() -> int:
@@ -67,11 +68,11 @@ def main() -> int:
     os.environ["KMON__SPARK__STORAGE_ROOT"] = str(work / "lake")
     os.environ.setdefault("KMON__PIPELINE__FAST_STAGE_TABLE", "false")   # as in the demo
 
-    from detectors import inputs
+    from infra.lake import Lake
+    from infra.spark_session import build_spark_session
     from jobs import detect
-    from jobs.lake import Lake
+    from jobs import detector_inputs as inputs
     from kmon.config import load_config
-    from kmon.spark_session import build_spark_session
 
     config = load_config(None)
     spark = build_spark_session(config)

@@ -119,11 +119,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the bench lake and say where")
     args = ap.parse_args()
 
+    from infra.lake import Lake
+    from infra.spark_session import build_spark_session
     from jobs import silver
-    from jobs.lake import Lake
     from jobs.pipeline import Pipeline
     from kmon.config import load_config
-    from kmon.spark_session import build_spark_session
 
     work = Path(tempfile.mkdtemp(prefix="kmon-bench-silver-"))
     os.environ["KMON__SPARK__STORAGE_ROOT"] = str(work / "lake")

@@ -13,8 +13,8 @@ import time
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.local_cluster import LocalCluster
 from kmon.config import load_config
-from kmon.local_cluster import LocalCluster
 
 
 def rss_mb(pid: int) -> float:

@@ -23,7 +23,7 @@ from dashboards.variables import BROKERS, CLUSTER
 
 UID = "kmon-fleet-overview"
 TITLE = "kmon / Fleet overview"
-SLOW_NODE_MS = 300  # detectors/slow_broker.py default threshold
+SLOW_NODE_MS = 300  # detectors/slow_broker/config.py default threshold
 
 
 def _p99(stage: m.Stage, request: str, selector: str = BROKERS) -> str:

@@ -1,9 +1,9 @@
 """Every Prometheus metric name the dashboards read, declared once.
 
-Broker names are what kmon/resources/jmx-exporter.yaml makes of the Kafka MBeans (output
+Broker names are what infra/resources/jmx-exporter.yaml makes of the Kafka MBeans (output
 lower-cased; GAUGE and UNTYPED rules keep the name as written, so the RequestMetrics and
 BrokerTopicMetrics counts end in ``_count`` and nothing else). They were checked against a
-running Kafka 4.3.1 node of `kmon.local_cluster`. The ``kmon_*`` names are the contract of
+running Kafka 4.3.1 node of `infra.local_cluster`. The ``kmon_*`` names are the contract of
 kmon/exporter.py (findings, pipeline) and ingest/agent_metrics.py (agents).
 
 Label contract: Prometheus adds ``cluster`` and ``broker`` (the node id) to every broker
@@ -50,7 +50,6 @@ HANDLER_IDLE = "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercen
 NETWORK_IDLE = "kafka_network_socketserver_networkprocessoravgidlepercent"
 REQUEST_QUEUE_SIZE = "kafka_network_requestchannel_requestqueuesize"
 UNDER_REPLICATED = "kafka_server_replicamanager_underreplicatedpartitions"
-UNDER_MIN_ISR = "kafka_server_replicamanager_underminisrpartitioncount"
 OFFLINE_PARTITIONS = "kafka_controller_kafkacontroller_offlinepartitionscount"
 UNCLEAN_ELECTIONS = "kafka_controller_controllerstats_uncleanleaderelectionspersec_count"
 # Without a topic label: the broker's total; with one: per topic.

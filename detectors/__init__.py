@@ -1,12 +1,12 @@
 """Detectors: pure rules that turn small typed gold/silver rows into findings.
 
-No Spark, no I/O, no clock: a thin adapter collects rows into the input dataclasses each
-module declares, calls its `detect_*` function with `now_ms` and its config section, then
-`findings.update_findings` (identity and lifecycle) and `correlation.correlate`
-(incidents), and writes the findings back with a merge on finding_id.
+No Spark, no I/O, no clock: jobs/detector_inputs/ collects rows into the input
+dataclasses each module declares, jobs/detect.py calls its `detect_*` function with
+`now_ms` and its config section, then `core.findings.update_findings` (identity and
+lifecycle) and `correlation.correlate` (incidents), and writes the findings back with a
+merge on finding_id. Imports here point only to core/.
 
-- findings.py: anomaly types, severities, statuses, actions; Detection, Finding; lifecycle.
-- slow_broker.py: slow brokers, the stage to blame, slow followers, cluster-wide slowness.
+- slow_broker/: slow brokers, the stage to blame, slow followers, cluster-wide slowness.
 - offset_rewind.py: committed offsets moving back, automatic and operator resets.
 - compaction_lag.py: a log cleaner that dies, stalls or falls behind; growing compacted logs.
 - unclean_election.py: unclean leader elections, the lost range, the groups affected.

@@ -14,11 +14,17 @@ Signal (typed below; the adapter collects the last `lookback` of each):
 - `CleanerRun`: one "Log cleaner thread N cleaned log <tp>" event from log-cleaner.log.
 - `CompactedTopicConfig`: a compacted topic's min.cleanable.dirty.ratio and
   max.compaction.lag.ms (None when left at the broker default).
-- `PartitionSize`: a compacted partition's size on disk over time (kafka.log:type=Log,
-  name=Size); the adapter passes compacted partitions only.
-Adapter: CleanerRun <- silver.log_events kind = cleaner_run (end_ms = ts_ms,
-duration_s = seconds, size_reduction_pct = reduction_pct); the rest from JMX and the
-topic configs (AdminClient describeConfigs).
+- `PartitionSize`: a compacted partition's size on disk over time (JMX
+  kafka.log:type=Log,name=Size,topic=T,partition=P, a gauge of bytes, one per replica).
+Adapter (jobs/detector_inputs/compaction.py): CleanerGauges <- silver.broker_metrics;
+CleanerRun <- silver.log_events kind = cleaner_run (end_ms = ts_ms, duration_s = seconds,
+size_reduction_pct = reduction_pct); CompactedTopicConfig <- the topic configs
+(AdminClient describeConfigs); PartitionSize <- silver.broker_metrics kafka_log_log_size
+(`topic`, `labels.partition`; scraped by ingest/jmx_scraper.py through the exporter rule
+in infra/resources/jmx-exporter.yaml), compacted topics only (those configs, plus
+__consumer_offsets), the largest replica per partition, one point per minute. Sizes and
+runs are read over growth_window_s (plus two minutes), not the detector's lookback: rule 5
+needs the whole window.
 
 Facts about the gauges the rules rely on (apache/kafka LogCleanerManager):
 - time-since-last-run-ms is live: "now - the last time a cleaner thread looked for a log
@@ -91,9 +97,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable, Sequence
 
-from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
-                                broker_entity, partition_entity)
-from kmon.config_keys import _key
+from core.config_keys import _key
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    Detection,
+    EntityKind,
+    Severity,
+    broker_entity,
+    partition_entity,
+)
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 PASS_LOOKS = 2   # scrapes in a row at which one cleaner pass must be seen running

@@ -12,8 +12,8 @@ Two chains are known:
   slow_follower = "broker:N") belong to the follower's own slow_broker finding.
 
 Algorithm. Each rule below says whether finding A can have caused finding B; both must be
-in the same cluster and B must start no earlier than early_s before A and no later than
-chain_window_s after it (slow_follower_window_s of overlap for the slow-follower rule).
+in the same cluster and B must start no earlier than clock_skew_s before A (early_s when
+A is a meter-only election, stamped by a scrape) and no later than chain_window_s after it (slow_follower_window_s of overlap for the slow-follower rule).
 Partitions are matched on the topic and partition in the evidence (every partition-level
 detector puts them there), groups on the evidence group. Linked findings form
 incidents (connected components). The root of an incident is a finding nothing else in
@@ -27,7 +27,8 @@ earlier root cause turns up late (an old leader that returns an hour later and l
 truncation links a rewind to an election it had not been linked to before).
 
 Config keys ([correlation] section, `CorrelationSection`): chain_window_s = 3600,
-early_s = 120, slow_follower_window_s = 300.
+early_s = 120 (a cause stamped by a scrape), clock_skew_s = 5 (a cause stamped by its own
+log line), slow_follower_window_s = 300.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from detectors.findings import AnomalyType, Finding, partition_entity
+from core.config_keys import _key
+from core.findings import AnomalyType, Finding, partition_entity
 from detectors.offset_rewind import RewindCause
-from kmon.config_keys import _key
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class CorrelationSection:
     slow_follower_window_s: float = _key("Slack allowed between a slow follower's finding and "
                                          "the findings of the leaders it holds back", 300.0,
                                          min=0, max=86400)
+    clock_skew_s: float = _key("How much earlier than its cause an effect may be stamped when "
+                               "the cause's time is exact (a logged election or truncation): "
+                               "only the clocks of two hosts differ; early_s applies to causes "
+                               "stamped by a metric scrape (a meter-only election)", 5.0,
+                               min=0, max=3600)
 
 
 def partition_of(f: Finding) -> tuple[str, str, int] | None:
@@ -61,8 +67,15 @@ def partition_of(f: Finding) -> tuple[str, str, int] | None:
 
 
 def _follows(cause: Finding, effect: Finding, config: CorrelationSection) -> bool:
+    """The effect starts after its cause: up to chain_window_s later, and earlier only by
+    what the cause's timestamp may be off. A logged election or truncation is stamped when
+    it happened (clock skew between hosts aside); a meter-only election when a scrape saw
+    the count move, up to a scrape interval or more after it. A rewind 60 s before a
+    logged election was linked into its incident with the old 120 s allowance (issue 23)."""
     delay_ms = effect.first_seen_ms - cause.first_seen_ms
-    return -config.early_s * 1000 <= delay_ms <= config.chain_window_s * 1000
+    coarse = partition_of(cause) is None and cause.type is AnomalyType.UNCLEAN_ELECTION
+    early_s = config.early_s if coarse else config.clock_skew_s
+    return -early_s * 1000 <= delay_ms <= config.chain_window_s * 1000
 
 
 def _same_partition(a: Finding, b: Finding) -> bool:
@@ -100,10 +113,11 @@ def data_loss_explains_reset(cause: Finding, effect: Finding, config: Correlatio
 
 
 def data_loss_explains_rewind(cause: Finding, effect: Finding, config: CorrelationSection) -> bool:
-    """A group sent back after data loss (not an operator's deliberate reset)."""
+    """A group sent back after data loss (not a deliberate reset or seek)."""
     return (cause.type in (AnomalyType.UNCLEAN_ELECTION, AnomalyType.LOG_TRUNCATION)
             and effect.type is AnomalyType.OFFSET_REWIND
-            and effect.cause != RewindCause.OPERATOR_RESET and _same_partition(cause, effect)
+            and effect.cause not in (RewindCause.OPERATOR_RESET, RewindCause.APPLICATION_SEEK)
+            and _same_partition(cause, effect)
             and _follows(cause, effect, config))
 
 

@@ -3,7 +3,9 @@
 Signal. The committed offsets of every group on every partition, in commit order, from
 __consumer_offsets (`OffsetCommit`); the partitions' end and start offsets over time
 (`PartitionOffsets`); the clients' own reset lines (`ClientOffsetReset`); samples of each
-group's member count (`GroupMembership`); log truncations (`LogTruncation`). All typed in
+group's member count (`GroupMembership`); log truncations (`LogTruncation`); the
+coordinator's request-log lines of the groups' OffsetCommit requests (`CommitRequest`:
+who committed what); group coordinator loads (`CoordinatorLoad`). All typed in
 detectors/partition_signals.py. The adapter passes the last `lookback` of each (the
 detector is stateless: it re-derives everything from what it is given, as Burrow's
 evaluator does from its stored window of offsets).
@@ -24,24 +26,47 @@ Algorithm, per group and partition:
    lag now, even if the group never committed again. Only a sample taken after the old
    position was committed counts as "at the rewind": an older one predates the old
    position and would make it look truncated.
-3. Classify, first match wins:
-   - operator_reset: the group had no members when the rewind was committed (only an
-     admin tool commits for an empty group: kafka-consumer-groups --reset-offsets refuses
-     an active one), or the application logged its own seek nearby (a replay). Checked
-     first because it explains the commit itself; consumers that join later and reset
-     again produce their own commits. Groups that never show a member in the input
-     (standalone consumers using assign(), e.g. Flink) always commit while "empty", so for
-     them membership proves nothing and that half of the rule is skipped.
+3. Classify (detectors/rewind_cause.py), first match wins. A cause is claimed only with
+   its evidence, which the finding carries; where the evidence tells nothing apart the
+   cause says only what is known, and "unknown" is better than a wrong cause.
+   - operator_reset: an admin commit. The group had no members when the rewind was
+     committed (only an admin tool commits for an empty group: kafka-consumer-groups
+     --reset-offsets refuses an active one), by the membership samples, or by the
+     commit's own request-log line when there is one (member id "", generation -1: the
+     coordinator takes that only from outside an empty group). Checked first because it
+     explains the commit itself; consumers that join later and reset again produce their
+     own commits. Groups that never show a member (no sample with one, no member's
+     commit line: standalone consumers using assign(), e.g. Flink) always commit while
+     "empty", so for them this rule is skipped.
+   - application_seek (logged): the application logged its own seek on the partition
+     within `evidence_window_s` (a replay it asked for).
    - auto_reset_after_out_of_range: a client reset line on the partition within
      `evidence_window_s` of the rewind, or a truncation of the partition as near to it
      (either side: `truncation_near`) that removed committed data (below the high
      watermark: followers also truncate to their high watermark on topic creation and
      after every leader change, which removes nothing a consumer read), or an old
      position past the end offset (the position no longer existed).
-   - stale_offset_after_coordinator_move: members were active and nothing reset them: a
-     stale process (a zombie of an old generation, a standalone committer with an old
-     position) or a coordinator that served stale state after moving, committed an old
-     offset over a newer one.
+   - commit_reordered (next paragraph but one), then
+   - stale_offset_after_coordinator_move: only with a seen coordinator change: a
+     coordinator load of the group's __consumer_offsets partition (epoch above 0) within
+     `evidence_window_s` before the rewind. A coordinator that served stale state after
+     moving makes its members resume from, and commit, an old offset. Checked before the
+     committer's identity because such members look like either of the next two.
+   - commit_reordered: the rewind's commit retries one of the member's that failed (same
+     offset, answered with an error), and the next commit (one drop, within
+     REORDER_WINDOW_MS) is back at the old position: the retry landed after a newer
+     commit (rewind_cause.py, `retried`). Info: nothing moved back.
+   - application_seek: the member that committed the rewind had itself committed a
+     higher offset on the partition before (same member id: the same live consumer
+     moved its own position back), to a position inside the log (not its start or end,
+     where the client's own automatic reset would have put it).
+   - stale_process: the committing member used an older generation (or member epoch)
+     than the newest the group had used, or had never committed the partition while
+     another member had (its first commit there is the rewind): a process that was not
+     the partition's consumer wrote a position it remembered.
+   - member_commit: the group had members (a sample or the rewind's own line says so)
+     and nothing reset it, but no line tells which member committed it or why (no
+     request log, or its line not found): a member committed an older offset.
    - unknown: no membership and no event to go by.
 4. Size: duplicates = messages re-read = min(old, end) - max(new, log start). The old
    position is evidence, not a guess: it is the group's highest commit before the drop.
@@ -55,11 +80,20 @@ too: cause operator_reset_forward.
 
 Scoring and actions:
 
-- rewind: operator_reset info/none; auto_reset high, restore_group_offsets when the old
-  position is still in the log (the reset was spurious, e.g. KAFKA-9543-style bugs, and
-  restoring stops the re-read), else page_human; stale offset high/restore_group_offsets
-  (restore to the old position); unknown warning/page_human. A rewind that already
-  recovered no longer suggests restoring (action none): there is nothing left to restore.
+- rewind: operator_reset and application_seek info/none: deliberate replays, asked for by
+  an operator or by the application itself; restoring would undo them. commit_reordered
+  info/none: the position is already back. auto_reset high,
+  restore_group_offsets when the old position is still in the log (the reset was
+  spurious, e.g. KAFKA-9543-style bugs, and restoring stops the re-read), else
+  page_human. stale_process and stale_offset_after_coordinator_move high/
+  restore_group_offsets (restore to the old position): nobody wanted the re-read, the
+  evidence shows the commit was not the consumer's own move, and putting the group back
+  stops it. member_commit warning/page_human, as unknown: the question that decides both
+  severity and action (a deliberate seek, or a stale process) is the one left open;
+  restoring would undo a deliberate replay, and a page for one would be false, so it
+  opens a ticket whose evidence names what to check (the group's members and their
+  commits). unknown warning/page_human. A rewind that already recovered no longer
+  suggests restoring (action none): there is nothing left to restore.
 - reset: truncation or out-of-range high; unexplained warning; skipped > 0 adds "possible
   loss" and suggests restore_group_offsets to the pre-reset position when it is still in
   the log; operator_reset_forward warning/none.
@@ -69,7 +103,7 @@ Scoring and actions:
 Config keys ([offset_rewind] section, `OffsetRewindSection`):
 
 - evidence_window_s = 120: a client reset line or a truncation this close to the rewind
-  (either side) explains it.
+  (either side), or a coordinator load this long before it, explains it.
 - membership_max_age_s = 300: a membership sample older than this at the commit counts
   as unknown.
 - min_rewind_messages = 1: drops smaller than this are ignored.
@@ -88,20 +122,55 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable, Sequence
 
-from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
-                                group_partition_entity, partition_entity)
-from detectors.partition_signals import (ClientOffsetReset, GroupMembership,
-                                         LogTruncation, OffsetCommit, PartitionOffsets,
-                                         ResetReason, ResetTarget, at_or_before, by_partition,
-                                         messages_reread, offsets_at, offsets_past_log_end,
-                                         pair_reset_events, reset_target_of)
-from kmon.config_keys import _key
+from core.config_keys import _key
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    Detection,
+    EntityKind,
+    Severity,
+    group_partition_entity,
+    partition_entity,
+)
+from detectors.partition_signals import (
+    ClientOffsetReset,
+    CommitRequest,
+    CoordinatorLoad,
+    GroupMembership,
+    LogTruncation,
+    OffsetCommit,
+    PartitionOffsets,
+    ResetReason,
+    ResetTarget,
+    at_or_before,
+    by_partition,
+    messages_reread,
+    offsets_at,
+    offsets_past_log_end,
+    pair_reset_events,
+    reset_target_of,
+)
+from detectors.rewind_cause import (
+    REORDER_WINDOW_MS,
+    Committer,
+    RewindCause,
+    classify_rewind,
+    committer_of,
+    coordinator_move_before,
+    group_has_members,
+    requests_by_group,
+)
+
+__all__ = ["OffsetRewindSection", "PartitionInputs", "ResetCause", "Rewind", "RewindAssessment",
+           "RewindCause", "assess_rewind", "classify_rewind", "detect_offset_anomalies",
+           "find_rewinds", "rewind_detection", "reset_detection"]
 
 
 @dataclass(frozen=True)
 class OffsetRewindSection:
     evidence_window_s: float = _key("A client reset line or a truncation this close to a "
-                                    "rewind (either side) explains the rewind",
+                                    "rewind (either side), or a coordinator load of the "
+                                    "group's partition this long before it, explains it",
                                     120.0, min=1, max=86400)
     membership_max_age_s: float = _key("A group membership sample older than this at a commit "
                                        "counts as unknown", 300.0, min=1, max=86400)
@@ -109,14 +178,6 @@ class OffsetRewindSection:
                                     min=1, max=10**12)
     reset_pair_window_s: float = _key("Longest gap between a Java client's reset-cause line and "
                                       "its new-position line", 5.0, min=0, max=600)
-
-
-class RewindCause(StrEnum):
-    """The `cause` of offset_rewind findings."""
-    OPERATOR_RESET = "operator_reset"
-    AUTO_RESET_AFTER_OUT_OF_RANGE = "auto_reset_after_out_of_range"
-    STALE_OFFSET_AFTER_COORDINATOR_MOVE = "stale_offset_after_coordinator_move"
-    UNKNOWN = "unknown"
 
 
 class ResetCause(StrEnum):
@@ -157,6 +218,8 @@ class RewindAssessment:
     duplicates: int
     cause: str
     lag_now: int | None
+    committer: Committer = Committer()          # who committed it (request log)
+    coordinator_move: CoordinatorLoad | None = None
 
 
 # --- rules -----------------------------------------------------------------------------
@@ -244,19 +307,6 @@ def truncation_near(truncations: Sequence[LogTruncation], t_ms: int,
     return min(near, key=lambda t: (abs(t.event_ms - t_ms), -t.event_ms), default=None)
 
 
-def classify_rewind(admin_commit: bool, seek: ClientOffsetReset | None,
-                    reset_event: ClientOffsetReset | None, truncation: LogTruncation | None,
-                    past_log_end: int, member_count: int | None) -> RewindCause:
-    """First match wins; see the module docstring for why this order."""
-    if admin_commit or seek is not None:
-        return RewindCause.OPERATOR_RESET
-    if reset_event is not None or truncation is not None or past_log_end > 0:
-        return RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
-    if member_count is not None and member_count > 0:
-        return RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE
-    return RewindCause.UNKNOWN
-
-
 def is_benign_reset(e: ClientOffsetReset, had_commit_before: bool) -> bool:
     """A new group (or partition) picking its first position (auto.offset.reset's job), or
     an application's deliberate seek (its commit shows up as a rewind if it goes back)."""
@@ -307,16 +357,30 @@ class PartitionInputs:
     truncations: Sequence[LogTruncation]
 
 
+def undone_at_once(r: Rewind) -> bool:
+    """One drop, and the next commit back at the old position within REORDER_WINDOW_MS."""
+    return (r.drops == 1 and r.recovered_commit is not None
+            and r.recovered_commit.commit_ms - r.rewind_commit.commit_ms <= REORDER_WINDOW_MS)
+
+
 def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMembership],
                   config: OffsetRewindSection,
-                  last_commit: OffsetCommit | None = None) -> RewindAssessment:
+                  last_commit: OffsetCommit | None = None,
+                  group_lines: Sequence[CommitRequest] = (),
+                  coordinator_loads: Sequence[CoordinatorLoad] = ()) -> RewindAssessment:
     """Every rule applied to one rewind; `last_commit` is the group's latest commit on the
-    partition (for the lag now), by default the last one the rewind saw."""
+    partition (for the lag now), by default the last one the rewind saw; `group_lines` the
+    group's OffsetCommit request-log lines (every partition), in time order."""
     t = r.rewind_commit.commit_ms
     window_ms = int(config.evidence_window_s * 1000)
     member_count = members_at(members, t, int(config.membership_max_age_s * 1000))
-    uses_membership = group_uses_membership(members)
-    admin = is_admin_commit(member_count, uses_membership)
+    uses_membership = group_has_members(group_uses_membership(members), group_lines)
+    committer = committer_of(r.rewind_commit, r.previous_commit, group_lines)
+    if committer.line is None:
+        admin = is_admin_commit(member_count, uses_membership)
+    else:  # the line says who: a member, or nobody (only an empty group takes that)
+        admin = uses_membership and committer.line.memberless
+    move = coordinator_move_before(coordinator_loads, r.rewind_commit, window_ms)
     seek = seek_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     event = reset_event_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     truncation = truncation_near(inputs.truncations, t, window_ms)
@@ -329,19 +393,25 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
         admin_commit=admin, seek=seek, reset_event=event, truncation=truncation,
         offsets_at_rewind=at,
         past_log_end=past_end, duplicates=messages_reread(r.old_position, r.new_position, at),
-        cause=classify_rewind(admin, seek, event, truncation, past_end, member_count),
-        lag_now=None if latest is None else max(0, latest.end_offset - last_offset))
+        cause=classify_rewind(admin, seek, event, truncation, past_end, member_count,
+                              committer, move,
+                              reset_target_of(r.new_position, at) is ResetTarget.OFFSET,
+                              undone_at_once(r)),
+        lag_now=None if latest is None else max(0, latest.end_offset - last_offset),
+        committer=committer, coordinator_move=move)
 
 
 def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKind]:
-    if a.cause == RewindCause.OPERATOR_RESET:
+    if a.cause in (RewindCause.OPERATOR_RESET, RewindCause.APPLICATION_SEEK,
+                   RewindCause.COMMIT_REORDERED):
         return Severity.INFO, ActionKind.NONE
     if a.cause == RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE:
         restorable = a.past_log_end == 0 and a.truncation is None and still_in_log(
             a.rewind.old_position, a.offsets_at_rewind)
         action = ActionKind.RESTORE_GROUP_OFFSETS if restorable else ActionKind.PAGE_HUMAN
         severity = Severity.HIGH
-    elif a.cause == RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE:
+    elif a.cause in (RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE,
+                     RewindCause.STALE_PROCESS):
         severity, action = Severity.HIGH, ActionKind.RESTORE_GROUP_OFFSETS
     else:
         severity, action = Severity.WARNING, ActionKind.PAGE_HUMAN
@@ -351,12 +421,21 @@ def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKi
 
 
 _REWIND_WHY = {
-    RewindCause.OPERATOR_RESET: "a deliberate reset (committed while the group had no members, "
-                                "or the application sought back)",
+    RewindCause.OPERATOR_RESET: "a deliberate reset (committed while the group had no members)",
+    RewindCause.APPLICATION_SEEK: "the application's own seek (the member that committed it had "
+                                  "committed the higher offsets itself, or logged its seek)",
     RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE: "an automatic reset after the position fell "
                                                "out of range",
-    RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE: "an old offset committed over a newer one "
-                                                     "while members were active, with no reset",
+    RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE: "an old offset committed after the group's "
+                                                     "coordinator moved",
+    RewindCause.STALE_PROCESS: "a stale process committed an old position (a member of an older "
+                               "generation, or one that had not been committing the partition)",
+    RewindCause.COMMIT_REORDERED: "a retried commit request of the member, with an offset it "
+                                  "had committed before, landed after a newer one; its next "
+                                  "commit put the position back at once (nothing was re-read "
+                                  "on its account)",
+    RewindCause.MEMBER_COMMIT: "a member committed an older offset (no reset; whether it sought "
+                               "back or was stale is not known)",
     RewindCause.UNKNOWN: "cause unknown (no membership or client evidence)",
 }
 
@@ -380,7 +459,15 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         else None,
         "restore_to": r.old_position if action is ActionKind.RESTORE_GROUP_OFFSETS else None,
     }
-    event = a.seek if a.cause is RewindCause.OPERATOR_RESET and a.seek else a.reset_event
+    committer = a.committer.evidence()
+    if committer is not None:
+        evidence["committer"] = committer
+    if a.coordinator_move is not None:
+        m = a.coordinator_move
+        evidence["coordinator_load"] = {"event_ms": m.event_ms, "broker": m.broker,
+                                        "offsets_partition": m.offsets_partition,
+                                        "leader_epoch": m.leader_epoch}
+    event = a.seek if a.cause is RewindCause.APPLICATION_SEEK and a.seek else a.reset_event
     if event is not None:
         evidence["reset_event"] = {"event_ms": event.event_ms, "client_id": event.client_id,
                                    "reason": event.reason.value,
@@ -505,6 +592,8 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
                             resets: Iterable[ClientOffsetReset] = (),
                             memberships: Iterable[GroupMembership] = (),
                             truncations: Iterable[LogTruncation] = (),
+                            commit_requests: Iterable[CommitRequest] = (),
+                            coordinator_loads: Iterable[CoordinatorLoad] = (),
                             now_ms: int,
                             config: OffsetRewindSection | None = None) -> list[Detection]:
     """offset_rewind and offset_reset detections for everything in the input.
@@ -528,6 +617,8 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
         commits_by_gtp[(c.cluster, c.group, c.topic, c.partition)].append(c)
     for cs in commits_by_gtp.values():
         cs.sort(key=lambda c: c.commit_ms)
+    lines_by_group = requests_by_group(commit_requests)
+    loads = sorted(coordinator_loads, key=lambda x: x.event_ms)
 
     detections: list[Detection] = []
     for tp, events in resets_by_tp.items():
@@ -547,7 +638,9 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
         rewinds = find_rewinds(cs, config.min_rewind_messages)
         if not rewinds:
             continue
-        latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1])
+        latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1],
+                               group_lines=lines_by_group.get((cluster, group), []),
+                               coordinator_loads=loads)
         d = rewind_detection(latest, now_ms)
         detections.append(dataclasses.replace(
             d, evidence={**d.evidence, "rewinds_seen": len(rewinds)}))

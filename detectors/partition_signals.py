@@ -20,6 +20,12 @@ every lookup below keys on it.
   the new position on two lines: pass both, `pair_reset_events` joins them.
 - `GroupMembership`: a sample of a group's member count (AdminClient describeGroups or
   client statistics), used to tell an operator's reset (empty group) from a live group.
+- `CommitRequest`: one partition of an OffsetCommit request as the coordinator's request
+  log shows it: who committed (member id, generation or member epoch, client id) which
+  offset. It tells an application's own seek from a stale process.
+- `CoordinatorLoad`: a broker became the group coordinator of a __consumer_offsets
+  partition (server.log "Scheduling loading of metadata from __consumer_offsets-N with
+  epoch E"): the only evidence of a coordinator move.
 
 Where the adapter takes them from (silver tables in schemas/):
 - OffsetCommit <- silver.offset_commits without tombstones: group = group_id,
@@ -32,6 +38,11 @@ Where the adapter takes them from (silver tables in schemas/):
 - ClientOffsetReset <- silver.client_offset_events: event_ms = ts_ms, group = group_id,
   client_id, topic, partition, from_offset, to_offset, and (reason, target) =
   `client_event_meaning(kind, reset_target, reason)`.
+- CommitRequest <- silver.request_stages api_key 8 (OffsetCommit), one per element of
+  `committed`: group = group_id, member_id, generation, client_id, broker, request_ms =
+  ts_ms.
+- CoordinatorLoad <- silver.log_events kind = coordinator_load: broker, event_ms = ts_ms,
+  offsets_partition = partition, leader_epoch.
 - PartitionOffsets and GroupMembership have no silver table yet: JMX LogEndOffset /
   LogStartOffset gauges or client statistics (hi_offset, lo_offset; cgrp
   assignment_size summed over a group's members), or AdminClient listOffsets and
@@ -71,6 +82,7 @@ class OffsetCommit:
     offset: int
     commit_ms: int
     leader_epoch: int | None = None
+    source_partition: int | None = None  # the group's partition of __consumer_offsets
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,54 @@ class GroupMembership:
     group: str
     observed_ms: int
     member_count: int
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    cluster: str
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    request_ms: int
+    member_id: str | None = None
+    generation: int | None = None   # generationIdOrMemberEpoch
+    client_id: str | None = None
+    broker: int | None = None       # the coordinator that logged it
+    failed: bool = False            # the coordinator answered with an error (the response's
+                                    # error codes: a timed-out append, not the coordinator)
+    total_ms: float = 0.0           # the request's total time: it came in total_ms before
+
+    @property
+    def received_ms(self) -> int:
+        """When the coordinator got it (and appended the commit): the line is written when
+        the response goes, which for a commit waiting on replication is seconds later."""
+        return self.request_ms - int(self.total_ms or 0)
+
+    @property
+    def from_member(self) -> bool:
+        """Committed by a member of the group (the coordinator checked its id and epoch)."""
+        return bool(self.member_id) and self.generation is not None and self.generation >= 0
+
+    @property
+    def memberless(self) -> bool:
+        """An admin tool's or a standalone (assign()) consumer's commit: no member, no
+        generation. The coordinator takes one only while the group has no members."""
+        return self.member_id == "" and self.generation is not None and self.generation < 0
+
+
+@dataclass(frozen=True)
+class CoordinatorLoad:
+    cluster: str
+    broker: int
+    offsets_partition: int
+    event_ms: int
+    leader_epoch: int | None = None
+
+    @property
+    def is_move(self) -> bool:
+        """Epoch 0 is the partition's first leader (a new cluster or topic): nothing moved."""
+        return self.leader_epoch is None or self.leader_epoch > 0
 
 
 # Log lines come from different processes whose clocks and flush times differ a little: an

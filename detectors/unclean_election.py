@@ -21,17 +21,36 @@ differenced per controller).
 
 Algorithm, per logged election:
 
+0. A re-logged election is not a new one. A KRaft controller logs "UNCLEAN partition
+   change" whenever it applies the record, also when a restarted controller replays the
+   metadata log written since its last snapshot (seen in the matrix: a rolling restart
+   re-logged an election made minutes earlier, leaderEpoch 1 -> 2). Leader epochs only
+   grow, so a line electing leader epoch b is a replay when the partition was seen before
+   it (by more than the clock skew) at an epoch above b, or at b itself more than a
+   minute before (`ELECTION_MERGE_MS`, the span of one election's lines: that election
+   was logged then). The sightings
+   (`LeaderEpochSeen`) are the brokers' "starts at leader epoch E" lines and earlier
+   election lines. A replayed line still accounts for a meter tick (the replaying
+   controller's meter counts it again) but makes no finding.
 1. Lost range [lost_from, lost_until): the offsets the old leader had acknowledged that
    the new leader never had.
    - lost_from, the new leader's log end at the election, first match wins: the old
      leader's own truncation after the election (it truncates to exactly that point when
-     it comes back: the most direct evidence); else the lowest truncation below a logged
-     high watermark; else the lowest truncation of the partition after the election; else
+     it comes back: the most direct evidence); else the new leader's own "Leader <tp> ...
+     starts at leader epoch <elected> from offset O" (its log end as it took over); else
+     the lowest truncation below a logged high watermark; else the lowest truncation of the partition after the election; else
      the first end offset observed after the election (an upper bound: new writes may
      already be in it).
    - lost_until, the high watermark before the election: the highest "below high
-     watermark M" of the truncation lines; else the last end offset observed before the
-     election (the high watermark consumers could reach).
+     watermark M" of the truncation lines; else, when the old leader came back as a
+     follower ("Follower <tp> starts at leader epoch E from offset O", E at least the
+     elected one) with no more than the new leader had (O at most lost_from), that O:
+     its log held nothing the new leader lacked, acknowledged or not, so nothing was lost
+     (its high watermark in the same line is a checkpoint up to 5 s old, so it is not used
+     as a bound); else the last end offset observed before the election (the high
+     watermark consumers could reach). Seen live (unclean-noloss-3b): 500 records written
+     between two 10 s samples of the end offsets, the last sample before the election
+     said 0; the two brokers' start lines said 500 and 500.
    Each bound's source is in the evidence; a bound we cannot find stays null and the
    finding says so rather than guessing.
 2. Groups: each group's last commit on the partition at or before the election.
@@ -49,7 +68,11 @@ Algorithm, per logged election:
    cluster-level finding with partitions "unknown"; truncations below the high watermark
    near the tick are listed as candidate partitions.
 
-Scoring: unclean_election is critical, log_truncation high. Unfixable: lost data cannot
+Scoring: unclean_election is critical, unless the lost range is known and empty (the
+elected replica had every record up to the old high watermark: the controller logged an
+unclean election, but nothing committed was lost), then warning; log_truncation high.
+An end offset sampled after the election equal to the last one before it (no writes in
+between) counts as an empty range; one past it leaves the start unknown (new writes). Unfixable: lost data cannot
 be brought back by kmon; every finding here suggests page_human.
 
 Config keys ([unclean_election] section, `UncleanElectionSection`):
@@ -77,11 +100,24 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable, Sequence
 
-from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
-                                cluster_entity, partition_entity)
-from detectors.partition_signals import (CLOCK_SKEW_MS, LogTruncation, OffsetCommit,
-                                         PartitionOffsets, at_or_before, by_partition)
-from kmon.config_keys import _key
+from core.config_keys import _key
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    Detection,
+    EntityKind,
+    Severity,
+    cluster_entity,
+    partition_entity,
+)
+from detectors.partition_signals import (
+    CLOCK_SKEW_MS,
+    LogTruncation,
+    OffsetCommit,
+    PartitionOffsets,
+    at_or_before,
+    by_partition,
+)
 
 
 class ElectionCause(StrEnum):
@@ -103,6 +139,11 @@ class UncleanElectionSection:
                                        min=1, max=86400)
     max_groups_listed: int = _key("Consumer groups named per list in a finding's evidence", 50,
                                   min=1, max=10000)
+    replay_lookback_s: float = _key("How far back a partition's leader epochs are read to tell "
+                                    "an election line a restarted controller re-logs (it "
+                                    "replays the metadata log since its last snapshot: "
+                                    "metadata.log.max.snapshot.interval.ms, 1 h by default) "
+                                    "from a new election", 7200.0, min=60, max=7 * 86400)
     unlogged_after_s: float = _key("A rise of the controller's unclean-election meter that no "
                                    "log line accounts for is reported as an unlogged election "
                                    "only once it is this old: the log line comes through the "
@@ -121,6 +162,25 @@ class UncleanElection:
     old_leader: int | None = None
     new_leader: int | None = None
     leader_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaderEpochSeen:
+    """The partition was seen at this leader epoch at event_ms: a broker's "starts at
+    leader epoch E" line, or an election line naming the epoch it elected. For a broker's
+    line: `broker` logged it, `leader` is the leader it names (the broker itself when it
+    leads), `log_end` its log end offset then ("from offset O") and `high_watermark` its
+    own high watermark then."""
+    cluster: str
+    topic: str
+    partition: int
+    leader_epoch: int
+    event_ms: int
+    source: str = "leader_change"
+    broker: int | None = None
+    leader: int | None = None
+    log_end: int | None = None
+    high_watermark: int | None = None
 
 
 @dataclass(frozen=True)
@@ -165,7 +225,28 @@ class GroupsOnRange:
     unknown: list[tuple[str, int]]  # the range start is unknown: cannot place them
 
 
+# Lines of one unclean election (every controller logs the change; the active one also
+# logs "Setting new leader ... using an unclean election") fall within this of each other.
+ELECTION_MERGE_MS = 60_000
+
+
 # --- rules -----------------------------------------------------------------------------
+
+def replay_evidence(e: UncleanElection, seen: Iterable[LeaderEpochSeen],
+                    merge_ms: int = ELECTION_MERGE_MS) -> LeaderEpochSeen | None:
+    """The sighting that shows e's line re-logs an election already made (step 0), or None:
+    the partition at a higher epoch before the line, or at e's epoch well before it."""
+    if e.leader_epoch is None:
+        return None
+    for s in sorted(seen, key=lambda s: s.event_ms):
+        if (s.cluster, s.topic, s.partition) != (e.cluster, e.topic, e.partition):
+            continue
+        if s.leader_epoch > e.leader_epoch and s.event_ms < e.event_ms - CLOCK_SKEW_MS:
+            return s
+        if s.leader_epoch == e.leader_epoch and s.event_ms < e.event_ms - merge_ms:
+            return s
+    return None
+
 
 def truncations_after(e: UncleanElection, truncations: Sequence[LogTruncation],
                       window_ms: int) -> list[LogTruncation]:
@@ -174,13 +255,50 @@ def truncations_after(e: UncleanElection, truncations: Sequence[LogTruncation],
             if e.event_ms - CLOCK_SKEW_MS <= t.event_ms <= e.event_ms + window_ms]
 
 
+def new_leader_start(e: UncleanElection, seen: Sequence[LeaderEpochSeen]
+                     ) -> LeaderEpochSeen | None:
+    """The elected broker's own "Leader <tp> starts at leader epoch <elected>" line."""
+    if e.new_leader is None or e.leader_epoch is None:
+        return None
+    return next((s for s in seen if s.broker == e.new_leader and s.leader == e.new_leader
+                 and s.leader_epoch == e.leader_epoch and s.log_end is not None), None)
+
+
+def last_leader(e: UncleanElection, seen: Sequence[LeaderEpochSeen]) -> int | None:
+    """The partition's leader before the election. A KRaft controller elects uncleanly
+    once the partition is offline, so its line says "leader: -1 -> N"; the last leader
+    any broker's start line names below the elected epoch is the one that had the data."""
+    if e.old_leader is not None and e.old_leader >= 0:
+        return e.old_leader
+    if e.leader_epoch is None:
+        return None
+    before = [s for s in seen if s.leader is not None and s.leader >= 0
+              and s.leader_epoch < e.leader_epoch and s.event_ms <= e.event_ms]
+    return max(before, key=lambda s: (s.leader_epoch, s.event_ms)).leader if before else None
+
+
+def old_leader_back(e: UncleanElection, seen: Sequence[LeaderEpochSeen]
+                    ) -> LeaderEpochSeen | None:
+    """The old leader's first "Follower <tp> starts" line at the elected epoch or later."""
+    old = last_leader(e, seen)
+    if old is None or e.leader_epoch is None:
+        return None
+    back = [s for s in seen if s.broker == old and s.leader != old
+            and s.leader_epoch >= e.leader_epoch and s.log_end is not None
+            and s.event_ms >= e.event_ms - CLOCK_SKEW_MS]
+    return min(back, key=lambda s: s.event_ms, default=None)
+
+
 def lost_range_start(e: UncleanElection, truncations: Sequence[LogTruncation],
-                     offsets: Sequence[PartitionOffsets]) -> tuple[int | None, str]:
+                     offsets: Sequence[PartitionOffsets],
+                     seen: Sequence[LeaderEpochSeen] = ()) -> tuple[int | None, str]:
     """The new leader's log end at the election; first match wins (see the docstring)."""
     by_old_leader = [t for t in truncations
                      if e.old_leader is not None and t.broker == e.old_leader]
     if by_old_leader:
         return min(t.truncated_to for t in by_old_leader), "old_leader_truncation"
+    if (start := new_leader_start(e, seen)) is not None:
+        return start.log_end, "new_leader_start"
     below_hw = [t for t in truncations if t.below_high_watermark]
     if below_hw:
         return min(t.truncated_to for t in below_hw), "truncation_below_high_watermark"
@@ -193,11 +311,19 @@ def lost_range_start(e: UncleanElection, truncations: Sequence[LogTruncation],
 
 
 def lost_range_end(e: UncleanElection, truncations: Sequence[LogTruncation],
-                   offsets: Sequence[PartitionOffsets]) -> tuple[int | None, str]:
-    """The high watermark before the election, as far as the evidence reaches."""
+                   offsets: Sequence[PartitionOffsets], seen: Sequence[LeaderEpochSeen] = (),
+                   lost_from: int | None = None, lost_from_source: str = "unknown"
+                   ) -> tuple[int | None, str]:
+    """The high watermark before the election, as far as the evidence reaches.
+    `lost_from` counts for the old leader's log end only when exact (its truncation, or
+    the new leader's start line), not an upper bound."""
     marks = [t.high_watermark for t in truncations if t.high_watermark is not None]
     if marks:
         return max(marks), "truncation_high_watermark"
+    back = old_leader_back(e, seen)
+    exact = lost_from_source in ("old_leader_truncation", "new_leader_start")
+    if back is not None and exact and lost_from is not None and back.log_end <= lost_from:
+        return back.log_end, "old_leader_log_end"
     before = at_or_before(offsets, e.event_ms - 1, lambda o: o.observed_ms)
     if before is not None:
         return before.end_offset, "last_end_offset_before_election"
@@ -205,14 +331,19 @@ def lost_range_end(e: UncleanElection, truncations: Sequence[LogTruncation],
 
 
 def lost_range(e: UncleanElection, truncations: Sequence[LogTruncation],
-               offsets: Sequence[PartitionOffsets]) -> LostRange:
-    start, start_src = lost_range_start(e, truncations, offsets)
-    end, end_src = lost_range_end(e, truncations, offsets)
-    if start_src == "first_end_offset_after_election" and end is not None and start >= end:
+               offsets: Sequence[PartitionOffsets],
+               seen: Sequence[LeaderEpochSeen] = ()) -> LostRange:
+    start, start_src = lost_range_start(e, truncations, offsets, seen)
+    end, end_src = lost_range_end(e, truncations, offsets, seen, start, start_src)
+    if start_src == "first_end_offset_after_election" and end is not None and start > end:
         # Only an upper bound, and new writes to the new leader already carried it past
         # the old high watermark (seen in the demo: [25515, 25040), "0 messages lost"):
         # the start is not known until a truncation line tells it.
         start, start_src = None, "unknown"
+    if end_src == "last_end_offset_before_election" and start is not None and end < start:
+        # A sample is a lower bound of the old high watermark: one below the new leader's
+        # end (written since the sample) bounds nothing, and is not "0 lost".
+        end, end_src = None, "unknown"
     return LostRange(start, start_src, end, end_src)
 
 
@@ -274,7 +405,10 @@ def election_detection(e: UncleanElection, r: LostRange, groups: GroupsOnRange,
                        config: UncleanElectionSection) -> Detection:
     n = config.max_groups_listed
     lost = r.messages_lost
-    if lost is not None:
+    if lost == 0:
+        what = (f"it had every record up to the old high watermark {r.lost_until}, so no "
+                f"committed data was lost")
+    elif lost is not None:
         what = f"offsets [{r.lost_from}, {r.lost_until}) ({lost} messages) were lost"
     elif r.lost_from is not None:
         what = f"data from offset {r.lost_from} on was lost (the old high watermark is unknown)"
@@ -286,7 +420,11 @@ def election_detection(e: UncleanElection, r: LostRange, groups: GroupsOnRange,
     leaders = f"{e.old_leader if e.old_leader is not None else '?'} -> " \
               f"{e.new_leader if e.new_leader is not None else '?'}"
     return Detection(
-        cluster=e.cluster, type=AnomalyType.UNCLEAN_ELECTION, severity=Severity.CRITICAL,
+        cluster=e.cluster, type=AnomalyType.UNCLEAN_ELECTION,
+        # Severity follows what was lost: critical while a loss is proven or cannot be
+        # ruled out yet; an election the controller calls unclean that removed no
+        # committed record is worth a ticket (the ISR was bypassed), not a data-loss page.
+        severity=Severity.WARNING if lost == 0 else Severity.CRITICAL,
         entity_kind=EntityKind.PARTITION, entity=partition_entity(e.topic, e.partition),
         first_seen_ms=e.event_ms, last_seen_ms=e.event_ms,
         cause=ElectionCause.UNCLEAN_LEADER_ELECTION,
@@ -352,13 +490,19 @@ def detect_unclean_elections(elections: Iterable[UncleanElection], *,
                              truncations: Iterable[LogTruncation] = (),
                              offsets: Iterable[PartitionOffsets] = (),
                              commits: Iterable[OffsetCommit] = (),
+                             leader_epochs: Iterable[LeaderEpochSeen] = (),
                              config: UncleanElectionSection | None = None,
                              now_ms: int | None = None) -> list[Detection]:
     """unclean_election and log_truncation detections for everything in the input.
-    `now_ms`: the evaluation time; meter ticks younger than unlogged_after_s then wait for
-    their log line (None: every tick is judged now, as in a replay of a closed range)."""
+    `leader_epochs`: the partitions' leader epochs seen (step 0: re-logged elections make
+    no finding). `now_ms`: the evaluation time; meter ticks younger than unlogged_after_s
+    then wait for their log line (None: every tick is judged now, as in a replay of a
+    closed range)."""
     config = config or UncleanElectionSection()
     elections = list(elections)
+    epochs_by_tp: dict[tuple[str, str, int], list[LeaderEpochSeen]] = defaultdict(list)
+    for s in leader_epochs:
+        epochs_by_tp[(s.cluster, s.topic, s.partition)].append(s)
     truncations = list(truncations)
     truncations_by_tp = by_partition(truncations, lambda t: t.event_ms)
     offsets_by_tp = by_partition(offsets, lambda o: o.observed_ms)
@@ -368,8 +512,10 @@ def detect_unclean_elections(elections: Iterable[UncleanElection], *,
     detections = [truncation_detection(t) for t in truncations if t.below_high_watermark]
     for e in sorted(elections, key=lambda e: e.event_ms):
         tp = (e.cluster, e.topic, e.partition)
+        if replay_evidence(e, epochs_by_tp.get(tp, [])) is not None:
+            continue
         related = truncations_after(e, truncations_by_tp.get(tp, []), window_ms)
-        r = lost_range(e, related, offsets_by_tp.get(tp, []))
+        r = lost_range(e, related, offsets_by_tp.get(tp, []), epochs_by_tp.get(tp, []))
         groups = place_groups(committed_at(commits_by_tp.get(tp, []), e.event_ms), r)
         detections.append(election_detection(e, r, groups, config))
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "kmon"
 SUBSYSTEM = "agent"
@@ -48,7 +51,12 @@ class _Families:
                                        "nothing is published for them", ["agent", "source"],
                                        namespace=NAMESPACE, subsystem=SUBSYSTEM,
                                        registry=registry)
-
+        self.parser_exceptions = Counter("parser_exceptions", "Inputs whose parsing or record "
+                                         "building raised instead of returning a record or a "
+                                         "reason; each is quarantined (reason parser_exception) "
+                                         "and the agent goes on, by source and exception type",
+                                         ["agent", "source", "exception"], namespace=NAMESPACE,
+                                         subsystem=SUBSYSTEM, registry=registry)
 
 
 _FAMILIES: "weakref.WeakKeyDictionary[CollectorRegistry, _Families]" = weakref.WeakKeyDictionary()
@@ -69,6 +77,7 @@ class AgentMetrics:
             if fam is None:
                 fam = _FAMILIES[registry] = _Families(registry)
         self.__dict__.update(vars(fam))
+        self._exceptions_logged: set[tuple[str, str]] = set()
         self.flush_failures.labels(agent)  # present at 0 from the start, for alerts
 
     def published(self, stream: str, n: int = 1) -> None:
@@ -76,3 +85,14 @@ class AgentMetrics:
 
     def quarantined(self, stream: str, n: int = 1) -> None:
         self.records.labels(self.agent, stream, "quarantined").inc(n)
+
+    def parser_exception(self, source: str, error: BaseException) -> None:
+        """Count an input whose parser raised; log it, with the traceback the first time."""
+        kind = type(error).__name__
+        self.parser_exceptions.labels(self.agent, source, kind).inc()
+        first = (source, kind) not in self._exceptions_logged
+        self._exceptions_logged.add((source, kind))
+        log.warning("%s: the %s parser raised %s on one input: %.200s; the input is quarantined "
+                    "and the agent goes on%s", self.agent, source, kind, error,
+                    "" if first else " (traceback logged the first time)",
+                    exc_info=error if first else None)

@@ -46,11 +46,30 @@ for the kinds kmon acts on. Each line form matched, and where it was seen:
 - offset_out_of_range / offset_reset (followers): ``Current offset N for partition <t>-<p>
   is out of range, which typically implies a leader change. Reset fetch offset to M``;
   ``Reset fetch offset for partition <t>-<p> from N to current leader's latest offset M``.
+- coordinator_load / coordinator_unload: this broker became (or stopped being) the group
+  coordinator of a __consumer_offsets partition: ``[GroupCoordinator id=1] Scheduling
+  loading of metadata from __consumer_offsets-9 with epoch 1`` and ``Scheduling unloading
+  of metadata for __consumer_offsets-7 with epoch OptionalInt[1]`` (CoordinatorRuntime,
+  seen on 4.3.1; the epoch is the partition's leader epoch, 0 for the first leader, and
+  ``OptionalInt.empty`` when the topic was deleted); ``Scheduling loading of offsets and
+  group metadata from __consumer_offsets-7[ for epoch 3]`` (GroupMetadataManager, before
+  4.0; the epoch from 2.2). topic is __consumer_offsets, partition the groups' partition,
+  leader_epoch the epoch when given. The share and transaction coordinators' lines (other
+  topics) stay other. The offset-rewind detector claims a coordinator move only with one.
+- broker_fenced / broker_shutdown / broker_registered / broker_unfenced (controller,
+  subject_broker the broker the line is about): ``[QuorumController id=3] Fencing broker 2
+  at epoch 11 because its session has timed out.`` (4.x; ``Fencing broker 2 because ...``
+  before); ``Unfenced broker 1 has requested and been granted a controlled shutdown.``;
+  ``Registering a new incarnation of broker 2. Previous incarnation ID was ...``; ``The
+  request from broker 2 to unfence has been granted because it has caught up with the
+  offset of its register broker record 4822.`` (``... with the last committed metadata
+  offset N`` in 3.x). All seen on 4.3.1 except the 3.x forms. When a broker was out.
 - cleaner_run: the summary above; sizes are MB with one decimal and counts carry
   thousands separators (``%,.1f``, ``%,d`` in the en locale).
 
 An event becomes a record or a `Malformed` (not_utf8, empty_line, orphan_lines: text
-before the first stamped line, bad_timestamp).
+before the first stamped line, bad_timestamp, oversize_number: a number of more digits
+than Python converts).
 """
 
 from __future__ import annotations
@@ -81,7 +100,7 @@ RECORD_FIELDS = (
     "kind", "topic", "partition", "topic_id", "offset", "from_offset", "high_watermark",
     "old_leader", "new_leader", "leader_epoch", "isr_before", "isr_after", "dirty_start",
     "dirty_end", "mb_processed", "seconds", "start_size_mb", "end_size_mb", "start_messages",
-    "end_messages", "reduction_pct", "buffer_utilization_pct",
+    "end_messages", "reduction_pct", "buffer_utilization_pct", "subject_broker",
 )
 
 
@@ -148,7 +167,10 @@ def parse_event(event: str, *, cluster: str, broker: int, log: str | None = None
                logger=logger, message=message[:MAX_MESSAGE_CHARS],
                message_truncated=len(message) > MAX_MESSAGE_CHARS,
                kind=LogEventKind.OTHER.value)
-    classify(message, rec)
+    try:
+        classify(message, rec)
+    except ValueError:  # int() of more digits than Python converts
+        return Malformed(SOURCE, "oversize_number", event, ts_ms)
     return rec
 
 
@@ -377,6 +399,49 @@ def _offset_reset(message: str, rec: dict) -> bool:
     return False
 
 
+# group coordinator moves
+
+COORDINATOR_RE = re.compile(
+    r"Scheduling (?P<what>loading|unloading) of (?:metadata|offsets and group metadata) "
+    r"(?:from|for) __consumer_offsets-(?P<p>\d+)"
+    r"(?: (?:with|for) epoch (?:OptionalInt\[)?(?P<e>-?\d+))?")
+
+
+def _coordinator(message: str, rec: dict) -> bool:
+    m = COORDINATOR_RE.search(message)
+    if m is None:
+        return False
+    rec["topic"], rec["partition"] = "__consumer_offsets", int(m.group("p"))
+    if m.group("e") is not None:
+        rec["leader_epoch"] = int(m.group("e"))
+    rec["kind"] = (LogEventKind.COORDINATOR_LOAD if m.group("what") == "loading"
+                   else LogEventKind.COORDINATOR_UNLOAD).value
+    return True
+
+
+# the controller on brokers' sessions
+
+BROKER_STATE_RES = (
+    (re.compile(r"Fencing broker (?P<b>\d+)(?: at epoch -?\d+)? because its session has "
+                r"timed out"), LogEventKind.BROKER_FENCED),
+    (re.compile(r"broker (?P<b>\d+) has requested and been granted a controlled shutdown"),
+     LogEventKind.BROKER_SHUTDOWN),
+    (re.compile(r"Registering a new incarnation of broker (?P<b>\d+)\b"),
+     LogEventKind.BROKER_REGISTERED),
+    (re.compile(r"The request from broker (?P<b>\d+) to unfence has been granted"),
+     LogEventKind.BROKER_UNFENCED),
+)
+
+
+def _broker_state(message: str, rec: dict) -> bool:
+    for regex, kind in BROKER_STATE_RES:
+        if m := regex.search(message):
+            rec["subject_broker"] = int(m.group("b"))
+            rec["kind"] = kind.value
+            return True
+    return False
+
+
 # the log cleaner's summary
 
 NUMBER = r"(-?[\d,]+(?:\.\d+)?|NaN|-?Infinity)"
@@ -420,6 +485,11 @@ RULES = (
     ("ISR", _isr),
     ("starts at leader epoch", _leader_start),
     ("fetch offset", _offset_reset),
+    ("Scheduling", _coordinator),
+    ("Fencing broker", _broker_state),
+    ("granted a controlled shutdown", _broker_state),
+    ("new incarnation of broker", _broker_state),
+    ("to unfence has been granted", _broker_state),
 )
 
 

@@ -1,7 +1,7 @@
 """The broker log shipper: follows each broker's own logs and publishes them as ``log_events``.
 
 Per broker it follows server.log, controller.log, state-change.log and log-cleaner.log
-(the file split of kmon/resources/broker-log4j2.properties, which is Kafka's own; each
+(the file split of infra/resources/broker-log4j2.properties, which is Kafka's own; each
 file rolls by size to ``<name>.1`` ... and `FileTailer` follows that). Lines are joined
 into whole events by `ingest.broker_log.EventAssembler` (a stamped line and the lines
 after it: the log cleaner's summary, stack traces, the config dump at start-up) and
@@ -18,6 +18,12 @@ event with no line after it (the last cleaner summary of a quiet broker) is publ
 once its file has been quiet for ``idle_flush_s`` (2 s); a continuation line that shows up
 later than that becomes an ``orphan_lines`` quarantine record rather than vanish.
 
+An event the parser raises on is quarantined whole (``parser_exception``, see
+ingest/tail_agent.py) under its first line's record_id, exactly where a record or a
+Malformed of it would have gone, so the positions above hold as they are; should the
+assembler itself raise on a line, that line alone is quarantined, as a line that is not
+UTF-8 is.
+
 ``record_id = <cluster>:<broker>:<log>:<inode>:<byte offset of the event's first line>``.
 """
 
@@ -26,11 +32,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import tzinfo
+from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.broker_log import EventAssembler, parse_event
+from ingest.broker_log import SOURCE, EventAssembler, parse_event
 from ingest.file_tailer import Position, PositionStore, TailedLine
 from ingest.log_time import UTC
 from ingest.malformed import Malformed
@@ -72,6 +79,11 @@ def broker_log_sources(cluster: str, broker: int, log_dir: str | Path) -> list[B
             for name, file in BROKER_LOGS.items()]
 
 
+def _lazily(feed: Callable, line: bytes) -> Iterator:
+    """``feed(line)``, called on the first next(): one try covers the call and its events."""
+    yield from feed(line)
+
+
 @dataclass
 class _Assembly:
     """One file's event in the making."""
@@ -106,15 +118,7 @@ class BrokerLogAgent(TailAgent[BrokerLogSource]):
         for tl in lines:
             if st.first is not None and tl.inode != st.first.inode:
                 self._complete(src, st, now_ms)  # the file rolled: its last event is whole
-            line_was_bad = False
-            for out in st.assembler.feed(tl.data):
-                if isinstance(out, Malformed):  # this line alone (not UTF-8), not joined
-                    line_was_bad = True
-                    self._quarantine(src.key, out, self._record_id(src, tl), cluster=src.cluster,
-                                     now_ms=now_ms, origin=str(src.path), broker=src.broker)
-                else:                           # the event this line's stamp completed
-                    self._emit(src, out, st.first, now_ms)
-                    st.first = None
+            line_was_bad = self._feed(src, st, tl, now_ms)
             if st.first is None and not line_was_bad:
                 st.first = tl
             st.last_after = tl.after
@@ -126,19 +130,40 @@ class BrokerLogAgent(TailAgent[BrokerLogSource]):
             return Position(st.first.inode, st.first.start)
         return st.last_after
 
+    def _feed(self, src: BrokerLogSource, st: _Assembly, tl: TailedLine, now_ms: int) -> bool:
+        """Feed one line and emit the event its stamp completed; True when the line itself
+        was quarantined (not UTF-8, or the assembler raised on it) and joined no event."""
+        outs = _lazily(st.assembler.feed, tl.data)
+        line_was_bad = False
+        while True:
+            try:
+                out = next(outs, None)
+            except Exception as e:  # noqa: BLE001 - no line may stop the agent
+                self._quarantine_exception(src.key, e, tl.data, self._record_id(src, tl),
+                                           source=SOURCE, cluster=src.cluster, now_ms=now_ms,
+                                           origin=str(src.path), broker=src.broker)
+                return True
+            if out is None:
+                return line_was_bad
+            if isinstance(out, Malformed):  # this line alone (not UTF-8), not joined
+                line_was_bad = True
+                self._quarantine(src.key, out, self._record_id(src, tl), cluster=src.cluster,
+                                 now_ms=now_ms, origin=str(src.path), broker=src.broker)
+            else:                           # the event this line's stamp completed
+                self._emit(src, out, st.first, now_ms)
+                st.first = None
+
     def _complete(self, src: BrokerLogSource, st: _Assembly, now_ms: int) -> None:
         for event in st.assembler.flush():
             self._emit(src, event, st.first, now_ms)
         st.first = None
 
     def _emit(self, src: BrokerLogSource, event: str, first: TailedLine, now_ms: int) -> None:
-        rid = self._record_id(src, first)
-        rec = parse_event(event, cluster=src.cluster, broker=src.broker, log=src.log, tz=self.tz)
-        if isinstance(rec, Malformed):
-            self._quarantine(src.key, rec, rid, cluster=src.cluster, now_ms=now_ms,
-                             origin=str(src.path), broker=src.broker)
-        else:
-            self._publish(src.key, rec, rid)
+        self._deliver(src.key, self._record_id(src, first),
+                      partial(parse_event, event, cluster=src.cluster, broker=src.broker,
+                              log=src.log, tz=self.tz),
+                      source=SOURCE, raw=event, cluster=src.cluster, now_ms=now_ms,
+                      origin=str(src.path), broker=src.broker)
 
     @staticmethod
     def _record_id(src: BrokerLogSource, line: TailedLine) -> str:

@@ -38,6 +38,9 @@ The target reads ``offset BEGINNING`` / ``END`` / ``STORED`` / ``INVALID``, a nu
 offset_out_of_range when the reason says so, truncation_detected for log truncation,
 offset_reset otherwise. librdkafka lines carry no group id and the client id only as the
 handle name (``<client.id>#consumer-N``): the caller passes what it knows.
+
+Malformed reasons: not_utf8, empty_line, oversize_line, bad_timestamp, missing_field:ts_ms,
+oversize_number (a number of more digits than Python converts).
 """
 
 from __future__ import annotations
@@ -113,7 +116,10 @@ def parse_client_line(line: str | bytes, *, cluster: str, client_id: str | None 
     line, text = checked
     if "offset" not in text:  # every message below says "offset": skip the rest cheaply
         return Skipped(SOURCE, "not_offset_event")
-    rec = _java_event(text) or _rdkafka_event(text)
+    try:
+        rec = _java_event(text) or _rdkafka_event(text)
+    except ValueError:  # int() of more digits than Python converts
+        return Malformed(SOURCE, "oversize_number", line)
     if rec is None:
         return Skipped(SOURCE, "not_offset_event")
     stamp = KAFKA_LAYOUT_RE.match(text) or ISO_STAMP_RE.search(text)

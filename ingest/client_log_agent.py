@@ -12,7 +12,8 @@ goes through `ingest.client_log.parse_client_line`:
 - a blank line is counted the same way (reason ``empty_line``): application logs hold
   them (banners, gaps between stack traces), and they say nothing;
 - a line that cannot be trusted (not UTF-8, oversize, a stamp that is no date) goes to
-  ``quarantine`` with its reason.
+  ``quarantine`` with its reason, and so does a line the parser raises on
+  (``parser_exception``, see ingest/tail_agent.py).
 
 What a line does not say, the source does: the client id, the group id (librdkafka lines
 name neither) and the client software; a line without a time stamp gets the time the
@@ -26,15 +27,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from datetime import tzinfo
 from pathlib import Path
 from typing import Callable
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.client_log import parse_client_line
+from ingest.client_log import SOURCE, parse_client_line
 from ingest.file_tailer import Position, PositionStore, TailedLine
 from ingest.log_time import UTC
-from ingest.malformed import Malformed, Skipped
 from ingest.sinks import Sink
 from ingest.tail_agent import TailAgent
 
@@ -68,21 +69,20 @@ class ClientLogAgent(TailAgent[ClientLogSource]):
     def _handle(self, src: ClientLogSource, lines: list[TailedLine],
                 now_ms: int) -> Position | None:
         skipped: Counter[str] = Counter()
+        origin = str(src.path)
         for tl in lines:
             if not tl.data.strip():
                 skipped["empty_line"] += 1
                 continue
             rid = f"{src.cluster}:{src.client_id or '-'}:{src.path}:{tl.inode}:{tl.start}"
-            rec = parse_client_line(tl.data, cluster=src.cluster, client_id=src.client_id,
-                                    group_id=src.group_id, client_software=src.client_software,
-                                    ts_ms=now_ms, tz=self.tz)
-            if isinstance(rec, Skipped):
-                skipped[rec.reason] += 1
-            elif isinstance(rec, Malformed):
-                self._quarantine(src.name, rec, rid, cluster=src.cluster, now_ms=now_ms,
-                                 origin=str(src.path))
-            else:
-                self._publish(src.name, rec, rid)
+            skip = self._deliver(
+                src.name, rid,
+                partial(parse_client_line, tl.data, cluster=src.cluster, client_id=src.client_id,
+                        group_id=src.group_id, client_software=src.client_software,
+                        ts_ms=now_ms, tz=self.tz),
+                source=SOURCE, raw=tl.data, cluster=src.cluster, now_ms=now_ms, origin=origin)
+            if skip is not None:
+                skipped[skip.reason] += 1
         for reason, n in skipped.items():
             self.metrics.skipped.labels(self.metrics.agent, src.name, reason).inc(n)
         return lines[-1].after if lines else None

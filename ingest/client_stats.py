@@ -29,12 +29,15 @@ clock, whole seconds) unless the caller passes the time the callback ran; and lo
 offsets (-1001 INVALID, -1 for unknown lag) become null.
 
 Returns the list of records, or `Malformed` (truncated_json, invalid_json, not_utf8,
-missing_field:<key>, wrong_type:<key>).
+oversize_number: an integer of more digits than Python converts, bad_escape: a string
+escape that is no Unicode text, a lone surrogate such as ``"\\ud800"``, missing_field:<key>,
+wrong_type:<key>: also a number that is not finite, NaN, Infinity, 1e999).
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from ingest.malformed import Malformed, checked_text, json_error_reason
 
@@ -84,10 +87,22 @@ def parse_client_stats(payload: str | bytes, *, cluster: str,
         return Malformed(SOURCE, json_error_reason(e, payload), payload)
     except RecursionError:
         return Malformed(SOURCE, "invalid_json", payload)
+    except ValueError:  # an integer of more digits than Python converts
+        return Malformed(SOURCE, "oversize_number", payload)
+    if ("\\ud" in payload or "\\uD" in payload) and not _encodable(doc):
+        return Malformed(SOURCE, "bad_escape", payload)  # a lone surrogate: no sink encodes it
     try:
         return flatten(doc, cluster=cluster, ts_ms=ts_ms)
     except _Bad as bad:
         return Malformed(SOURCE, bad.reason, payload, ts_ms)
+
+
+def _encodable(doc) -> bool:
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _get(d: dict, key: str, types: tuple, required: bool = False):
@@ -97,6 +112,8 @@ def _get(d: dict, key: str, types: tuple, required: bool = False):
             raise _Bad(f"missing_field:{key}")
         return None
     if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
+        raise _Bad(f"wrong_type:{key}")
+    if isinstance(v, float) and not math.isfinite(v):  # NaN, Infinity, 1e999: no JSON for it
         raise _Bad(f"wrong_type:{key}")
     return v
 

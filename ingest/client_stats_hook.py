@@ -4,7 +4,9 @@ librdkafka emits a JSON statistics document every ``statistics.interval.ms`` and
 confluent-kafka hands it to ``stats_cb`` from the application's poll()/flush(). The hook
 turns each document into `client_stats` rows (`ingest.client_stats.parse_client_stats`:
 one row per client, broker, partition and group) and sends them to stream
-``client_stats``; a document it cannot parse goes to ``quarantine`` with the reason.
+``client_stats``; a document it cannot parse goes to ``quarantine`` with the reason, and
+so does one whose parsing raises (reason ``parser_exception:<type>: <message>``, counted in
+``kmon_agent_parser_exceptions_total``): one bad document never costs the others.
 
 Usage::
 
@@ -56,8 +58,9 @@ from typing import Callable
 from prometheus_client import CollectorRegistry
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.client_stats import parse_client_stats
-from ingest.malformed import Malformed
+from ingest.client_stats import SOURCE, parse_client_stats
+from ingest.malformed import Malformed, parser_exception
+from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
 
 log = logging.getLogger(__name__)
@@ -131,6 +134,9 @@ class ClientStatsHook:
         self._chars = 0
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
+        # A monitoring Kafka that is down fails every round while it lasts: logged at its
+        # start and end, counted in the metrics every time.
+        self._conditions = RepeatedCondition(log)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -210,8 +216,8 @@ class ClientStatsHook:
                 self.sink.flush()
             except SinkError as e:
                 self.metrics.flush_failures.labels(self.metrics.agent).inc()
-                log.warning("client stats hook: %s; %d documents kept for the next try",
-                            e, len(docs))
+                self._conditions.occurred("flush", "client stats hook: %s; %d documents kept "
+                                          "for the next try", e, len(docs))
                 with self._lock:
                     self._buffer.extendleft(reversed(docs))
                     self._chars += sum(len(d.payload) for d in docs)
@@ -219,27 +225,40 @@ class ClientStatsHook:
                 if dropped:
                     self._count_drops(dropped, "buffer_full")
                 return 0
+            self._conditions.ended("flush")
             self.metrics.last_flush.labels(self.metrics.agent).set(self.clock())
             return len(docs)
 
     def _send(self, doc: _Document) -> None:
-        ts_us = stats_ts_us(doc.payload)
-        ts_ms = emitted_at_ms(ts_us, doc.wall_s, doc.monotonic_s)
-        rows = parse_client_stats(doc.payload, cluster=self.cluster, ts_ms=ts_ms)
-        if isinstance(rows, Malformed):
-            q = rows.to_quarantine_record(cluster=self.cluster,
-                                          ingest_ts_ms=int(self.clock() * 1000),
-                                          origin="stats_cb")
-            digest = hashlib.sha1(doc.payload.encode("utf-8", "surrogatepass")).hexdigest()
-            q["record_id"] = f"{self.cluster}:client_stats:{digest}"
-            self.sink.send(QUARANTINE, f"{self.cluster}:client_stats", q)
-            self.metrics.quarantined(STREAM)
-            return
-        doc_ts = ts_us if ts_us is not None else f"ms{ts_ms}"
-        for row in rows:
-            row["record_id"] = row_record_id(self.cluster, doc_ts, row)
-            self.sink.send(STREAM, f"{self.cluster}:{row['name']}", row)
-        self.metrics.published(STREAM, len(rows))
+        """Send one document's rows, or quarantine it: when it does not parse, and when
+        parsing it, or building or sending its rows, raises (rows sent before a failed
+        send stay sent). A `SinkError` propagates: the sink failed, not the document."""
+        try:
+            ts_us = stats_ts_us(doc.payload)
+            ts_ms = emitted_at_ms(ts_us, doc.wall_s, doc.monotonic_s)
+            rows = parse_client_stats(doc.payload, cluster=self.cluster, ts_ms=ts_ms)
+            if isinstance(rows, Malformed):
+                self._quarantine(doc, rows)
+                return
+            doc_ts = ts_us if ts_us is not None else f"ms{ts_ms}"
+            for row in rows:
+                row["record_id"] = row_record_id(self.cluster, doc_ts, row)
+            for row in rows:
+                self.sink.send(STREAM, f"{self.cluster}:{row['name']}", row)
+            self.metrics.published(STREAM, len(rows))
+        except SinkError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad document must not cost the others
+            self.metrics.parser_exception(SOURCE, e)
+            self._quarantine(doc, parser_exception(SOURCE, e, doc.payload))
+
+    def _quarantine(self, doc: _Document, bad: Malformed) -> None:
+        q = bad.to_quarantine_record(cluster=self.cluster, ingest_ts_ms=int(self.clock() * 1000),
+                                     origin="stats_cb")
+        digest = hashlib.sha1(doc.payload.encode("utf-8", "surrogatepass")).hexdigest()
+        q["record_id"] = f"{self.cluster}:client_stats:{digest}"
+        self.sink.send(QUARANTINE, f"{self.cluster}:client_stats", q)
+        self.metrics.quarantined(STREAM)
 
     def close(self) -> None:
         """Stop the background thread and publish what is left (safe to repeat).

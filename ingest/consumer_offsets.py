@@ -135,7 +135,8 @@ def uuid_to_str(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _raw(key: bytes | None, value: bytes | None) -> str:
+def raw_record_text(key: bytes | None, value: bytes | None) -> str:
+    """A record as quarantine keeps it: ``key=<hex> value=<hex>`` (``null`` for none)."""
     def hexed(b: bytes | None) -> str:
         return b.hex() if b is not None else "null"
     return f"key={hexed(key)} value={hexed(value)}"
@@ -192,15 +193,15 @@ def parse_offset_record(key: bytes | None, value: bytes | None, *, cluster: str,
     coordinates are the record's partition and offset in __consumer_offsets.
     """
     if key is None:
-        return Malformed(SOURCE, "missing_field:key", _raw(key, value), ts_ms)
+        return Malformed(SOURCE, "missing_field:key", raw_record_text(key, value), ts_ms)
     try:
         k = decode_key(bytes(key))
     except _Truncated:
-        return Malformed(SOURCE, "truncated_key", _raw(key, value), ts_ms)
+        return Malformed(SOURCE, "truncated_key", raw_record_text(key, value), ts_ms)
     except UnicodeDecodeError:
-        return Malformed(SOURCE, "not_utf8", _raw(key, value), ts_ms)
+        return Malformed(SOURCE, "not_utf8", raw_record_text(key, value), ts_ms)
     except ValueError as e:
-        return Malformed(SOURCE, str(e), _raw(key, value), ts_ms)
+        return Malformed(SOURCE, str(e), raw_record_text(key, value), ts_ms)
     if isinstance(k, Skipped):
         return k
     key_version, group, topic, partition = k
@@ -213,11 +214,11 @@ def parse_offset_record(key: bytes | None, value: bytes | None, *, cluster: str,
     try:
         v = decode_value(bytes(value))
     except _Truncated:
-        return Malformed(SOURCE, "truncated_value", _raw(key, value), ts_ms)
+        return Malformed(SOURCE, "truncated_value", raw_record_text(key, value), ts_ms)
     except UnicodeDecodeError:
-        return Malformed(SOURCE, "not_utf8", _raw(key, value), ts_ms)
+        return Malformed(SOURCE, "not_utf8", raw_record_text(key, value), ts_ms)
     except ValueError as e:
-        return Malformed(SOURCE, str(e), _raw(key, value), ts_ms)
+        return Malformed(SOURCE, str(e), raw_record_text(key, value), ts_ms)
     if v["leader_epoch"] is not None and v["leader_epoch"] < 0:
         v["leader_epoch"] = None  # -1: no epoch known
     if v["expire_ts_ms"] is not None and v["expire_ts_ms"] < 0:
@@ -299,11 +300,11 @@ def parse_group_record(key: bytes, value: bytes | None, *, cluster: str,
         v = decode_group_value(bytes(value)) if value is not None else {}
     except _Truncated:
         return Malformed(SOURCE, "truncated_key" if value is None else "truncated_value",
-                         _raw(key, value), ts_ms)
+                         raw_record_text(key, value), ts_ms)
     except UnicodeDecodeError:
-        return Malformed(SOURCE, "not_utf8", _raw(key, value), ts_ms)
+        return Malformed(SOURCE, "not_utf8", raw_record_text(key, value), ts_ms)
     except ValueError as e:
-        return Malformed(SOURCE, str(e), _raw(key, value), ts_ms)
+        return Malformed(SOURCE, str(e), raw_record_text(key, value), ts_ms)
     rec = dict.fromkeys(GROUP_RECORD_FIELDS)
     rec.update(v)
     rec.update(cluster=cluster, ts_ms=ts_ms, group_id=group, is_tombstone=value is None,

@@ -1,12 +1,13 @@
 """The JMX scraper: reads each broker's Prometheus JMX exporter and publishes ``broker_metrics``.
 
 Every interval (10 s by default) it GETs each broker's ``/metrics`` (the exporter java
-agent, rules in kmon/resources/jmx-exporter.yaml; `kmon.local_cluster.Node.metrics_url`),
+agent, rules in infra/resources/jmx-exporter.yaml; `infra.local_cluster.Node.metrics_url`),
 drops the lines of series it does not keep (`kept_lines`: a cheap check of the name,
 before any parsing), parses the rest with `prometheus_client.parser`, and keeps only the series
 kmon uses (`schemas.broker_metrics.METRICS`: the request stage quantiles and counts of
 the request types in `KEPT_REQUESTS`, handler and network idle, request queue size, partition health, the
-unclean election counter, bytes and messages in/out, the log cleaner gauges). One record
+unclean election counter, bytes and messages in/out, the log cleaner gauges, each
+partition replica's log size with ``topic`` and ``labels['partition']``). One record
 per kept sample goes to the ``broker_metrics`` stream (schemas/broker_metrics.py), with
 ``ts_ms`` the time the scrape round started (the exporter gives no sample times) and
 ``record_id = <cluster>:<broker>:<ts_ms>:<metric>:<sorted labels>``.
@@ -23,7 +24,11 @@ What is not published, and where it is counted:
 - exposition text that cannot be parsed at all (or is empty, or not UTF-8): the whole
   scrape goes to ``quarantine`` (source ``jmx``) with the reason and the text, nothing of
   it is published; a sample whose ``quantile`` label is not a number goes to quarantine
-  alone.
+  alone;
+- a scrape whose parsing raises (a parser bug, or text no test foresaw): the whole scrape
+  goes to quarantine too, reason ``parser_exception:<type>: <message>``, counted in
+  ``kmon_agent_parser_exceptions_total``; the other brokers' scrapes are published and
+  the scraper goes on.
 
 Exporter 1.x appends ``_total`` to counters (``..._count_total``); both spellings are
 accepted and the record says ``..._count``.
@@ -54,7 +59,8 @@ from typing import Callable
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.malformed import Malformed
+from ingest.malformed import Malformed, parser_exception
+from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
 from schemas.broker_metrics import KEPT_REQUESTS, METRICS, REQUEST_METRICS
 
@@ -266,7 +272,9 @@ class JmxScraper:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(sources))),
                                         thread_name_prefix="jmx-scrape")
         self._unflushed: list[tuple[str, str, dict]] = []  # (stream, key, record)
-        self._failing: set[str] = set()
+        # A broker down (or a sink that cannot flush) fails every round while it lasts:
+        # logged at its start and end, counted in the metrics every time.
+        self._conditions = RepeatedCondition(log)
 
     def _scrape(self, src: JmxSource) -> bytes | Exception:
         try:
@@ -282,9 +290,7 @@ class JmxScraper:
             if isinstance(body, Exception):
                 self._scrape_failed(src, body)
                 continue
-            if src.name in self._failing:
-                self._failing.discard(src.name)
-                log.info("%s: scraping %s works again", self.metrics.agent, src.url)
+            self._conditions.ended(("scrape", src.name))
             batch.extend(self._records(src, body, ts_ms))
         pending = self._unflushed + batch
         if not pending:
@@ -295,10 +301,12 @@ class JmxScraper:
             self.sink.flush()
         except SinkError as e:
             self.metrics.flush_failures.labels(self.metrics.agent).inc()
-            log.warning("%s: %s; %d records kept to send again", self.metrics.agent, e,
-                        min(len(pending), self.max_unflushed_records))
+            self._conditions.occurred("flush", "%s: %s; %d records kept to send again",
+                                      self.metrics.agent, e,
+                                      min(len(pending), self.max_unflushed_records))
             self._keep_unflushed(pending)
             return 0
+        self._conditions.ended("flush")
         self._unflushed = []
         published = sum(1 for stream, _, _ in pending if stream == STREAM)
         self.metrics.published(STREAM, published)
@@ -308,6 +316,15 @@ class JmxScraper:
         return published
 
     def _records(self, src: JmxSource, body: bytes, ts_ms: int) -> list[tuple[str, str, dict]]:
+        try:
+            return self._parsed_records(src, body, ts_ms)
+        except Exception as e:  # noqa: BLE001 - no answer may stop the scraper
+            self.metrics.parser_exception(SOURCE, e)
+            return [self._quarantine_record(src, parser_exception(SOURCE, e, body, ts_ms),
+                                            f"{src.cluster}:{src.broker}:{ts_ms}:exposition")]
+
+    def _parsed_records(self, src: JmxSource, body: bytes,
+                        ts_ms: int) -> list[tuple[str, str, dict]]:
         parsed = parse_exposition(body, cluster=src.cluster, broker=src.broker, ts_ms=ts_ms)
         if isinstance(parsed, Malformed):
             log.warning("%s: %s answered with exposition text that does not parse (%s); "
@@ -331,10 +348,8 @@ class JmxScraper:
 
     def _scrape_failed(self, src: JmxSource, error: Exception) -> None:
         self.metrics.scrape_failures.labels(self.metrics.agent, src.name).inc()
-        if src.name not in self._failing:
-            self._failing.add(src.name)
-            log.warning("%s: scraping %s failed: %s (counted until it works again)",
-                        self.metrics.agent, src.url, error)
+        self._conditions.occurred(("scrape", src.name), "%s: scraping %s failed: %s",
+                                  self.metrics.agent, src.url, error)
 
     def _keep_unflushed(self, pending: list[tuple[str, str, dict]]) -> None:
         over = len(pending) - self.max_unflushed_records

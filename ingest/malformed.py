@@ -10,6 +10,12 @@ Reasons are short and stable, so quarantine can be grouped by them: a bare word
 ("truncated_json", "unknown_api", "oversize_line", "not_utf8", "empty_line") or a word and
 the field it concerns ("missing_field:totalTimeMs", "negative_time:localTimeMs",
 "wrong_type:requestApiVersion").
+
+A parser is meant to return, never raise; when one raises anyway (a bug, or input no test
+foresaw), the agent quarantines that one input with `parser_exception` rather than crash
+and read the same input again after every restart. Its reason is the one kind with a
+free-text tail: ``parser_exception:<exception type>: <message>`` (the message cut to
+`EXCEPTION_MESSAGE_MAX_CHARS`); group such rows by the part before the first ``": "``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from dataclasses import dataclass
 # Quarantine keeps at most this many characters of the raw input: enough to see what went
 # wrong, bounded so one huge bad Fetch line cannot blow up a micro-batch.
 RAW_MAX_CHARS = 16 * 1024
+# A parser_exception reason keeps this much of the exception's message.
+EXCEPTION_MESSAGE_MAX_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +75,42 @@ class Skipped:
         return False
 
 
+def parser_exception(source: str, error: BaseException, raw: str | bytes,
+                     ts_ms: int | None = None) -> Malformed:
+    """The input whose parsing (or record building) raised `error`, ready for quarantine.
+
+    Reason ``parser_exception:<type>: <message>``: the message on one line, cut to
+    `EXCEPTION_MESSAGE_MAX_CHARS`, lone surrogates escaped so the row can be encoded.
+    """
+    kind = f"parser_exception:{type(error).__name__}"
+    try:
+        message = " ".join(str(error).split())
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails still gets its type
+        message = ""
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(message) > EXCEPTION_MESSAGE_MAX_CHARS:
+        message = message[:EXCEPTION_MESSAGE_MAX_CHARS - 3] + "..."
+    return Malformed(source, f"{kind}: {message}" if message else kind, raw, ts_ms)
+
+
 def checked_text(raw: str | bytes | bytearray | memoryview, source: str,
                  max_chars: int) -> tuple[str, str] | Malformed:
     """The guard every text parser starts with: decode, reject empty and oversize input.
 
     Returns (the decoded input, the input without its line ending), or a Malformed with
-    not_utf8, empty_line or oversize_line.
+    not_utf8, empty_line or oversize_line. Text given as str that has no UTF-8 form (a lone
+    surrogate) is not_utf8 too: no sink could encode a record holding it.
     """
     if isinstance(raw, (bytes, bytearray, memoryview)):
         try:
             raw = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
             return Malformed(source, "not_utf8", bytes(raw))
+    elif not raw.isascii():
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:
+            return Malformed(source, "not_utf8", raw.encode("utf-8", "surrogatepass"))
     text = raw.rstrip("\r\n") if raw.endswith(("\n", "\r")) else raw
     if not text or text.isspace():
         return Malformed(source, "empty_line", raw)
@@ -99,7 +131,11 @@ def raw_as_text(raw: str | bytes | None) -> tuple[str, str, int]:
     if raw is None:
         return "", "utf8", 0
     if isinstance(raw, str):
-        return raw, "utf8", len(raw.encode("utf-8", "surrogatepass"))
+        try:
+            return raw, "utf8", len(raw.encode("utf-8"))
+        except UnicodeEncodeError:  # lone surrogates have no UTF-8: hex, as other non-text
+            data = raw.encode("utf-8", "surrogatepass")
+            return data.hex(), "hex", len(data)
     try:
         return bytes(raw).decode("utf-8"), "utf8", len(raw)
     except UnicodeDecodeError:

@@ -12,7 +12,11 @@ never show up. Each record goes through `ingest.consumer_offsets.parse_offset_re
   ids after each rebalance, none once the group is empty) -> stream ``group_members``;
 - newer group-protocol records (`Skipped`) -> counted in
   ``kmon_agent_skipped_records_total`` by reason, not published;
-- damaged bytes (`Malformed`) -> stream ``quarantine`` with the reason.
+- damaged bytes (`Malformed`) -> stream ``quarantine`` with the reason;
+- a record the parser raises on -> ``quarantine`` too, reason
+  ``parser_exception:<type>: <message>``, counted in ``kmon_agent_parser_exceptions_total``;
+  the position moves past it like past any other record, so one such record cannot stop
+  the agent (without this it would crash, and every restart would read it again).
 
 Every record carries ``record_id = <cluster>:__consumer_offsets:<partition>:<offset>``.
 Where the agent got to (the next offset of each partition) lives in a JSON file of its
@@ -46,8 +50,10 @@ from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Consumer
                              KafkaException, TopicPartition)
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.consumer_offsets import is_group_key, parse_group_record, parse_offset_record
-from ingest.malformed import Malformed, Skipped
+from ingest.consumer_offsets import (SOURCE, is_group_key, parse_group_record,
+                                     parse_offset_record, raw_record_text)
+from ingest.malformed import Malformed, Skipped, parser_exception
+from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
 
 log = logging.getLogger(__name__)
@@ -132,6 +138,10 @@ class OffsetsAgent:
         self.sink = sink
         self.store = OffsetsPositionStore(position_path)
         self.metrics = metrics
+        # An unreachable cluster fails every poll while it lasts: logged at its start and
+        # end, counted in the metrics every time.
+        self._conditions = RepeatedCondition(log)
+        self._fetch_errors = RepeatedCondition(log)   # by error code
         self.clock = clock
         self.batch_records = batch_records
         self.poll_timeout_s = poll_timeout_s
@@ -168,8 +178,10 @@ class OffsetsAgent:
             md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
         except KafkaException as e:
             self.metrics.source_errors.labels(self.metrics.agent, "metadata").inc()
-            log.warning("offsets agent %s: metadata of %s: %s", self.cluster, OFFSETS_TOPIC, e)
+            self._conditions.occurred("metadata", "offsets agent %s: metadata of %s: %s",
+                                      self.cluster, OFFSETS_TOPIC, e)
             return
+        self._conditions.ended("metadata")
         topic = md.topics.get(OFFSETS_TOPIC)
         if topic is None or topic.error is not None:
             # No group has used the cluster yet: the coordinator creates the topic lazily.
@@ -196,6 +208,7 @@ class OffsetsAgent:
         messages = consumer.consume(self.batch_records, self.poll_timeout_s)
         pending: dict[int, int] = {}
         seen: set[tuple[str, int]] = set()
+        fetch_errors: set[int] = set()
         handled = 0
         now_ms = int(self.clock() * 1000)
         try:
@@ -204,7 +217,9 @@ class OffsetsAgent:
                 if err is not None:
                     if err.code() != KafkaError._PARTITION_EOF:
                         self.metrics.source_errors.labels(self.metrics.agent, "fetch").inc()
-                        log.warning("offsets agent %s: fetch error: %s", self.cluster, err)
+                        self._fetch_errors.occurred(err.code(), "offsets agent %s: fetch "
+                                                    "error: %s", self.cluster, err)
+                        fetch_errors.add(err.code())
                     continue
                 topic_partition = self._publish(m.partition(), m.offset(), m.key(), m.value(),
                                                 m.timestamp(), now_ms)
@@ -212,11 +227,14 @@ class OffsetsAgent:
                     seen.add(topic_partition)
                 pending[m.partition()] = m.offset() + 1
                 handled += 1
+            for code in self._fetch_errors.holding() - fetch_errors:
+                self._fetch_errors.ended(code)
             if pending:
                 self.sink.flush()
+                self._conditions.ended("flush")
         except SinkError as e:
             self.metrics.flush_failures.labels(self.metrics.agent).inc()
-            log.warning("offsets agent %s: %s", self.cluster, e)
+            self._conditions.occurred("flush", "offsets agent %s: %s", self.cluster, e)
             self._rewind(consumer)
             return 0
         if pending:
@@ -230,32 +248,44 @@ class OffsetsAgent:
 
     def _publish(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
                  timestamp: tuple[int, int], now_ms: int) -> tuple[str, int] | None:
-        """Send one record; returns the (topic, partition) of a published commit."""
-        ts_type, ts = timestamp
-        parse, stream = ((parse_group_record, GROUP_STREAM) if is_group_key(key)
-                         else (parse_offset_record, STREAM))
-        rec = parse(key, value, cluster=self.cluster, source_partition=partition,
-                    source_offset=offset,
-                    ts_ms=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts)
+        """Send one record; returns the (topic, partition) of a published commit.
+
+        When parsing the record, or building or sending what it gives, raises, the record
+        is quarantined instead (`SinkError` excepted: that is the sink failing).
+        """
         rid = offsets_record_id(self.cluster, partition, offset)
         # Keyed by source partition: the telemetry topic keeps __consumer_offsets' order,
         # and a group always lives in one source partition, so its commits stay in order.
         sink_key = f"{self.cluster}:{OFFSETS_TOPIC}:{partition}"
-        if isinstance(rec, Skipped):
-            self.metrics.skipped.labels(self.metrics.agent, rec.source, rec.reason).inc()
-            return None
-        if isinstance(rec, Malformed):
-            q = rec.to_quarantine_record(cluster=self.cluster, ingest_ts_ms=now_ms,
-                                         origin=OFFSETS_TOPIC, source_partition=partition,
-                                         source_offset=offset)
-            q["record_id"] = rid
-            self.sink.send(QUARANTINE, sink_key, q)
-            self.metrics.quarantined(stream)
-            return None
-        rec["record_id"] = rid
-        self.sink.send(stream, sink_key, rec)
-        self.metrics.published(stream)
-        return (rec["topic"], rec["partition"]) if stream == STREAM else None
+        stream = STREAM
+        try:
+            ts_type, ts = timestamp
+            parse, stream = ((parse_group_record, GROUP_STREAM) if is_group_key(key)
+                             else (parse_offset_record, STREAM))
+            rec = parse(key, value, cluster=self.cluster, source_partition=partition,
+                        source_offset=offset,
+                        ts_ms=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts)
+            if isinstance(rec, Skipped):
+                self.metrics.skipped.labels(self.metrics.agent, rec.source, rec.reason).inc()
+                return None
+            if not isinstance(rec, Malformed):
+                committed = (rec["topic"], rec["partition"]) if stream == STREAM else None
+                rec["record_id"] = rid
+                self.sink.send(stream, sink_key, rec)
+                self.metrics.published(stream)
+                return committed
+        except SinkError:
+            raise
+        except Exception as e:  # noqa: BLE001 - no record may stop the agent (module docstring)
+            self.metrics.parser_exception(SOURCE, e)
+            rec = parser_exception(SOURCE, e, raw_record_text(key, value))
+        q = rec.to_quarantine_record(cluster=self.cluster, ingest_ts_ms=now_ms,
+                                     origin=OFFSETS_TOPIC, source_partition=partition,
+                                     source_offset=offset)
+        q["record_id"] = rid
+        self.sink.send(QUARANTINE, sink_key, q)
+        self.metrics.quarantined(stream)
+        return None
 
     def _rewind(self, consumer: Consumer) -> None:
         """After a failed flush, read again from the saved positions.

@@ -13,7 +13,10 @@ non-internal topic. It sends one record per partition to stream ``partition_offs
 Each poll is a fresh snapshot, so nothing is saved between polls: a failed flush is
 counted and logged and the next poll sends newer values. Partitions of topics that no
 longer exist are left out; a partition whose listing fails is counted in
-``kmon_agent_source_errors_total{kind="list_offsets"}`` and tried again next poll.
+``kmon_agent_source_errors_total{kind="list_offsets"}`` and tried again next poll. A
+partition whose record cannot be built or sent from what the cluster answered goes to
+``quarantine`` (source ``partition_offsets``, reason ``parser_exception:<type>: <message>``,
+counted in ``kmon_agent_parser_exceptions_total``) and the others are published.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ingest.agent_metrics import AgentMetrics
+from ingest.malformed import parser_exception
+from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
 
 log = logging.getLogger(__name__)
 
 STREAM = "partition_offsets"
+QUARANTINE = "quarantine"
+SOURCE = "partition_offsets"
 DEFAULT_INTERVAL_S = 10.0
 
 PartitionsProvider = Callable[[], Iterable[tuple[str, int]]]
@@ -71,6 +78,9 @@ class PartitionOffsetsAgent:
         self.include_all_topics = include_all_topics
         self.request_timeout_s = request_timeout_s
         self._admin: AdminClient | None = None
+        # A partition without a leader fails every poll while it lasts: logged at its
+        # start and end, counted in the metrics every time.
+        self._conditions = RepeatedCondition(log)
 
     def _client(self) -> AdminClient:
         if self._admin is None:
@@ -79,7 +89,8 @@ class PartitionOffsetsAgent:
 
     def _error(self, kind: str, what: str, e: Exception) -> None:
         self.metrics.source_errors.labels(self.metrics.agent, kind).inc()
-        log.warning("partition offsets agent %s: %s: %s", self.cluster, what, e)
+        self._conditions.occurred((kind, what), "partition offsets agent %s: %s: %s",
+                                  self.cluster, what, e)
 
     def poll_once(self) -> int:
         """One snapshot of every watched partition; returns how many records it published."""
@@ -89,6 +100,7 @@ class PartitionOffsetsAgent:
         except KafkaException as e:
             self._error("metadata", "metadata", e)
             return 0
+        self._conditions.ended(("metadata", "metadata"))
         leaders: dict[tuple[str, int], int] = {}
         for name, t in md.topics.items():
             if t.error is None:
@@ -104,25 +116,52 @@ class PartitionOffsetsAgent:
         ts_ms = int(self.clock() * 1000)
         earliest = self._list(admin, wanted, OffsetSpec.earliest())
         latest = self._list(admin, wanted, OffsetSpec.latest())
-        sent = 0
+        for topic, partition in earliest.keys() & latest.keys():
+            self._conditions.ended(("list_offsets", f"{topic}-{partition}"))
+        sent = quarantined = 0
         try:
             for topic, partition in sorted(earliest.keys() & latest.keys()):
-                rec = partition_offsets_record(self.cluster, ts_ms, topic, partition,
-                                               earliest[(topic, partition)],
-                                               latest[(topic, partition)],
-                                               leaders.get((topic, partition)))
-                self.sink.send(STREAM, f"{self.cluster}:{topic}", rec)
-                sent += 1
-            if sent:
+                if self._send(ts_ms, topic, partition, earliest[(topic, partition)],
+                              latest[(topic, partition)], leaders.get((topic, partition))):
+                    sent += 1
+                else:
+                    quarantined += 1
+            if sent or quarantined:
                 self.sink.flush()
+                self._conditions.ended("flush")
         except SinkError as e:
             self.metrics.flush_failures.labels(self.metrics.agent).inc()
-            log.warning("partition offsets agent %s: %s", self.cluster, e)
+            self._conditions.occurred("flush", "partition offsets agent %s: %s", self.cluster, e)
             return 0
         if sent:
             self.metrics.published(STREAM, sent)
+        if quarantined:
+            self.metrics.quarantined(STREAM, quarantined)
+        if sent or quarantined:
             self.metrics.last_flush.labels(self.metrics.agent).set(self.clock())
         return sent
+
+    def _send(self, ts_ms: int, topic: str, partition: int, earliest, latest, leader) -> bool:
+        """Send one partition's record (True), or quarantine it when building or sending it
+        raises (False); a `SinkError` propagates."""
+        key = f"{self.cluster}:{topic}"
+        try:
+            rec = partition_offsets_record(self.cluster, ts_ms, topic, partition, earliest,
+                                           latest, leader)
+            self.sink.send(STREAM, key, rec)
+            return True
+        except SinkError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one odd answer must not stop the others
+            self.metrics.parser_exception(SOURCE, e)
+            raw = (f"topic={topic!r} partition={partition!r} earliest={earliest!r} "
+                   f"latest={latest!r} leader={leader!r}")
+            q = parser_exception(SOURCE, e, raw, ts_ms).to_quarantine_record(
+                cluster=self.cluster, ingest_ts_ms=int(self.clock() * 1000),
+                origin=topic if isinstance(topic, str) else None)
+            q["record_id"] = f"{self.cluster}:{topic}:{partition}:{ts_ms}"
+            self.sink.send(QUARANTINE, key, q)
+            return False
 
     def _list(self, admin: AdminClient, wanted: set[tuple[str, int]],
               spec: OffsetSpec) -> dict[tuple[str, int], int]:
@@ -133,6 +172,7 @@ class PartitionOffsetsAgent:
         except (KafkaException, ValueError) as e:
             self._error("list_offsets", "list_offsets", e)
             return {}
+        self._conditions.ended(("list_offsets", "list_offsets"))
         out = {}
         wait_s = self.request_timeout_s + 5
         for tp, fut in futures.items():

@@ -16,6 +16,10 @@ record carries a deterministic ``record_id`` so the silver jobs drop the repeats
 - `LandingSink`: appends each stream's records to a new JSON-lines file per flush under
   ``<root>/<stream>/``, written under a dot-name, fsynced and renamed, so Spark's file
   source sees whole files only.
+
+Both encode a record in `send`, so a record that cannot be sent (a value JSON cannot hold,
+text that is not valid Unicode) fails there, where the agent quarantines its input, and
+never in `flush`, where it would fail the whole batch again on every retry.
 """
 
 from __future__ import annotations
@@ -52,12 +56,12 @@ class LandingSink:
     def __init__(self, root: str | Path, agent_id: str):
         self.root = Path(root)
         self.agent_id = agent_id
-        self._buffers: dict[str, list[str]] = {}
+        self._buffers: dict[str, list[bytes]] = {}
         self._seq = 0
         self._lock = threading.Lock()
 
     def send(self, stream: str, key: str, record: dict) -> None:
-        line = _dumps(record)
+        line = _dumps(record).encode("utf-8")
         with self._lock:
             self._buffers.setdefault(stream, []).append(line)
 
@@ -73,9 +77,9 @@ class LandingSink:
             name = f"{self.agent_id}-{time.time_ns()}-{self._seq:06d}.jsonl"
             tmp = d / f".{name}.tmp"
             try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write("\n".join(lines))
-                    f.write("\n")
+                with open(tmp, "wb") as f:
+                    f.write(b"\n".join(lines))
+                    f.write(b"\n")
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, d / name)

@@ -14,6 +14,14 @@ A source's saved position is whatever `_handle` returns: the position after the 
 line for agents that publish every line at once, or the start of an event still being
 assembled for agents that join several lines into one record (ingest/broker_log_agent.py).
 
+No input can stop an agent: `_deliver` parses one input and sends its record, and when
+the parser (or building or serializing the record) raises instead of returning a record
+or a `Malformed`, that input goes to quarantine with reason
+``parser_exception:<type>: <message>`` (ingest/malformed.py), is counted in
+``kmon_agent_parser_exceptions_total{source,exception}``, and the position moves past it
+like past any other line. Without that, one such line would crash the agent, and every
+restart would read the same line from the saved position and crash again.
+
 The one loss the loop cannot prevent: a file that rolled past log4j's last kept index
 while the agent was down. It is counted (``kmon_agent_dropped_records_total``, reason
 ``rotated_away``) and logged, and the agent goes on with the oldest file still there.
@@ -29,7 +37,8 @@ from typing import Callable, Generic, Protocol, TypeVar
 
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import FileTailer, Position, PositionStore, TailedLine
-from ingest.malformed import Malformed
+from ingest.malformed import Malformed, Skipped, parser_exception
+from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
 
 log = logging.getLogger(__name__)
@@ -67,6 +76,9 @@ class TailAgent(Generic[S]):
         self.metrics = metrics
         self.clock = clock
         self.batch_lines = batch_lines
+        # A sink that cannot flush fails every poll while it lasts: logged at its start and
+        # end, counted in the metrics every time.
+        self._conditions = RepeatedCondition(log)
         saved = positions.load()
         self._saved: dict[str, Position] = dict(saved)
         self._tailers: dict[str, FileTailer] = {}
@@ -106,6 +118,41 @@ class TailAgent(Generic[S]):
         self.metrics.quarantined(self.STREAM)
         self._sent += 1
 
+    def _quarantine_exception(self, key: str, error: Exception, raw: str | bytes,
+                              record_id: str, *, source: str, cluster: str, now_ms: int,
+                              origin: str, broker: int | None = None) -> None:
+        """Quarantine the input whose parsing raised `error` (reason parser_exception)."""
+        self.metrics.parser_exception(source, error)
+        self._quarantine(key, parser_exception(source, error, raw), record_id, cluster=cluster,
+                         now_ms=now_ms, origin=origin, broker=broker)
+
+    def _deliver(self, key: str, record_id: str, parse: Callable[[], dict | Malformed | Skipped],
+                 *, source: str, raw: str | bytes, cluster: str, now_ms: int, origin: str,
+                 broker: int | None = None) -> Skipped | None:
+        """Run `parse` for one input and publish its record or quarantine its Malformed.
+
+        An exception from `parse`, or from sending the record it built (a value JSON cannot
+        hold), quarantines the input instead (`raw`, which `source` could not parse). A
+        `SinkError` is the sink's failure, not the input's, and propagates. Returns the
+        Skipped, if that is what `parse` gave, for the caller to count.
+        """
+        try:
+            rec = parse()
+            if isinstance(rec, Skipped):
+                return rec
+            if not isinstance(rec, Malformed):
+                self._publish(key, rec, record_id)
+                return None
+        except SinkError:
+            raise
+        except Exception as e:  # noqa: BLE001 - no input may stop the agent (module docstring)
+            self._quarantine_exception(key, e, raw, record_id, source=source, cluster=cluster,
+                                       now_ms=now_ms, origin=origin, broker=broker)
+            return None
+        self._quarantine(key, rec, record_id, cluster=cluster, now_ms=now_ms, origin=origin,
+                         broker=broker)
+        return None
+
     # ---- the loop ----------------------------------------------------------------------
     def poll_once(self) -> int:
         """One pass over every source; returns how many lines it handled."""
@@ -123,9 +170,10 @@ class TailAgent(Generic[S]):
                 self.sink.flush()
             except SinkError as e:
                 self.metrics.flush_failures.labels(self.metrics.agent).inc()
-                log.warning("%s: %s", self.metrics.agent, e)
+                self._conditions.occurred("flush", "%s: %s", self.metrics.agent, e)
                 self._rewind()
                 return 0
+            self._conditions.ended("flush")
             self._sent = 0
             if moved:
                 self._saved.update(moved)

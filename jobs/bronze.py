@@ -19,7 +19,7 @@ import re
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.lake import Lake
+from infra.lake import Lake
 
 BRONZE_COLUMNS = ("value", "source", "source_file", "kafka_topic", "kafka_partition",
                   "kafka_offset", "kafka_ts", "ingest_ts", "ingest_date")

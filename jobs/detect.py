@@ -2,9 +2,10 @@
 
 One evaluation at `now_ms` (`evaluate`):
 
-1. read the inputs of [now - lookback, now) (detectors/inputs.py: Spark aggregates, only
+1. read the inputs of [now - lookback, now) (jobs/detector_inputs/: Spark aggregates, only
    small rows come back);
-2. run the four detectors (`run_detectors`: pure);
+2. run the four detectors (`run_detectors`: pure; the slow-broker detector also finds the
+   slow clients);
 3. read the findings of gold.anomalies that are still open, or resolved within
    correlation.chain_window_s, and first seen at or before now (`read_findings`; the
    detector query keeps the last evaluation's result instead, `carried_findings`);
@@ -40,28 +41,34 @@ default clock of the streaming query).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, BooleanType, DateType, LongType, StringType,
-                               StructField, StructType)
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
+from core.findings import Detection, Finding, Status, sort_findings, update_findings
 from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from detectors.correlation import correlate
-from detectors.findings import Detection, Finding, sort_findings, update_findings
-from detectors.inputs import BaselineCache, DetectorInputs, check_config, read_inputs
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
-from jobs.lake import Lake
+from infra.lake import Lake
+from jobs.detection_config import DetectionConfig
+from jobs.detector_inputs import BaselineCache, DetectorInputs, check_config, read_inputs
 from jobs.write_behind import BackgroundJobFailed, WriteBehind
-
-if TYPE_CHECKING:
-    from kmon.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +105,11 @@ ANOMALY_SCHEMA = StructType([
 ANOMALY_COLUMNS = {
     "finding_id": "Deterministic id: hash of cluster, type, entity and first_seen's bucket",
     "cluster": "Watched cluster",
-    "type": "Anomaly type (detectors/findings.py AnomalyType)",
+    "type": "Anomaly type (core/findings.py AnomalyType)",
     "severity": "critical, high, warning or info",
-    "entity_kind": "broker, partition, group or cluster",
-    "entity": "What the finding is about, e.g. broker:3, orders-2, group:g/orders-2",
+    "entity_kind": "broker, partition, group, cluster or client",
+    "entity": "What the finding is about, e.g. broker:3, orders-2, group:g/orders-2, "
+              "client:billing",
     "first_seen_ms": "When the condition was first seen, epoch ms",
     "last_seen_ms": "When it was last seen, epoch ms",
     "status": "open or resolved",
@@ -124,15 +132,18 @@ def system_clock_ms() -> int:
 
 # --- pure steps ------------------------------------------------------------------------------
 
-def run_detectors(inputs: DetectorInputs, config: "Config", now_ms: int) -> list[Detection]:
+def run_detectors(inputs: DetectorInputs, config: DetectionConfig, now_ms: int) -> list[Detection]:
     """Every detector over one range's inputs."""
     return [
         *detect_slow_brokers(inputs.stage_windows, follower_fetches=inputs.follower_fetches,
                              isr_shrinks=inputs.isr_shrinks, client_sends=inputs.client_sends,
-                             baselines=inputs.baselines, config=config.slow_broker),
+                             baselines=inputs.baselines, outages=inputs.broker_outages,
+                             config=config.slow_broker),
         *detect_offset_anomalies(inputs.commits, offsets=inputs.partition_offsets,
                                  resets=inputs.resets, memberships=inputs.memberships,
-                                 truncations=inputs.truncations, now_ms=now_ms,
+                                 truncations=inputs.truncations,
+                                 commit_requests=inputs.commit_requests,
+                                 coordinator_loads=inputs.coordinator_loads, now_ms=now_ms,
                                  config=config.offset_rewind),
         *detect_compaction_lag(inputs.cleaner_gauges, runs=inputs.cleaner_runs,
                                topic_configs=inputs.topic_configs, sizes=inputs.partition_sizes,
@@ -140,12 +151,13 @@ def run_detectors(inputs: DetectorInputs, config: "Config", now_ms: int) -> list
         *detect_unclean_elections(inputs.elections, meter_ticks=inputs.meter_ticks,
                                   truncations=inputs.truncations,
                                   offsets=inputs.partition_offsets, commits=inputs.commits,
+                                  leader_epochs=inputs.leader_epochs,
                                   config=config.unclean_election, now_ms=now_ms),
     ]
 
 
 def next_findings(previous: Iterable[Finding], detections: Iterable[Detection],
-                  config: "Config", now_ms: int) -> list[Finding]:
+                  config: DetectionConfig, now_ms: int) -> list[Finding]:
     """The lifecycle, then correlation: this evaluation's findings."""
     updated = update_findings(previous, detections, now_ms=now_ms, config=config.findings)
     return sort_findings(correlate(updated, config.correlation))
@@ -186,7 +198,7 @@ def ensure_anomalies_table(spark: SparkSession, path: str) -> None:
          .partitionBy("date").save(path))
 
 
-def read_findings(spark: SparkSession, path: str, now_ms: int, config: "Config") -> list[Finding]:
+def read_findings(spark: SparkSession, path: str, now_ms: int, config: DetectionConfig) -> list[Finding]:
     """The findings an evaluation at now_ms starts from: open ones, and those resolved
     within the correlation window (correlation may still link them), first seen by now
     (a replay over a range already evaluated sees the table as it was). The same rule as
@@ -198,19 +210,20 @@ def read_findings(spark: SparkSession, path: str, now_ms: int, config: "Config")
     chain_ms = int(config.correlation.chain_window_s * 1000)
     rows = (spark.read.format("delta").load(path)
             .where((F.col("first_seen_ms") <= now_ms)
-                   & ((F.col("status") == "open") | (F.col("resolved_ms") >= now_ms - chain_ms)))
+                   & ((F.col("status") == Status.OPEN.value)
+                      | (F.col("resolved_ms") >= now_ms - chain_ms)))
             .drop("date").collect())
     return [Finding.from_row(r.asDict()) for r in rows]
 
 
-def carried_findings(findings: Iterable[Finding], now_ms: int, config: "Config") -> list[Finding]:
+def carried_findings(findings: Iterable[Finding], now_ms: int, config: DetectionConfig) -> list[Finding]:
     """What `read_findings` would read at now_ms from a table whose rows are `findings`
     (an evaluation's result, all of it written): the detector query starts each
     evaluation from the last one's result instead of reading gold.anomalies again."""
     chain_ms = int(config.correlation.chain_window_s * 1000)
     return [f for f in findings
             if f.first_seen_ms <= now_ms
-            and (f.status.value == "open"
+            and (f.status is Status.OPEN
                  or (f.resolved_ms is not None and f.resolved_ms >= now_ms - chain_ms))]
 
 
@@ -262,12 +275,12 @@ class Assessment:
         log.info("detectors at %d: %d detections, %d findings (%d open), %d rows written in "
                  "%.1f s (%sassessed in %.1f s, handed over in %.1f s, %swritten in %.1f s); "
                  "inputs %s; reads (s) %s", self.now_ms, self.detections, len(self.findings),
-                 sum(f.status.value == "open" for f in self.findings), written, total,
+                 sum(f.status is Status.OPEN for f in self.findings), written, total,
                  waited, self.assessed_s, handed_s, background, written_s, self.input_counts,
                  self.read_s)
 
 
-def assess(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
+def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int,
            lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
            topic_configs: Iterable[CompactedTopicConfig] = (),
            previous: Iterable[Finding] | None = None,
@@ -291,7 +304,7 @@ def assess(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
                       inputs.counts(), time.monotonic() - started, dict(inputs.read_s))
 
 
-def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
+def evaluate(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int,
              lookback_s: float = DEFAULT_LOOKBACK_S, *, table: str = ANOMALIES_TABLE,
              topic_configs: Iterable[CompactedTopicConfig] = (),
              previous: Iterable[Finding] | None = None,
@@ -312,7 +325,7 @@ def evaluate(spark: SparkSession, lake: Lake, config: "Config", now_ms: int,
     return a.findings
 
 
-def replay(spark: SparkSession, lake: Lake, config: "Config", start_ms: int, end_ms: int,
+def replay(spark: SparkSession, lake: Lake, config: DetectionConfig, start_ms: int, end_ms: int,
            step_s: float, *, lookback_s: float = DEFAULT_LOOKBACK_S,
            table: str = ANOMALIES_TABLE,
            topic_configs: Iterable[CompactedTopicConfig] = ()) -> list[Finding]:
@@ -366,7 +379,7 @@ class DetectorQuery:
         return self._query.exception() or self._failed
 
 
-def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
+def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfig,
                          trigger: Mapping | None = None,
                          on_findings: Callable[[list[Finding], int], None] | None = None, *,
                          clock: Callable[[], int] = system_clock_ms,
@@ -381,7 +394,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
 
     `trigger` is a DataStreamWriter.trigger keyword dict (default every 10 s;
     {"availableNow": True} evaluates once and stops). `topic_configs(now_ms)` gives the
-    watched cluster's compacted topic configs (e.g. a `detectors.inputs.TopicConfigCache`
+    watched cluster's compacted topic configs (e.g. a `jobs.detector_inputs.TopicConfigCache`
     over `describe_compacted_topics`). The table is created before the query starts so
     the catalog can register it.
 
@@ -398,43 +411,79 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: "Config",
     check_config(config)
     path = lake.table("gold", table)
     ensure_anomalies_table(spark, path)
-    # The last evaluation's findings: the next one starts from them instead of reading the
-    # table back (about a second per evaluation). The query is the table's writer; after
-    # a restart, or an evaluation that failed, the table is read again.
-    last: dict[str, list[Finding] | None] = {"findings": None}
-    baselines = BaselineCache()
     writer = WriteBehind(query_name)
-
-    def on_tick(_batch, _batch_id: int) -> None:
-        # Its own scheduler pool (fair scheduling, kmon/spark_session.py): the evaluation's
-        # jobs do not wait behind every streaming query's tasks.
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
-        data_wait_s = wait_for_data() if wait_for_data is not None else None
-        now_ms = clock()
-        configs = topic_configs(now_ms) if topic_configs is not None else ()
-        previous, last["findings"] = last["findings"], None
-        a = assess(spark, lake, config, now_ms, lookback_s, table=table,
-                   topic_configs=configs, previous=previous, baseline_cache=baselines)
-        a.data_wait_s = data_wait_s
-        handing = time.monotonic()
-        if on_findings is not None:
-            on_findings(a.findings, now_ms)
-        handed_s = time.monotonic() - handing
-
-        def write_behind() -> None:
-            started = time.monotonic()
-            if in_background is not None:
-                in_background(a.findings, now_ms)
-            written = write_findings(spark, path, a.changed)
-            a.log(handed_s=handed_s, written=written, written_s=time.monotonic() - started,
-                  waited_s=writer.waited_s, decided=in_background is not None)
-
-        writer.submit(f"writing the findings of the evaluation at {now_ms}", write_behind)
-        last["findings"] = a.findings
-
+    on_tick = DetectorTicks(spark, lake, config, path, writer, clock=clock,
+                            lookback_s=lookback_s, table=table, topic_configs=topic_configs,
+                            on_findings=on_findings, in_background=in_background,
+                            wait_for_data=wait_for_data)
     ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
     query = (ticks.writeStream.queryName(query_name)
              .option("checkpointLocation", lake.checkpoint(query_name))
              .foreachBatch(on_tick)
              .trigger(**dict(trigger or DEFAULT_TRIGGER)).start())
     return DetectorQuery(query, writer)
+
+
+class DetectorTicks:
+    """The detector query's `foreachBatch` function: one evaluation per tick, in steps.
+    Assess (after waiting for fresh data, at clock()), hand the findings over
+    (`on_findings`), then leave the decision step and the MERGE to the write-behind.
+
+    It keeps the last evaluation's findings: the next one starts from them instead of
+    reading the table back (about a second per evaluation). The query is the table's
+    writer; after a restart, or an evaluation that failed, the table is read again.
+    """
+
+    def __init__(self, spark: SparkSession, lake: Lake, config: DetectionConfig, path: str,
+                 writer: WriteBehind, *, clock: Callable[[], int],
+                 lookback_s: float, table: str,
+                 topic_configs: Callable[[int], list[CompactedTopicConfig]] | None,
+                 on_findings: Callable[[list[Finding], int], None] | None,
+                 in_background: Callable[[list[Finding], int], None] | None,
+                 wait_for_data: Callable[[], float] | None) -> None:
+        self.spark, self.lake, self.config, self.path = spark, lake, config, path
+        self.writer, self.clock = writer, clock
+        self.lookback_s, self.table = lookback_s, table
+        self.topic_configs, self.on_findings = topic_configs, on_findings
+        self.in_background, self.wait_for_data = in_background, wait_for_data
+        self.baselines = BaselineCache()
+        self.last_findings: list[Finding] | None = None
+
+    def __call__(self, _batch, _batch_id: int) -> None:
+        # Its own scheduler pool (fair scheduling, infra/spark_session.py): the evaluation's
+        # jobs do not wait behind every streaming query's tasks.
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
+        a = self.assess_now()
+        handed_s = self.hand_over(a)
+        self.writer.submit(f"writing the findings of the evaluation at {a.now_ms}",
+                           functools.partial(self.write_behind, a, handed_s))
+        self.last_findings = a.findings
+
+    def assess_now(self) -> Assessment:
+        """Wait for fresh data, read the clock, assess from the last evaluation's findings
+        (None while this one runs: if it fails, the next reads the table)."""
+        data_wait_s = self.wait_for_data() if self.wait_for_data is not None else None
+        now_ms = self.clock()
+        configs = self.topic_configs(now_ms) if self.topic_configs is not None else ()
+        previous, self.last_findings = self.last_findings, None
+        a = assess(self.spark, self.lake, self.config, now_ms, self.lookback_s,
+                   table=self.table, topic_configs=configs, previous=previous,
+                   baseline_cache=self.baselines)
+        a.data_wait_s = data_wait_s
+        return a
+
+    def hand_over(self, a: Assessment) -> float:
+        """`on_findings` (the alert) before anything is written; returns the seconds it took."""
+        handing = time.monotonic()
+        if self.on_findings is not None:
+            self.on_findings(a.findings, a.now_ms)
+        return time.monotonic() - handing
+
+    def write_behind(self, a: Assessment, handed_s: float) -> None:
+        """In the write-behind thread: the decision step, then the MERGE, then the log line."""
+        started = time.monotonic()
+        if self.in_background is not None:
+            self.in_background(a.findings, a.now_ms)
+        written = write_findings(self.spark, self.path, a.changed)
+        a.log(handed_s=handed_s, written=written, written_s=time.monotonic() - started,
+              waited_s=self.writer.waited_s, decided=self.in_background is not None)

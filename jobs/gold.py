@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.lake import Lake
+from infra.lake import Lake
 
 STAGES = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
           "response_queue_ms", "send_ms")

@@ -24,12 +24,18 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import (DateType, IntegerType, LongType, StringType, StructField,
-                               StructType, TimestampType)
+from pyspark.sql.types import (
+    DateType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
+from infra.lake import Lake, register_tables
 from jobs import bronze, gold, silver
-from jobs.lake import Lake, register_tables
 from jobs.streams import STREAMS, Stream
 from jobs.validation import add_constraints, constraint_properties
 
@@ -46,6 +52,19 @@ BRONZE_SCHEMA = StructType([
 
 class PipelineFailed(RuntimeError):
     """A streaming query stopped with an error; the message names the query."""
+
+
+def add_missing_columns(spark: SparkSession, path: str, schema) -> list[str]:
+    """Add the columns of `schema` that the Delta table at `path` lacks (nullable, at the
+    end), so a lake written by an older kmon takes the rows of a newer one (a schema module
+    that gained a column). Columns are only ever added: one whose type changed stays as it
+    is and the append names it. Returns the added names."""
+    have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
+    missing = [f for f in schema.fields if f.name not in have]
+    if missing:
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+    return [f.name for f in missing]
 
 
 @dataclass
@@ -77,12 +96,19 @@ class Pipeline:
             if self.settings.bronze_tables and not DeltaTable.isDeltaTable(spark, bpath):
                 empty_bronze.write.format("delta").partitionBy("ingest_date").save(bpath)
             spath = lake.table("silver", s.name)
-            if DeltaTable.isDeltaTable(spark, spath):
-                add_constraints(spark, spath, s.table)  # rules added since it was created
-                continue
             flat = silver.classify(silver.decode(empty_bronze, s.table), s, None)
+            schema = silver.valid_rows(flat, s).schema
+            if DeltaTable.isDeltaTable(spark, spath):
+                added = add_missing_columns(spark, spath, schema)  # columns added since
+                if added:
+                    log.info("silver.%s: added column(s) %s", s.name, ", ".join(added))
+                changed = add_constraints(spark, spath, s.table)  # rules added or changed
+                if changed:
+                    log.info("silver.%s: constraint(s) %s added or updated", s.name,
+                             ", ".join(changed))
+                continue
             builder = (DeltaTable.createIfNotExists(spark).location(spath)
-                       .addColumns(silver.valid_rows(flat, s).schema)
+                       .addColumns(schema)
                        .partitionedBy(*silver.partition_columns(s)))
             for key, value in constraint_properties(s.table).items():
                 builder = builder.property(key, value)
@@ -235,10 +261,3 @@ def _mkdirs(spark: SparkSession, path: str) -> None:
     jvm = spark.sparkContext._jvm
     p = jvm.org.apache.hadoop.fs.Path(path)
     p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(p)
-
-
-def quarantine_summary(spark: SparkSession, lake: Lake):
-    """Quarantined rows by source and reason (a DataFrame)."""
-    return (spark.read.format("delta").load(lake.table("silver", "quarantine"))
-            .groupBy("source", "reason").agg(F.count(F.lit(1)).alias("rows"))
-            .orderBy(F.desc("rows")))

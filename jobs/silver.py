@@ -16,10 +16,10 @@ stream that had rows:
 - writes one row to ``gold.pipeline_batches`` with the counts (rows in, valid,
   quarantined, late) and the event-time high water.
 
-The work of a batch: materialize it once (localCheckpoint), find its streams (a count,
-no decoding), then per stream, in parallel tasks (`write_threads`): decode and classify
-once, count, append the valid rows; then the quarantine rows and the counts. Each batch
-logs how long each part took.
+The work of a batch (`SilverBatches`, a method per step): materialize it once
+(localCheckpoint), find its streams (a count, no decoding), then per stream, in parallel
+tasks (`write_threads`): decode and classify once, count, append the valid rows; then the
+quarantine rows and the counts. Each batch logs how long each part took.
 
 One query for many streams, not one each: a micro-batch has a fixed cost (planning, the
 offset and commit logs, the state store, a Delta commit for the counts), and nine
@@ -45,8 +45,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from infra.lake import Lake
 from jobs.batch_appends import BatchAppends
-from jobs.lake import Lake
+from jobs.bronze import BRONZE_COLUMNS, STREAM
 from jobs.streams import QUARANTINE, Stream
 from jobs.streams import stream as stream_named
 from jobs.validation import first_broken_rule, rules
@@ -293,22 +294,44 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
     and once for all streams the rejected rows to silver.quarantine and the counts to
     gold.pipeline_batches, `write_threads` tables at a time.
     """
-    from jobs.bronze import BRONZE_COLUMNS, STREAM
-
-    by_name = {s.name: s for s in streams}
     deduped = (raw.withColumn("dedupe_key", dedupe_key())
                .withWatermark("ingest_ts", dedupe_window)
                .dropDuplicatesWithinWatermark([STREAM, "dedupe_key"]))
-    quarantine_path = lake.table("silver", QUARANTINE)
-    batches_path = lake.table("gold", BATCHES_TABLE)
-    memo: dict = {"batch": None, "hw": {}}
-    appends = BatchAppends(spark)
-    lock = threading.Lock()
+    write_batch = SilverBatches(spark, lake, streams, query=query, on_batch=on_batch,
+                                bronze_tables=bronze_tables, write_threads=write_threads)
+    writer = (deduped.writeStream.queryName(query)
+              .option("checkpointLocation", lake.checkpoint(query))
+              .foreachBatch(write_batch))
+    return writer.trigger(**(trigger or {"processingTime": "10 seconds"})).start()
 
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
+
+class SilverBatches:
+    """One silver query's micro-batch, in steps: the high water before it, the streams it
+    holds, each stream decoded, counted and written, the batch's counts, then the rejected
+    rows and the counts written. An instance is the query's `foreachBatch` function.
+
+    It keeps, from one batch to the next, the high water after the last batch it wrote (so
+    the next batch need not read gold.pipeline_batches) and the idempotent appends.
+    """
+
+    def __init__(self, spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], *,
+                 query: str, on_batch=None, bronze_tables: bool = True,
+                 write_threads: int = 4) -> None:
+        self.spark, self.lake, self.query = spark, lake, query
+        self.by_name = {s.name: s for s in streams}
+        self.on_batch = on_batch
+        self.bronze_tables = bronze_tables
+        self.write_threads = write_threads
+        self.quarantine_path = lake.table("silver", QUARANTINE)
+        self.batches_path = lake.table("gold", BATCHES_TABLE)
+        self.appends = BatchAppends(spark)
+        self.lock = threading.Lock()
+        self.last_batch: int | None = None
+        self.last_hw: dict[str, int] = {}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
         phases = _Phases()
-        hw_before = (memo["hw"] if memo["batch"] == batch_id - 1
-                     else previous_high_water(spark, lake, query, batch_id))
+        hw_before = self.high_water_before(batch_id)
         # Materialize the batch once (source read, dedupe state store): every job below
         # reads this copy. (A persisted batch was not enough: jobs started together each
         # ran the source and the dedupe again.)
@@ -316,84 +339,112 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
         held = [batch]
         phases.done("read")
         try:
-            # Which streams have rows (no decoding): the others are left alone, no commits.
-            sizes = {r[STREAM]: r["count"] for r in batch.groupBy(STREAM).count().collect()}
-            elsewhere = sorted(set(sizes) - set(by_name), key=str)
-            if elsewhere:   # the source matched a topic or folder not in the group
-                raise ValueError(f"{query}: {sum(sizes[n] for n in elsewhere)} rows of streams "
-                                 f"not in this query ({', '.join(map(str, elsewhere))}; "
-                                 f"this query reads {', '.join(by_name)})")
-            present = sorted(sizes)
+            present = self.streams_present(batch)
             phases.done("streams")
             if not present:
                 # Nothing came in (a no-data batch moving the watermark): no commits at
                 # all; gold.pipeline_batches holds the batches that read rows.
-                memo.update(batch=batch_id, hw=hw_before)
+                self.last_batch, self.last_hw = batch_id, hw_before
                 return
-
-            def decode_count_write(name: str):
-                """One stream: decode and classify once (kept), count, append the valid
-                rows to silver.<name>; return (classified rows, counts)."""
-                s = by_name[name]
-                flat = classify(decode(batch.where(F.col(STREAM) == name), s.table), s,
-                                hw_before.get(name)).localCheckpoint(eager=True)
-                with lock:
-                    held.append(flat)
-                c = _counts(flat, s).first()
-                if c["rows_valid"]:
-                    appends.append(valid_rows(flat, s), lake.table("silver", name), query,
-                                   batch_id, partition_columns(s))
-                return flat, c
-
-            tasks: list[tuple[str, object]] = [
-                (f"silver.{name}", functools.partial(decode_count_write, name))
-                for name in present]
-            tasks += [(f"bronze.{name}", functools.partial(
-                appends.append, batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
-                lake.table("bronze", name), query, batch_id, ("ingest_date",)))
-                for name in (present if bronze_tables else ())]
-            done = run_parallel(tasks, write_threads, phases, "silver")
-            flats = {name: done[f"silver.{name}"][0] for name in present}
-            counts = {name: done[f"silver.{name}"][1] for name in present}
-
-            rejected = [quarantine_rows(flats[name], by_name[name]) for name in present
-                        if name == QUARANTINE
-                        or counts[name]["rows_valid"] != counts[name]["rows_in"]]
-            hw = dict(hw_before)
-            stats = []
-            now_ms = int(time.time() * 1000)
-            for name in present:
-                c = counts[name]
-                high = max([v for v in (hw_before.get(name), c["max_ms"]) if v is not None],
-                           default=None)
-                if high is not None:
-                    hw[name] = high
-                stats.append({"query": query, "batch_id": batch_id, "stream": name,
-                              "rows_in": c["rows_in"] or 0, "rows_valid": c["rows_valid"] or 0,
-                              "rows_quarantined": (c["rows_in"] or 0) - (c["rows_valid"] or 0),
-                              "rows_late_within_bound": c["late_in"] or 0,
-                              "rows_late_beyond_bound": c["late_out"] or 0,
-                              "high_water_ms": high, "batch_ts_ms": now_ms})
-            last: list[tuple[str, object]] = [(f"gold.{BATCHES_TABLE}", functools.partial(
-                appends.append, spark.createDataFrame(stats, BATCH_SCHEMA), batches_path,
-                f"{query}_batches", batch_id))]
-            if rejected:
-                last.append(("silver.quarantine", functools.partial(
-                    appends.append, functools.reduce(DataFrame.unionByName, rejected),
-                    quarantine_path, f"{query}_quarantine", batch_id,
-                    partition_columns(QUARANTINE_STREAM))))
-            run_parallel(last, write_threads, phases, "quarantine+counts")
-            memo.update(batch=batch_id, hw=hw)
-            log.info("%s batch %d: %d rows of %d streams in %s", query, batch_id,
+            flats, counts = self.write_streams(batch, batch_id, present, hw_before, held,
+                                               phases)
+            stats, hw = batch_stats(self.query, batch_id, counts, hw_before,
+                                    int(time.time() * 1000))
+            self.write_rejected_and_counts(batch_id, flats, counts, stats, phases)
+            self.last_batch, self.last_hw = batch_id, hw
+            log.info("%s batch %d: %d rows of %d streams in %s", self.query, batch_id,
                      sum(c["rows_in"] for c in counts.values()), len(present), phases)
-            if on_batch is not None:
+            if self.on_batch is not None:
                 for row in stats:
-                    on_batch(row)
+                    self.on_batch(row)
         finally:
             for df in held:
                 release(df)
 
-    writer = (deduped.writeStream.queryName(query)
-              .option("checkpointLocation", lake.checkpoint(query))
-              .foreachBatch(write_batch))
-    return writer.trigger(**(trigger or {"processingTime": "10 seconds"})).start()
+    def high_water_before(self, batch_id: int) -> dict[str, int]:
+        """Per stream, the high water before this batch: kept from the batch before, else
+        read back (a restart, or a batch replayed)."""
+        if self.last_batch == batch_id - 1:
+            return self.last_hw
+        return previous_high_water(self.spark, self.lake, self.query, batch_id)
+
+    def streams_present(self, batch: DataFrame) -> list[str]:
+        """The streams with rows in the batch, sorted (a count, no decoding); the others are
+        left alone, no commits. ValueError for rows of a stream not in this query."""
+        sizes = {r[STREAM]: r["count"] for r in batch.groupBy(STREAM).count().collect()}
+        elsewhere = sorted(set(sizes) - set(self.by_name), key=str)
+        if elsewhere:   # the source matched a topic or folder not in the group
+            raise ValueError(f"{self.query}: {sum(sizes[n] for n in elsewhere)} rows of streams "
+                             f"not in this query ({', '.join(map(str, elsewhere))}; "
+                             f"this query reads {', '.join(self.by_name)})")
+        return sorted(sizes)
+
+    def write_streams(self, batch: DataFrame, batch_id: int, present: list[str],
+                      hw_before: dict[str, int], held: list[DataFrame],
+                      phases: _Phases) -> tuple[dict[str, DataFrame], dict]:
+        """Per stream, in parallel: silver.<stream> (and bronze.<stream>); return each
+        stream's classified rows and counts."""
+        tasks: list[tuple[str, object]] = [
+            (f"silver.{name}", functools.partial(self.decode_count_write, batch, batch_id,
+                                                 name, hw_before.get(name), held))
+            for name in present]
+        tasks += [(f"bronze.{name}", functools.partial(
+            self.appends.append, batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
+            self.lake.table("bronze", name), self.query, batch_id, ("ingest_date",)))
+            for name in (present if self.bronze_tables else ())]
+        done = run_parallel(tasks, self.write_threads, phases, "silver")
+        flats = {name: done[f"silver.{name}"][0] for name in present}
+        counts = {name: done[f"silver.{name}"][1] for name in present}
+        return flats, counts
+
+    def decode_count_write(self, batch: DataFrame, batch_id: int, name: str,
+                           high_water_ms: int | None, held: list[DataFrame]):
+        """One stream: decode and classify once (kept), count, append the valid rows to
+        silver.<name>; return (classified rows, counts)."""
+        s = self.by_name[name]
+        flat = classify(decode(batch.where(F.col(STREAM) == name), s.table), s,
+                        high_water_ms).localCheckpoint(eager=True)
+        with self.lock:
+            held.append(flat)
+        c = _counts(flat, s).first()
+        if c["rows_valid"]:
+            self.appends.append(valid_rows(flat, s), self.lake.table("silver", name),
+                                self.query, batch_id, partition_columns(s))
+        return flat, c
+
+    def write_rejected_and_counts(self, batch_id: int, flats: dict[str, DataFrame],
+                                  counts: dict, stats: list[dict], phases: _Phases) -> None:
+        """The counts to gold.pipeline_batches and, if any, the rejected rows of every
+        stream to silver.quarantine, in parallel."""
+        rejected = [quarantine_rows(flats[name], self.by_name[name]) for name in counts
+                    if name == QUARANTINE
+                    or counts[name]["rows_valid"] != counts[name]["rows_in"]]
+        last: list[tuple[str, object]] = [(f"gold.{BATCHES_TABLE}", functools.partial(
+            self.appends.append, self.spark.createDataFrame(stats, BATCH_SCHEMA),
+            self.batches_path, f"{self.query}_batches", batch_id))]
+        if rejected:
+            last.append(("silver.quarantine", functools.partial(
+                self.appends.append, functools.reduce(DataFrame.unionByName, rejected),
+                self.quarantine_path, f"{self.query}_quarantine", batch_id,
+                partition_columns(QUARANTINE_STREAM))))
+        run_parallel(last, self.write_threads, phases, "quarantine+counts")
+
+
+def batch_stats(query: str, batch_id: int, counts: dict, hw_before: dict[str, int],
+                now_ms: int) -> tuple[list[dict], dict[str, int]]:
+    """The gold.pipeline_batches rows of a batch (one per stream, in `counts`' order) and
+    the high water after it."""
+    hw = dict(hw_before)
+    stats = []
+    for name, c in counts.items():
+        high = max([v for v in (hw_before.get(name), c["max_ms"]) if v is not None],
+                   default=None)
+        if high is not None:
+            hw[name] = high
+        stats.append({"query": query, "batch_id": batch_id, "stream": name,
+                      "rows_in": c["rows_in"] or 0, "rows_valid": c["rows_valid"] or 0,
+                      "rows_quarantined": (c["rows_in"] or 0) - (c["rows_valid"] or 0),
+                      "rows_late_within_bound": c["late_in"] or 0,
+                      "rows_late_beyond_bound": c["late_out"] or 0,
+                      "high_water_ms": high, "batch_ts_ms": now_ms})
+    return stats, hw

@@ -54,19 +54,31 @@ def constraint_properties(table: ModuleType) -> dict[str, str]:
 
 
 def add_constraints(spark, path: str, table: ModuleType) -> list[str]:
-    """Add every rule as a Delta CHECK constraint on the table at `path` (idempotent)."""
-    existing = {r["key"].removeprefix("delta.constraints.")
+    """Add every rule as a Delta CHECK constraint on the table at `path` (idempotent); a
+    rule whose expression changed since the table was made (a kind added to the list of
+    known kinds) replaces its old constraint, which would refuse the new rows. Returns the
+    names added or replaced."""
+    existing = {r["key"].removeprefix("delta.constraints."): r["value"]
                 for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
                 if r["key"].startswith("delta.constraints.")}
     added = []
     for rule in rules(table):
-        name = constraint_name(rule)
+        name, check = constraint_name(rule), f"coalesce({rule.valid_sql}, false)"
         if name in existing:
-            continue
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT {name} "
-                  f"CHECK (coalesce({rule.valid_sql}, false))")
+            if _normal(existing[name]) == _normal(check):
+                continue
+            spark.sql(f"ALTER TABLE delta.`{path}` DROP CONSTRAINT {name}")
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT {name} CHECK ({check})")
         added.append(name)
     return added
+
+
+def _normal(sql: str) -> str:
+    """A constraint's expression without the outer brackets and spacing Delta may add."""
+    sql = re.sub(r"\s+", "", sql)
+    while sql.startswith("(") and sql.endswith(")"):
+        sql = sql[1:-1]
+    return sql
 
 
 def expectation_suite(name: str, table: ModuleType):

@@ -29,18 +29,9 @@ overridden with KMON__SECTION__KEY=value, e.g. KMON__SPARK__MASTER=spark://host:
 """
 
 
-class RetriedPy4jCallFilter(logging.Filter):
-    """py4j logs a call it retries on a new connection (the one it pooled was closed by the
-    JVM) on the root logger at INFO, with a traceback; the retry succeeds. Those lines are
-    shown only at DEBUG. A call that fails is logged at ERROR and always shown."""
-
-    MESSAGE = "Exception while sending command."
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if (record.name == "root" and record.levelno == logging.INFO
-                and record.getMessage() == self.MESSAGE):
-            return logging.getLogger().isEnabledFor(logging.DEBUG)
-        return True
+# Commands with a console of their own (steps, progress, findings): their logs go to
+# files (kmon/log_files.py).
+LOGGED_TO_FILES = ("demo", "run", "matrix")
 
 
 def _positive_seconds(text: str) -> float:
@@ -53,21 +44,26 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RetriedPy4jCallFilter())
-    for noisy in ("py4j", "kmon.local_cluster.admin"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def _setup_logging(args, config):
+    """Records on the console for the short commands; to files for `demo` and `run` (their
+    paths printed first), the console too with -v. Returns the files, if any."""
+    from kmon import log_files
+
+    level = "DEBUG" if args.verbose else config.kmon.log_level
+    if args.command not in LOGGED_TO_FILES or getattr(args, "action", None) in ("list", "doc"):
+        log_files.to_console(level)
+        return None
+    files = log_files.log_files(config.work_dir, args.command)
+    log_files.to_files(files, level, verbose=args.verbose, command=args.command)
+    print(f"kmon {args.command}: {files.describe()}", flush=True)
+    return files
 
 
 # ---- commands --------------------------------------------------------------------------
 
 def cmd_setup(args, config) -> int:
-    from kmon import preflight
-    from kmon.jvm_deps import ARTIFACT_SETS, JvmDeps
+    from infra import preflight
+    from infra.jvm_deps import ARTIFACT_SETS, JvmDeps
 
     preflight.check_python()
     preflight.check_java(config.jvm.java_home)
@@ -102,12 +98,12 @@ def cmd_config(args, config) -> int:
 
 
 def _cluster(args, config, **kw):
-    from kmon.local_cluster import LocalCluster
+    from infra.local_cluster import LocalCluster
     return LocalCluster(config, name=args.name, **kw)
 
 
 def cmd_cluster(args, config) -> int:
-    from kmon.local_cluster import ClusterError
+    from infra.local_cluster import ClusterError
 
     action = args.action
     if action == "up":
@@ -140,7 +136,8 @@ def _print_status(cl) -> None:
 
 
 def cmd_demo(args, config) -> int:
-    from jobs.demo import run_demo, run_replay
+    from demo.replay import run_replay
+    from demo.runner import run_demo
     if args.replay:
         return run_replay(config, summary_json=args.summary_json)
     return run_demo(config, keep=args.keep, short=args.short, exporter_port=args.exporter_port,
@@ -149,8 +146,28 @@ def cmd_demo(args, config) -> int:
                     capture_to=args.capture, warmup_s=args.warmup)
 
 
+def cmd_matrix(args, config) -> int:
+    from matrix import command
+
+    names = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()] or None
+    line = "kmon matrix " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [args.action])
+    try:   # an unknown scenario or a recording missing from the corpus: one line, exit 2
+        command.check_names(args.action, names)
+    except ValueError as e:
+        print(f"kmon matrix {args.action}: {e}", file=sys.stderr)
+        return 2
+    if args.action == "list":
+        return command.list_scenarios()
+    if args.action == "run":
+        return command.run(config, names, record=not args.no_record, port=args.exporter_port,
+                           warmup_s=args.warmup, command=line)
+    if args.action == "replay":
+        return command.replay(config, names, step_s=args.step, command=line)
+    return command.doc()
+
+
 def cmd_run(args, config) -> int:
-    from jobs.run import run
+    from kmon.monitor import run
     return run(config, agents=not args.no_agents, duration_s=args.duration,
                exporter_port=args.exporter_port,
                state_dir=Path(args.state_dir) if args.state_dir else None)
@@ -164,9 +181,9 @@ def cmd_agents(args, config) -> int:
 
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from infra.lake import Lake
     from ingest.supervisor import AgentSupervisor
-    from jobs.lake import Lake
-    from jobs.run import build_agents, build_host_agents
+    from kmon.monitor import build_agents, build_host_agents
 
     registry = CollectorRegistry()
     state = Path(args.state_dir) if args.state_dir else config.work_dir / "agent-state"
@@ -204,7 +221,7 @@ def cmd_remediate(args, config) -> int:
 
     bootstrap = None
     if not config.watch.bootstrap_servers:
-        from jobs.run import _local_cluster
+        from kmon.monitor import _local_cluster
         bootstrap = _local_cluster(config).bootstrap_servers
     results = JsonLinesResultStore(config.work_dir / "remediation" / "results.jsonl")
     executor = build_executor(config, bootstrap_servers=bootstrap,
@@ -226,8 +243,8 @@ def cmd_report(args, config) -> int:
 
 
 def _spark_with_tables(config):
-    from jobs.lake import Lake, register_tables
-    from kmon.spark_session import build_spark_session
+    from infra.lake import Lake, register_tables
+    from infra.spark_session import build_spark_session
 
     spark = build_spark_session(config)
     lake = Lake(config.storage_root)
@@ -304,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kmon", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="kmon: full-link monitoring for Apache Kafka on Spark and Delta Lake.")
     p.add_argument("--config", help="configuration file (default: conf/kmon.toml or $KMON_CONFIG)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="debug logging, on the console (`demo` and `run` otherwise log to "
+                        "files under <work_dir>/logs, named at their start)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name, help_, example, **kw):
@@ -355,6 +374,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--capture", metavar="DIR",
                     help="keep this run's telemetry (small, gzipped) in DIR for --replay "
                          "(the repository's copy is demo/capture)")
+
+    sp = add("matrix", "The fault matrix: scenarios (several ways to cause each kind of fault, on "
+                       "several topologies) with ground truth; `run` causes them on real local "
+                       "clusters and records each into tests/corpus/, `replay` scores the "
+                       "recordings with no cluster (what CI does), `doc` writes docs/matrix.md",
+             "kmon matrix list   |   kmon matrix run --scenarios freeze-short-3b   |   "
+             "kmon matrix replay")
+    sp.add_argument("action", choices=["list", "run", "replay", "doc"])
+    sp.add_argument("--scenarios", help="comma-separated subset (default: all; see `list`)")
+    sp.add_argument("--no-record", action="store_true",
+                    help="`run`: score only, do not overwrite the recordings in tests/corpus/")
+    sp.add_argument("--exporter-port", type=int, default=9464,
+                    help="`run`: port of the Prometheus exporter (default 9464; 0 = off)")
+    sp.add_argument("--warmup", type=_positive_seconds, metavar="S",
+                    help="`run`: seconds of healthy load per cluster before its first scenario "
+                         "(default 150)")
+    sp.add_argument("--step", type=_positive_seconds, default=20.0,
+                    help="`replay`: evaluate the detectors every this many recorded seconds "
+                         "(default 20, the live detector trigger)")
 
     sp = add("run", "Run the whole pipeline until Ctrl-C: agents, bronze/silver/gold queries, "
                     "detectors and the Prometheus exporter, with progress per query",
@@ -423,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"setup": cmd_setup, "config": cmd_config, "cluster": cmd_cluster, "demo": cmd_demo,
             "run": cmd_run, "agents": cmd_agents, "remediate": cmd_remediate,
             "report": cmd_report, "sql": cmd_sql, "validate": cmd_validate,
-            "dashboards": cmd_dashboards}
+            "dashboards": cmd_dashboards, "matrix": cmd_matrix}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,11 +476,23 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kmon: configuration error: {e}", file=sys.stderr)
         return 2
-    _setup_logging("DEBUG" if args.verbose else config.kmon.log_level)
-    from kmon.jvm_deps import JvmDependencyError
-    from jobs.run import RunError
-    from kmon.local_cluster import ClusterError
-    from kmon.preflight import PreflightError
+    files = _setup_logging(args, config)
+    code = 1
+    try:
+        code = _run_command(args, config)
+        return code
+    finally:
+        if files is not None and code not in (0, 130):
+            print(f"kmon {args.command}: the log of this run is {files.records}",
+                  file=sys.stderr, flush=True)
+
+
+def _run_command(args, config) -> int:
+    """The command's exit code; the errors kmon expects are one line on standard error."""
+    from infra.jvm_deps import JvmDependencyError
+    from infra.local_cluster import ClusterError
+    from infra.preflight import PreflightError
+    from kmon.monitor import RunError
     try:
         return COMMANDS[args.command](args, config)
     except ConfigError as e:

@@ -1,7 +1,9 @@
 """kmon's one typed configuration.
 
-Every key is declared once here, with its type, default, bounds and meaning, beside the
-section it belongs to. `load_config` reads a TOML file (conf/kmon.toml by default),
+Every key is declared once, with its type, default, bounds and meaning, in the section
+of the package that uses it (infra/, jobs/pipeline.py, detectors/, remediation/, core/);
+this module assembles those sections into one `Config` (nothing below the application
+imports it: a component takes its own section, or a Protocol of the sections it reads). `load_config` reads a TOML file (conf/kmon.toml by default),
 applies `KMON__SECTION__KEY=value` environment overrides, and validates everything
 before anything starts: an unknown key, a wrong type or a value out of range stops
 start-up with a `ConfigError` that names the key and where it came from.
@@ -19,13 +21,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from core.config_keys import ConfigError, _key  # noqa: F401 - ConfigError is re-exported
+from core.findings import FindingsSection
 from detectors.compaction_lag import CompactionLagSection
 from detectors.correlation import CorrelationSection
-from detectors.findings import FindingsSection
 from detectors.offset_rewind import OffsetRewindSection
 from detectors.slow_broker import SlowBrokerSection
 from detectors.unclean_election import UncleanElectionSection
-from kmon.config_keys import ConfigError, _key  # noqa: F401 - ConfigError is re-exported
+from infra.jvm_deps import JvmSection
+from infra.kafka_clients import TelemetrySection, WatchSection
+from infra.local_cluster import LocalClusterSection
+from infra.spark_session import SparkSection
+from jobs.pipeline_config import PipelineSection
 from remediation.config import RemediationSection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,138 +46,6 @@ class KmonSection:
                          "relative paths are taken from the repository root", ".kmon")
     log_level: str = _key("Log level of kmon's own logs", "INFO",
                           choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-
-
-@dataclass(frozen=True)
-class SparkSection:
-    master: str = _key("Spark master: local[N] embedded, or spark://, yarn, k8s://... on a fleet",
-                       "local[2]")
-    app_name: str = _key("Spark application name", "kmon")
-    storage_root: str = _key("Root of the Delta lake and checkpoints; empty means <work_dir>/lake. "
-                             "On a fleet: s3a://bucket/kmon, abfss://..., hdfs://...", "")
-    shuffle_partitions: int = _key("spark.sql.shuffle.partitions", 4, min=1, max=100000)
-    driver_memory: str = _key("spark.driver.memory (local mode: the whole Spark heap)", "2g")
-    ui_enabled: bool = _key("Start the Spark UI (off by default in the embedded mode)", False)
-    log_level: str = _key("Spark's own log level", "WARN",
-                          choices=("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"))
-    codegen: str = _key("Compile each query to JVM bytecode (whole-stage codegen): on, off, or "
-                        "auto (off with a local master). Off runs every query interpreted: no "
-                        "compile per new plan, the better trade for the many small queries of "
-                        "one machine (a plan's times are literals in its code, so each detector "
-                        "evaluation and micro-batch compiled anew); keep it on for a cluster's "
-                        "large batches", "auto", choices=("auto", "on", "off"))
-    extra_conf: dict = _key("Extra Spark settings passed as-is, e.g. "
-                            "{\"spark.hadoop.fs.s3a.endpoint\" = \"...\"}", {})
-
-
-@dataclass(frozen=True)
-class JvmSection:
-    maven_repo: str = _key("Maven repository the JVM jars come from (a mirror URL works too)",
-                           "https://repo.maven.apache.org/maven2")
-    offline: bool = _key("Never download: use only jars already in the working area", False)
-    java_home: str = _key("JAVA_HOME for Spark and the local brokers; empty means the java on PATH",
-                          "")
-
-
-@dataclass(frozen=True)
-class LocalClusterSection:
-    name: str = _key("Name of the embedded cluster (its folder under <work_dir>/clusters)", "local")
-    brokers: int = _key("Number of KRaft nodes (each a broker)", 3, min=1, max=9)
-    controllers: int = _key("How many of the nodes are KRaft controllers as well: the "
-                            "highest-numbered ones, the rest are brokers only (as on a fleet, "
-                            "where the quorum runs apart from the brokers, stopping two brokers "
-                            "then leaves the quorum up); 0: every node", 0, min=0, max=9)
-    base_port: int = _key("First port to use; 0 allocates free loopback ports", 0, min=0, max=65535)
-    heap: str = _key("Java heap per broker (-Xmx and -Xms)", "512m")
-    ready_timeout_s: float = _key("How long to wait for the cluster to be ready", 120.0,
-                                  min=5, max=3600)
-    extra_broker_config: dict = _key("Extra server.properties entries for every broker", {})
-
-
-@dataclass(frozen=True)
-class PipelineSection:
-    source: str = _key("Where the streaming jobs read telemetry: 'landing' (embedded: agents write "
-                       "JSON-lines files under <storage_root>/landing) or 'kafka' (telemetry topics "
-                       "on the monitoring Kafka, see [telemetry])", "landing",
-                       choices=("landing", "kafka"))
-    bronze_tables: bool = _key("Keep bronze.<stream> tables, a replayable copy of every raw "
-                               "record (repeats an agent re-sent dropped), written by the silver "
-                               "queries in the same micro-batch. false: the landing files, or "
-                               "the topics' retention, are the only raw copy", True)
-    write_threads: int = _key("Tables a silver micro-batch writes at once (bronze, silver and "
-                              "quarantine tables, the counts row). Each Delta append is mostly "
-                              "fixed latency (planning, reading the table's log, the commit), "
-                              "so overlapping them shortens a batch; 1 writes one at a time",
-                              4, min=1, max=64)
-    silver_trigger_s: float = _key("Micro-batch interval of the silver query (every stream not "
-                                   "in slow_streams), seconds", 10.0, min=0.5, max=3600)
-    gold_trigger_s: float = _key("Micro-batch interval of gold.request_stages_10s (what the "
-                                 "slow-broker detector reads), seconds", 10.0, min=0.5, max=3600)
-    detect_trigger_s: float = _key("How often the detectors evaluate, seconds", 20.0, min=1,
-                                   max=3600)
-    detect_after_silver_commit: bool = _key(
-        "Start each evaluation right after the silver query commits a micro-batch (waiting "
-        "at most two silver_trigger_s for it), not at a random point between two commits: "
-        "telemetry reaches a finding up to one silver interval sooner instead of up to one "
-        "detect_trigger_s, with the same number of evaluations", True)
-    slow_trigger_s: float = _key("Micro-batch interval of the queries no detector waits for "
-                                 "(slow_streams, the per-minute gold tables), seconds: each "
-                                 "micro-batch has a fixed cost, so on a small machine fewer of "
-                                 "them leave room for the ones that matter", 60.0, min=0.5,
-                                 max=3600)
-    slow_streams: list = _key("Streams read by the silver_slow query, on slow_trigger_s",
-                              ["client_stats", "partition_offsets", "quarantine"])
-    dedupe_window_s: int = _key("How long silver remembers record ids to drop repeats an agent "
-                                "re-sent after a crash (state is bounded by this)", 600,
-                                min=10, max=86400)
-    fast_window_s: int = _key("Window of gold.request_stages_10s, seconds", 10, min=1, max=60)
-    fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "
-                                 "after the newest row (rows later than this are counted in the "
-                                 "query progress and kept by the minute table)", 10, min=1, max=600)
-    fast_stage_table: bool = _key("Run the streaming query that writes gold.request_stages_10s. "
-                                  "Either way the slow-broker detector takes the windows that "
-                                  "table has not closed yet from silver.request_stages; false "
-                                  "leaves the table out and the detector computes every window "
-                                  "from silver at each evaluation: one stateful query fewer on a "
-                                  "small machine, more work per evaluation on a large fleet", True)
-    offset_lag_lookback_days: int = _key("How far back gold.offset_lag_1m looks for a group's "
-                                         "last commit", 7, min=1, max=365)
-    max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query "
-                                        "(over all its topics)",
-                                        2_000_000, min=1000)
-    max_files_per_trigger: int = _key("Landing source: most files per micro-batch per query",
-                                      1000, min=1)
-    progress_interval_s: float = _key("How often `kmon run` prints per-query progress", 10.0,
-                                      min=1, max=3600)
-    exporter_port: int = _key("Port of kmon's Prometheus exporter (findings, pipeline and agent "
-                              "health) during `kmon run`; 0 turns it off", 9464, min=0, max=65535)
-
-
-@dataclass(frozen=True)
-class TelemetrySection:
-    bootstrap_servers: str = _key("Monitoring Kafka the agents publish to and the jobs read "
-                                  "(pipeline.source = 'kafka'); empty in the embedded mode", "")
-    topic_prefix: str = _key("Telemetry topics are <topic_prefix><stream>, e.g. "
-                             "kmon.request_stages", "kmon.")
-    client_config: dict = _key("librdkafka settings for the monitoring Kafka, e.g. "
-                               '{"security.protocol" = "SASL_SSL", "sasl.mechanism" = '
-                               '"SCRAM-SHA-512", "sasl.username" = "kmon", "ssl.ca.location" = '
-                               '"/etc/kafka/ca.pem"}; the Spark source gets the Java '
-                               "equivalents. Never put the password here", {})
-    sasl_password_env: str = _key("Environment variable holding the SASL password", "")
-    sasl_password_file: str = _key("File holding the SASL password (first line)", "")
-
-
-@dataclass(frozen=True)
-class WatchSection:
-    cluster: str = _key("Name of the watched cluster; every row carries it", "local")
-    bootstrap_servers: str = _key("Bootstrap servers of the watched cluster (offsets reader, "
-                                  "end offsets, remediation); empty means the local cluster "
-                                  "started by `kmon cluster up`", "")
-    client_config: dict = _key("librdkafka settings for the watched cluster (security as in "
-                               "[telemetry].client_config)", {})
-    sasl_password_env: str = _key("Environment variable holding the SASL password", "")
-    sasl_password_file: str = _key("File holding the SASL password (first line)", "")
 
 
 SECTIONS: dict[str, type] = {

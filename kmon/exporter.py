@@ -58,7 +58,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from detectors.findings import AnomalyType, Finding, Severity, Status
+from core.findings import AnomalyType, Finding, Severity, Status
 
 NAMESPACE = "kmon"
 OPEN_LABELS = ("cluster", "type", "severity", "entity_kind", "entity", "incident", "finding",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Mapping
 
-from detectors.findings import ActionKind
+from core.findings import ActionKind
 
 QUEUE_SCHEMA_VERSION = 1
 

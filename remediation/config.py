@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from detectors.findings import ActionKind
-from kmon.config_keys import ConfigError, _key
+from core.config_keys import ConfigError, _key
+from core.findings import ActionKind
 
 # What the decision step can queue; ActionKind.NONE is the absence of an action.
 QUEUED_KINDS = tuple(k for k in ActionKind if k is not ActionKind.NONE)

@@ -20,7 +20,8 @@ Rules, first match wins (each is a small function below):
    slowness, a slow follower, a rewind caused by truncation) -> page_human. Lost data
    cannot be brought back by kmon.
 3. the detector suggests no action (a deliberate operator reset, clients that read
-   slowly, quotas): ignore.
+   slowly: slow_client, quotas): ignore. A slow_client finding never reaches rule 4,
+   whatever it suggests: only slow_broker findings move leadership.
 4. leadership_move: slow_broker with suggested move_leadership, not cluster-wide and not
    caused by clients or the network -> move leadership off the broker. Operation
    ``{"op": "reorder_and_elect", "broker": B}``: for every partition whose leader or
@@ -64,13 +65,34 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity, Status,
-                                broker_of, sort_findings)
-from remediation.actions import (Action, ActionResult, Decision, Outcome, ResultStatus,
-                                 canonical_json, decision_key)
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    EntityKind,
+    Finding,
+    Severity,
+    Status,
+    broker_of,
+    sort_findings,
+)
+from remediation.actions import (
+    Action,
+    ActionResult,
+    Decision,
+    Outcome,
+    ResultStatus,
+    canonical_json,
+    decision_key,
+)
 from remediation.config import RemediationSection
-from remediation.guards import (CHANGES_CLUSTER, PastAction, cap_frees_ms, cooldown_ends_ms,
-                                first_refusal)
+from remediation.guards import (
+    CHANGES_CLUSTER,
+    PastAction,
+    Refusal,
+    cap_frees_ms,
+    cooldown_ends_ms,
+    first_refusal,
+)
 
 # slow_broker causes that are not the broker's own fault: moving leadership would not help.
 CLIENT_OR_NETWORK_CAUSES = frozenset({"client_slow_read", "network_send_slow",
@@ -308,77 +330,121 @@ def decide(findings: Iterable[Finding], previous_decisions: Iterable[Decision],
     `results`: the executor's results for those actions, when available.
     `cluster_sizes`: brokers per cluster, for the share guard (the executor checks it
     against the live cluster in any case).
+
+    The rules run first over every finding due (their ignores recorded in finding order);
+    then the proposals, merged, go through the guards worst finding first, so an action
+    taken counts in the guards of the candidates after it.
     """
     findings = sort_findings(findings)
     previous = list(previous_decisions)
-    results = list(results)
-    latest = latest_decisions(previous)
-    attempts: dict[tuple[str, str], int] = defaultdict(int)
-    for d in previous:
-        attempts[(d.finding_id, d.fingerprint)] += 1
-    history = past_actions(previous, results, now_ms)
-    implicated = implicated_brokers(findings)
-    sizes = dict(cluster_sizes or {})
+    rnd = _Round.start(findings, previous, list(results), config, now_ms, cluster_sizes)
+    proposals = _propose_due(findings, latest_decisions(previous), rnd)
+    for cand in merge_restores(proposals):
+        _decide_candidate(cand, rnd)
+    return rnd.decisions
 
-    fps = {f.finding_id: fingerprint(f, config) for f in findings}
-    due = [f for f in findings if needs_decision(f, latest.get(f.finding_id),
-                                                 fps[f.finding_id], now_ms)]
-    decisions: list[Decision] = []
 
-    def record(f: Finding, outcome: Outcome, reason: str, *, recheck_at: int | None = None,
-               action: Action | None = None) -> None:
-        fp = fps[f.finding_id]
-        attempt = attempts[(f.finding_id, fp)]
-        decisions.append(Decision(
+@dataclass
+class _Round:
+    """One call of `decide`: what its steps read, and the decisions taken so far."""
+    config: RemediationSection
+    now_ms: int
+    fingerprints: dict[str, str]
+    attempts: dict[tuple[str, str], int]    # decisions so far per (finding, fingerprint)
+    history: list[PastAction]               # grows with each action this round takes
+    implicated: dict[str, set[int]]
+    sizes: dict[str, int]
+    decisions: list[Decision] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, findings: list[Finding], previous: list[Decision],
+              results: list[ActionResult], config: RemediationSection, now_ms: int,
+              cluster_sizes: Mapping[str, int] | None) -> _Round:
+        attempts: dict[tuple[str, str], int] = defaultdict(int)
+        for d in previous:
+            attempts[(d.finding_id, d.fingerprint)] += 1
+        return cls(config, now_ms, {f.finding_id: fingerprint(f, config) for f in findings},
+                   attempts, past_actions(previous, results, now_ms),
+                   implicated_brokers(findings), dict(cluster_sizes or {}))
+
+    def record(self, f: Finding, outcome: Outcome, reason: str, *,
+               recheck_at: int | None = None, action: Action | None = None) -> None:
+        fp = self.fingerprints[f.finding_id]
+        attempt = self.attempts[(f.finding_id, fp)]
+        self.decisions.append(Decision(
             decision_key=decision_key(f.finding_id, fp, attempt), finding_id=f.finding_id,
             cluster=f.cluster, anomaly_type=f.type.value, entity=f.entity, fingerprint=fp,
-            attempt=attempt, outcome=outcome, reason=reason, decided_ms=now_ms,
+            attempt=attempt, outcome=outcome, reason=reason, decided_ms=self.now_ms,
             recheck_at_ms=recheck_at, action=action))
 
+
+def _propose_due(findings: list[Finding], latest: Mapping[str, Decision],
+                 rnd: _Round) -> list[tuple[Finding, Proposal]]:
+    """The rules over each finding due: its proposal, or an ignore decision recorded now."""
     proposals: list[tuple[Finding, Proposal]] = []
-    for f in due:
+    for f in findings:
+        if not needs_decision(f, latest.get(f.finding_id), rnd.fingerprints[f.finding_id],
+                              rnd.now_ms):
+            continue
         p = propose(f)
         if isinstance(p, NoAction):
-            record(f, Outcome.IGNORE, p.reason)
+            rnd.record(f, Outcome.IGNORE, p.reason)
         else:
             proposals.append((f, p))
+    return proposals
 
-    for cand in merge_restores(proposals):
-        for f, why in cand.conflicts:
-            record(f, Outcome.IGNORE, why)
-        head, p = cand.findings[0], cand.proposal
-        preconditions = dict(p.preconditions)
-        n_implicated = None
-        if p.kind is ActionKind.MOVE_LEADERSHIP:
-            n_implicated = max(1, len(implicated.get(head.cluster, ())))
-            preconditions["implicated_brokers"] = n_implicated
-        refusal = first_refusal(kind=p.kind, cluster=head.cluster, target=p.target,
-                                history=history, config=config, now_ms=now_ms,
-                                entity_kind=head.entity_kind, anomaly_type=head.type,
-                                implicated=n_implicated, cluster_size=sizes.get(head.cluster))
-        if refusal is not None:
-            reason = f"{p.why}; held back by {refusal.guard}: {refusal.verdict.reason}"
-            if p.kind is ActionKind.PAGE_HUMAN:
-                reason += " (the finding's own alert rule still pages)"
-            if refusal.defer:
-                at = _recheck_at(refusal.guard, head.cluster, p.target, history, config, now_ms)
-                for f in cand.findings:
-                    record(f, Outcome.RECHECK_LATER, reason, recheck_at=at)
-            else:
-                for f in cand.findings:
-                    record(f, Outcome.IGNORE, reason)
-            continue
-        action = Action.build(
-            finding_ids=tuple(f.finding_id for f in cand.findings), cluster=head.cluster,
-            target=p.target, kind=p.kind, operation=p.operation, preconditions=preconditions,
-            decided_ms=now_ms, deadline_ms=now_ms + config.deadline_ms, dry_run=config.dry_run)
-        if not action.dry_run and action.kind in CHANGES_CLUSTER:
-            history.append(PastAction(action.action_id, action.cluster, action.target,
-                                      action.kind, now_ms, True))
-        reason = p.why + (" (dry run)" if action.dry_run else "")
+
+def _decide_candidate(cand: _Candidate, rnd: _Round) -> None:
+    """One merged proposal: its conflicts ignored, then held back by a guard or acted on."""
+    for f, why in cand.conflicts:
+        rnd.record(f, Outcome.IGNORE, why)
+    head, p = cand.findings[0], cand.proposal
+    preconditions = dict(p.preconditions)
+    n_implicated = None
+    if p.kind is ActionKind.MOVE_LEADERSHIP:
+        # The share guard's input, carried to the executor, which checks it again live.
+        n_implicated = max(1, len(rnd.implicated.get(head.cluster, ())))
+        preconditions["implicated_brokers"] = n_implicated
+    refusal = first_refusal(kind=p.kind, cluster=head.cluster, target=p.target,
+                            history=rnd.history, config=rnd.config, now_ms=rnd.now_ms,
+                            entity_kind=head.entity_kind, anomaly_type=head.type,
+                            implicated=n_implicated, cluster_size=rnd.sizes.get(head.cluster))
+    if refusal is not None:
+        _hold_back(cand, refusal, rnd)
+    else:
+        _act(cand, preconditions, rnd)
+
+
+def _hold_back(cand: _Candidate, refusal: Refusal, rnd: _Round) -> None:
+    """A guard refused: every finding of the candidate rechecked later, or ignored."""
+    head, p = cand.findings[0], cand.proposal
+    reason = f"{p.why}; held back by {refusal.guard}: {refusal.verdict.reason}"
+    if p.kind is ActionKind.PAGE_HUMAN:
+        reason += " (the finding's own alert rule still pages)"
+    if refusal.defer:
+        at = _recheck_at(refusal.guard, head.cluster, p.target, rnd.history, rnd.config,
+                         rnd.now_ms)
         for f in cand.findings:
-            record(f, Outcome.ACT, reason, action=action)
-    return decisions
+            rnd.record(f, Outcome.RECHECK_LATER, reason, recheck_at=at)
+    else:
+        for f in cand.findings:
+            rnd.record(f, Outcome.IGNORE, reason)
+
+
+def _act(cand: _Candidate, preconditions: dict, rnd: _Round) -> None:
+    """The guards let it through: one action for every finding of the candidate."""
+    head, p, config, now_ms = cand.findings[0], cand.proposal, rnd.config, rnd.now_ms
+    action = Action.build(
+        finding_ids=tuple(f.finding_id for f in cand.findings), cluster=head.cluster,
+        target=p.target, kind=p.kind, operation=p.operation, preconditions=preconditions,
+        decided_ms=now_ms, deadline_ms=now_ms + config.deadline_ms, dry_run=config.dry_run)
+    if not action.dry_run and action.kind in CHANGES_CLUSTER:
+        # In flight from now: the guards of the candidates after this one count it.
+        rnd.history.append(PastAction(action.action_id, action.cluster, action.target,
+                                      action.kind, now_ms, True))
+    reason = p.why + (" (dry run)" if action.dry_run else "")
+    for f in cand.findings:
+        rnd.record(f, Outcome.ACT, reason, action=action)
 
 
 def _recheck_at(guard: str, cluster: str, target: str, history: Sequence[PastAction],

@@ -3,7 +3,7 @@
 Same interfaces as the JSON-lines stores (remediation/stores.py). Writes are MERGEs on the
 key (decision_key, action_id), so a re-run decision step or a redelivered action rewrites
 its row instead of adding one; a merge commits before it returns, which is when the
-caller moves on. Both tables live under the lake's gold layer (jobs/lake.py), partitioned
+caller moves on. Both tables live under the lake's gold layer (infra/lake.py), partitioned
 by date (of the decision, of the action's start), and `register_tables` names them
 gold.<decisions_table> and gold.<results_table>.
 """
@@ -14,10 +14,16 @@ from typing import Any, Iterable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BooleanType, IntegerType, LongType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from jobs.lake import Lake
+from infra.lake import Lake
 from remediation.actions import ActionResult, Decision
 
 DECISIONS_SCHEMA = StructType([

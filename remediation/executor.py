@@ -44,16 +44,25 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from detectors.findings import ActionKind
+from core.findings import ActionKind
 from remediation.actions import Action, ActionResult, ResultStatus
 from remediation.config import RemediationSection
 from remediation.guards import CHANGES_CLUSTER, HOUR_MS, PastAction, first_refusal
 from remediation.live_cluster import LiveCluster, LiveClusterError
 from remediation.pager import AlertmanagerPager, PagePlan, PagerError, page_alert
-from remediation.plans import (CancelPlan, LeadershipPlan, Refused, RestorePlan, plan_cancel,
-                               plan_leadership_move, plan_restore, unknown_preconditions)
+from remediation.plans import (
+    CancelPlan,
+    LeadershipPlan,
+    Refused,
+    RestorePlan,
+    plan_cancel,
+    plan_leadership_move,
+    plan_restore,
+    unknown_preconditions,
+)
 from remediation.reassignments import ReassignmentError
 from remediation.stores import ResultStore
 
@@ -65,6 +74,15 @@ QUARANTINE_SOURCE = "remediation_queue"
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One handling of an action by `Executor.handle`."""
+    action: Action
+    now_ms: int
+    dry: bool                         # the action's dry_run flag, or this executor's
+    existing: ActionResult | None     # the "running" result of an interrupted attempt
 
 
 class Executor:
@@ -172,53 +190,70 @@ class Executor:
                 if r.counts_for_guards and r.kind in {k.value for k in CHANGES_CLUSTER}]
 
     def handle(self, a: Action) -> ActionResult | None:
-        """Guard, plan, act (or log), record. None when the action was handled before."""
+        """Guard, plan, act (or log), record. None when the action was handled before.
+
+        Each step below either ends the action with its result or lets it go on, in the
+        order of the module docstring.
+        """
         existing = self.results.get(a.action_id)
         if existing is not None and existing.status.is_terminal:
             log.info("action %s already handled (%s): not acting again", a.action_id,
                      existing.status.value)
             return None
-        resumed = existing is not None
-        now = self.clock()
-        dry = a.dry_run or self.config.dry_run
-        note = (f" (resumed after an attempt interrupted at {existing.started_ms})"
-                if resumed else "")
+        run = _Attempt(a, self.clock(), a.dry_run or self.config.dry_run, existing)
+        refused = self._guard(run)
+        if refused is not None:
+            return refused
+        plan = self._live_plan(run)
+        if isinstance(plan, ActionResult):
+            return plan
+        if run.dry:
+            log.warning("DRY RUN action %s: would %s", a.action_id, plan.describe())
+            return self._finish(run, ResultStatus.DRY_RUN, f"dry run: would {plan.describe()}",
+                                details={"plan": plan.details()})
+        return self._carry_out(run, plan)
 
-        def finish(status: ResultStatus, reason: str, started: int = now,
-                   details: Mapping[str, Any] | None = None) -> ActionResult:
-            r = self._result(a, status, reason + note, started, dry_run=dry, details=details)
-            self.results.put(r)
-            log.info("action %s %s on %s: %s -> %s", a.action_id, a.kind.value, a.target,
-                     status.value, r.reason)
-            return r
-
+    def _guard(self, run: _Attempt) -> ActionResult | None:
+        """Skipped or failed before the live cluster is read: another cluster's action, a
+        guard against this executor's own results, a precondition it does not know."""
+        a, now = run.action, run.now_ms
         if a.cluster != self.watch_cluster:
-            return finish(ResultStatus.SKIPPED, f"action is for cluster {a.cluster}; this "
-                                                f"executor watches {self.watch_cluster}")
+            return self._finish(run, ResultStatus.SKIPPED, f"action is for cluster {a.cluster}; "
+                                f"this executor watches {self.watch_cluster}")
         refusal = first_refusal(kind=a.kind, cluster=a.cluster, target=a.target,
                                 history=self._history(a.cluster, now), config=self.config,
                                 now_ms=now, deadline_ms=a.deadline_ms, exclude=a.action_id)
         if refusal is not None:
-            return finish(ResultStatus.SKIPPED, f"{refusal.guard}: {refusal.verdict.reason}")
+            return self._finish(run, ResultStatus.SKIPPED,
+                                f"{refusal.guard}: {refusal.verdict.reason}")
         bad = unknown_preconditions(a.op, a.preconditions)
         if bad is not None:
-            return finish(ResultStatus.FAILED, bad.reason)
+            return self._finish(run, ResultStatus.FAILED, bad.reason)
+        return None
+
+    def _live_plan(self, run: _Attempt) -> Plan | ActionResult:
+        """The plan from the live cluster read now; a result if it cannot be read, the
+        operation is bad, or a precondition does not hold there."""
+        a = run.action
         try:
             plan = self.plan(a)
         except (LiveClusterError, ReassignmentError) as e:
-            return finish(ResultStatus.SKIPPED, f"could not read the live cluster: {e}")
+            return self._finish(run, ResultStatus.SKIPPED, f"could not read the live cluster: {e}")
         except (KeyError, TypeError, ValueError) as e:
-            return finish(ResultStatus.FAILED, f"bad operation {dict(a.operation)}: {e!r}")
+            return self._finish(run, ResultStatus.FAILED,
+                                f"bad operation {dict(a.operation)}: {e!r}")
         except Exception as e:  # noqa: BLE001 - recorded; one bad action must not stop the queue
             log.exception("planning action %s failed", a.action_id)
-            return finish(ResultStatus.SKIPPED, f"planning failed: {e!r}")
+            return self._finish(run, ResultStatus.SKIPPED, f"planning failed: {e!r}")
         if isinstance(plan, Refused):
-            return finish(ResultStatus.SKIPPED, f"precondition: {plan.reason}")
-        if dry:
-            log.warning("DRY RUN action %s: would %s", a.action_id, plan.describe())
-            return finish(ResultStatus.DRY_RUN, f"dry run: would {plan.describe()}",
-                          details={"plan": plan.details()})
-        started = existing.started_ms if resumed else now
+            return self._finish(run, ResultStatus.SKIPPED, f"precondition: {plan.reason}")
+        return plan
+
+    def _carry_out(self, run: _Attempt, plan: Plan) -> ActionResult:
+        """Record "running" (kept from an interrupted attempt), apply the plan, record how
+        it ended: a failure is recorded too, never left running."""
+        a = run.action
+        started = run.existing.started_ms if run.existing is not None else run.now_ms
         self.results.put(self._result(a, ResultStatus.RUNNING, plan.describe(), started,
                                       dry_run=False, details={"plan": plan.details()},
                                       finished=False))
@@ -226,14 +261,28 @@ class Executor:
         try:
             ok, reason, details = self.apply(a, plan)
         except (LiveClusterError, ReassignmentError, PagerError) as e:
-            return finish(ResultStatus.FAILED, f"{plan.describe()} failed: {e}", started,
-                          {"plan": plan.details()})
+            return self._finish(run, ResultStatus.FAILED, f"{plan.describe()} failed: {e}",
+                                started, {"plan": plan.details()})
         except Exception as e:  # noqa: BLE001 - a running record must not stay open forever
             log.exception("action %s failed", a.action_id)
-            return finish(ResultStatus.FAILED, f"{plan.describe()} failed: {e!r}", started,
-                          {"plan": plan.details()})
-        return finish(ResultStatus.DONE if ok else ResultStatus.FAILED, reason, started,
-                      {"plan": plan.details(), **details})
+            return self._finish(run, ResultStatus.FAILED, f"{plan.describe()} failed: {e!r}",
+                                started, {"plan": plan.details()})
+        return self._finish(run, ResultStatus.DONE if ok else ResultStatus.FAILED, reason,
+                            started, {"plan": plan.details(), **details})
+
+    def _finish(self, run: _Attempt, status: ResultStatus, reason: str,
+                started: int | None = None,
+                details: Mapping[str, Any] | None = None) -> ActionResult:
+        """Record the action's final result (saying if it resumed an attempt) and log it."""
+        a = run.action
+        note = (f" (resumed after an attempt interrupted at {run.existing.started_ms})"
+                if run.existing is not None else "")
+        r = self._result(a, status, reason + note, run.now_ms if started is None else started,
+                         dry_run=run.dry, details=details)
+        self.results.put(r)
+        log.info("action %s %s on %s: %s -> %s", a.action_id, a.kind.value, a.target,
+                 status.value, r.reason)
+        return r
 
     # ---- operations -------------------------------------------------------------------
     def plan(self, a: Action) -> Plan | Refused:
@@ -351,7 +400,7 @@ def build_executor(config, *, bootstrap_servers: str | None = None,
     bootstrap_servers (the embedded mode passes the local cluster's). Results go to
     `results` (a JsonLinesResultStore, or delta_tables.DeltaResultStore on a fleet).
     """
-    from kmon.kafka_clients import librdkafka_config
+    from infra.kafka_clients import librdkafka_config
     from remediation.reassignments import JavaReassignments
 
     admin_conf = librdkafka_config(config.watch, "watch", bootstrap_servers)

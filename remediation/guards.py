@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from detectors.findings import ActionKind, AnomalyType, EntityKind
+from core.findings import ActionKind, AnomalyType, EntityKind
 from remediation.config import RemediationSection
 
 HOUR_MS = 3600 * 1000

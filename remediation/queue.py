@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from detectors.findings import Finding
+from core.findings import Finding
 from remediation.actions import Action, Decision
 from remediation.config import RemediationSection
 from remediation.decide import actions_of, decide

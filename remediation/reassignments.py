@@ -9,7 +9,7 @@ program beside this module (java/PartitionReassignments.java) with Java's single
 source launcher and the kafka-clients jar that `kmon setup` already resolved for the local
 brokers (Java 17 is a kmon requirement anyway). It speaks to the watched cluster with the
 same settings as the Python clients: [watch].client_config translated to the Java client's
-keys (kmon.kafka_clients.spark_kafka_options), the password read from its env var or file
+keys (infra.kafka_clients.spark_kafka_options), the password read from its env var or file
 and written only to a private temporary properties file for the call.
 
 Each call starts a JVM (a few seconds); remediation acts a few times an hour at most.
@@ -55,7 +55,7 @@ def properties_text(props: Mapping[str, str]) -> str:
 
 
 def java_client_properties(spark_options: Mapping[str, str]) -> dict[str, str]:
-    """Java client settings from kmon.kafka_clients.spark_kafka_options (``kafka.`` keys)."""
+    """Java client settings from infra.kafka_clients.spark_kafka_options (``kafka.`` keys)."""
     props = {k[len("kafka."):]: str(v) for k, v in spark_options.items() if k.startswith("kafka.")}
     props.setdefault("client.id", "kmon-remediation")
     return props
@@ -112,8 +112,8 @@ class JavaReassignments:
     def for_watched_cluster(cls, config, bootstrap_servers: str | None = None,
                             timeout_s: float = 180.0) -> "JavaReassignments":
         """From the [watch] section, the broker jar set and [jvm].java_home."""
-        from kmon.jvm_deps import JvmDeps
-        from kmon.kafka_clients import spark_kafka_options
+        from infra.jvm_deps import JvmDeps
+        from infra.kafka_clients import spark_kafka_options
 
         options = spark_kafka_options(config.watch, "watch", bootstrap_servers)
         deps = JvmDeps(config.work_dir, config.jvm.maven_repo, config.jvm.offline)

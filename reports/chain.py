@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from detectors.findings import Finding
+from core.findings import Finding
 
 
 def _by_time(f: Finding) -> tuple:

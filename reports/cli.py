@@ -5,8 +5,8 @@
     kmon report --from 1714557600000 --to 1714561200000 --cluster prod-eu
 
 Times are ISO-8601 (no zone means UTC) or epoch milliseconds. Without --out the report
-goes to <work_dir>/reports/. kmon/cli.py wires the command with `add_arguments` and `run`;
-`main` runs it alone (python -m reports.cli ...).
+goes to <work_dir>/reports/. kmon/cli.py wires the command with `add_arguments` and `run`
+(the application shell loads the configuration and passes it in).
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace, config) -> int:
         print("kmon report: --cluster goes with --from/--to (an incident names its own)",
               file=sys.stderr)
         return 2
-    from jobs.lake import Lake
-    from kmon.spark_session import build_spark_session
+    from infra.lake import Lake
+    from infra.spark_session import build_spark_session
     from reports.incident import ReportError, build_report
     from reports.render import render_html
 
@@ -95,23 +95,3 @@ def run(args: argparse.Namespace, config) -> int:
     print(out.resolve())
     return 0
 
-
-def main(args: list[str] | None = None) -> int:
-    from kmon.config import ConfigError, load_config
-
-    p = argparse.ArgumentParser(prog="kmon report", description=__doc__.splitlines()[0],
-                                epilog=f"example:\n  {EXAMPLE}",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="configuration file (default: conf/kmon.toml)")
-    add_arguments(p)
-    ns = p.parse_args(args)
-    try:
-        config = load_config(ns.config)
-    except ConfigError as e:
-        print(f"kmon: configuration error: {e}", file=sys.stderr)
-        return 2
-    return run(ns, config)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,9 @@ time span widened by `margin_ms` on both sides:
   keeps), the same p99s computed from silver.request_stages;
 - per group and partition (the ones named, plus every group that committed on a named
   partition, busiest first), the committed offsets per minute (gold.offset_commits_1m),
-  the lag (gold.offset_lag_1m), and the rewinds: commit by commit from
+  the lag (gold.offset_lag_1m), each going on past gold's last minute with the minutes
+  computed from silver (silver.offset_commits, and silver.partition_offsets for the lag)
+  the way the gold job computes them, and the rewinds: commit by commit from
   silver.offset_commits when it exists, else per minute from gold.offset_commits_1m.
 
 Every statement is run through `spark.sql` exactly as stored beside its rows
@@ -25,13 +27,22 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-from detectors.findings import Finding
-from jobs.lake import Lake, register_tables
+from core.findings import Finding
+from infra.lake import Lake, register_tables
 from reports import queries as q
 from reports.chain import causal_order
 from reports.involved import involved_brokers, involved_groups, involved_partitions
-from reports.report_data import (BrokerSection, ChainLink, Chart, GroupSection, Marker,
-                                 Query, ReportData, Series)
+from reports.report_data import (
+    BrokerSection,
+    ChainLink,
+    Chart,
+    GroupSection,
+    Marker,
+    Query,
+    ReportData,
+    Series,
+)
+from reports.svg_chart import utc
 
 DEFAULT_MARGIN_MS = 15 * 60_000
 MAX_BROKERS = 12
@@ -82,6 +93,24 @@ def _choose_apis(named: set[str], apis: Query) -> list[str]:
     return seen[:1]
 
 
+def _stage_rows(spark, cluster: str, broker: int, api: str, start_ms: int, end_ms: int,
+                have_gold: bool, have_silver: bool) -> tuple[Query, set[str]]:
+    """A broker's stage p99s over the window and the tables they came from ("gold",
+    "silver"): gold's minutes, and silver's for the minutes gold has not written yet (the
+    gold job lags its watermark; a report right after an incident would end before it)."""
+    if have_gold and have_silver:
+        rows = run_query(spark, q.stages_gold_then_silver(cluster, broker, api, start_ms,
+                                                          end_ms))
+        return rows, {s for v in rows.column("source") for s in v.split(" + ")}
+    if have_gold:
+        rows = run_query(spark, q.stages_gold(cluster, broker, api, start_ms, end_ms))
+        return rows, {"gold"} if rows.rows else set()
+    if have_silver:
+        rows = run_query(spark, q.stages_silver(cluster, broker, api, start_ms, end_ms))
+        return rows, {"silver"} if rows.rows else set()
+    return Query(q.stages_gold(cluster, broker, api, start_ms, end_ms)), set()
+
+
 def _broker_section(spark, cluster: str, broker: int, named_apis: set[str], start_ms: int,
                     end_ms: int, markers: tuple[Marker, ...], notes: list[str]) -> BrokerSection:
     have_gold, have_silver = _exists(spark, q.STAGES_1M), _exists(spark, q.STAGES_SILVER)
@@ -93,18 +122,24 @@ def _broker_section(spark, cluster: str, broker: int, named_apis: set[str], star
     charts = []
     for api in _choose_apis(named_apis, apis):
         attrs = {"cluster": cluster, "broker": str(broker), "api": api}
+        rows, sources = _stage_rows(spark, cluster, broker, api, start_ms, end_ms,
+                                    have_gold, have_silver)
         source, note = q.STAGES_1M, ("p99 of each stage per minute; the stages of one "
                                      "request add up to its total, their p99s need not")
-        rows = Query(q.stages_gold(cluster, broker, api, start_ms, end_ms))
-        if have_gold:
-            rows = run_query(spark, rows.sql)
-        if not rows.rows and have_silver:
-            rows = run_query(spark, q.stages_silver(cluster, broker, api, start_ms, end_ms))
+        if sources == {"silver"}:
             source = q.STAGES_SILVER
             note = (f"{q.STAGES_1M} has no rows for broker {broker} {api} in this window: "
                     f"p99s computed from the per-request rows of {q.STAGES_SILVER}")
             notes.append(f"Broker {broker} {api}: {note}.")
-        if q.bucket_ms(start_ms, end_ms) != q.MINUTE_MS and source == q.STAGES_1M:
+        elif "silver" in sources:
+            source = f"{q.STAGES_1M} + {q.STAGES_SILVER}"
+            last_gold = max(t for t, s in zip(rows.column("t_ms"), rows.column("source"))
+                            if "gold" in s.split(" + "))
+            note = (f"{q.STAGES_1M} (written once a minute is final) has rows up to "
+                    f"{utc(last_gold)} here; the minutes after its last are computed from "
+                    f"the per-request rows of {q.STAGES_SILVER} (source: silver)")
+            notes.append(f"Broker {broker} {api}: {note}.")
+        if q.bucket_ms(start_ms, end_ms) != q.MINUTE_MS and "silver" not in sources:
             note = "max of the minute p99s per bucket (the window is too long for minutes)"
         charts.append(Chart(
             kind="stages", title=f"Broker {broker} — {api} request stages (p99)", query=rows,
@@ -113,15 +148,62 @@ def _broker_section(spark, cluster: str, broker: int, named_apis: set[str], star
     return BrokerSection(cluster, broker, apis, tuple(charts))
 
 
+def _offset_rows(spark, gold_sql: str, with_silver, gold_table: str,
+                 silver_tables: tuple[str, ...]) -> tuple[Query, set[str]]:
+    """A group chart's rows and the tables they came from ("gold", "silver"): gold's
+    minutes, and silver's for the minutes after gold's last (the gold job writes a minute
+    late, once final; a report right after an incident would end before it).
+    `with_silver(gold=...)` is the statement with the silver minutes."""
+    have_gold = _exists(spark, gold_table)
+    if all(_exists(spark, t) for t in silver_tables):
+        rows = run_query(spark, with_silver(gold=have_gold))
+        return rows, {s for v in rows.column("source") for s in v.split(" + ")}
+    if have_gold:
+        rows = run_query(spark, gold_sql)
+        return rows, {"gold"} if rows.rows else set()
+    return Query(gold_sql), set()
+
+
+def _offsets_source(what: str, rows: Query, sources: set[str], gold_table: str,
+                    silver_text: str, silver_tables: tuple[str, ...],
+                    notes: list[str]) -> tuple[str, str]:
+    """The chart's `source` and the note on the minutes silver filled in ("" if none);
+    the note goes to the report's notes too, after `what` ("the lag of g on t-0")."""
+    silver = " + ".join(silver_tables)
+    if sources == {"silver"}:
+        source, note = silver, f"{gold_table} has no rows in this window: {silver_text}"
+    elif "silver" in sources:
+        last_gold = max(t for t, s in zip(rows.column("t_ms"), rows.column("source"))
+                        if "gold" in s.split(" + "))
+        source = f"{gold_table} + {silver}"
+        note = (f"{gold_table} has rows up to {utc(last_gold)} here (the gold job writes its "
+                f"minutes late); the minutes after its last are {silver_text} (source: silver)")
+    else:
+        return gold_table, ""
+    notes.append(f"{what[:1].upper()}{what[1:]}: {note}.")
+    return source, note
+
+
 def _group_section(spark, cluster: str, group: str, topic: str, partition: int,
-                   start_ms: int, end_ms: int, markers: tuple[Marker, ...]) -> GroupSection:
+                   start_ms: int, end_ms: int, markers: tuple[Marker, ...],
+                   notes: list[str]) -> GroupSection:
     attrs = {"cluster": cluster, "group": group, "topic": topic, "partition": str(partition)}
-    commits = Query(q.committed_offsets(cluster, group, topic, partition, start_ms, end_ms))
-    if _exists(spark, q.COMMITS_1M):
-        commits = run_query(spark, commits.sql)
-    lag = Query(q.lag(cluster, group, topic, partition, start_ms, end_ms))
-    if _exists(spark, q.LAG_1M):
-        lag = run_query(spark, lag.sql)
+    key = (cluster, group, topic, partition, start_ms, end_ms)
+    what = f"{group} on {topic}-{partition}"
+    commits, commit_sources = _offset_rows(
+        spark, q.committed_offsets(*key),
+        lambda gold: q.committed_offsets_with_silver(*key, gold=gold), q.COMMITS_1M,
+        (q.COMMITS_SILVER,))
+    commits_source, commits_note = _offsets_source(
+        f"the commits of {what}", commits, commit_sources, q.COMMITS_1M,
+        f"computed from the commits of {q.COMMITS_SILVER}", (q.COMMITS_SILVER,), notes)
+    lag, lag_sources = _offset_rows(
+        spark, q.lag(*key), lambda gold: q.lag_with_silver(*key, gold=gold), q.LAG_1M,
+        (q.ENDS_SILVER, q.COMMITS_SILVER))
+    lag_source, lag_note = _offsets_source(
+        f"the lag of {what}", lag, lag_sources, q.LAG_1M,
+        f"computed from the end offsets of {q.ENDS_SILVER} and the commits of "
+        f"{q.COMMITS_SILVER}", (q.ENDS_SILVER, q.COMMITS_SILVER), notes)
     if _exists(spark, q.COMMITS_SILVER):
         rewinds_source = f"{q.COMMITS_SILVER} (every commit)"
         rewinds = run_query(spark, q.rewinds_silver(cluster, group, topic, partition,
@@ -135,16 +217,18 @@ def _group_section(spark, cluster: str, group: str, topic: str, partition: int,
                                                   f"{r['to_offset']}", "rewind")
                            for r in rewinds.records()[:MAX_MARKERS])
     charts = (
-        Chart(kind="offsets", title=f"{group} on {topic}-{partition}: committed offset",
+        Chart(kind="offsets", title=f"{what}: committed offset",
               query=commits, series=(Series("last_offset", "last commit of the minute",
                                             emphasis=True),
                                      Series("min_offset", "lowest commit of the minute")),
-              unit="offset", attrs=attrs, source=q.COMMITS_1M, zero_based=False,
-              note="a lowest commit below the line before it is a rewind",
+              unit="offset", attrs=attrs, source=commits_source, zero_based=False,
+              note="; ".join(n for n in ("a lowest commit below the line before it is a "
+                                         "rewind", commits_note) if n),
               markers=markers + rewind_markers),
-        Chart(kind="lag", title=f"{group} on {topic}-{partition}: lag", query=lag,
+        Chart(kind="lag", title=f"{what}: lag", query=lag,
               series=(Series("lag", "lag (end offset − committed offset)", emphasis=True),),
-              unit="messages", attrs=attrs, source=q.LAG_1M, markers=markers),
+              unit="messages", attrs=attrs, source=lag_source, note=lag_note,
+              markers=markers),
     )
     return GroupSection(cluster, group, topic, partition, charts, rewinds, rewinds_source)
 
@@ -207,9 +291,11 @@ def build_report(spark, lake: Lake, *, incident_id: str | None = None,
                         notes)
         for (c, b), apis in brokers[:MAX_BROKERS])
     group_sections = tuple(
-        _group_section(spark, c, g, t, p, start_ms, end_ms, _finding_markers(findings, c))
+        _group_section(spark, c, g, t, p, start_ms, end_ms, _finding_markers(findings, c),
+                       notes)
         for c, g, t, p in _groups_to_show(spark, findings, start_ms, end_ms, notes))
-    for table in (q.STAGES_1M, q.STAGES_SILVER, q.COMMITS_1M, q.LAG_1M, q.COMMITS_SILVER):
+    for table in (q.STAGES_1M, q.STAGES_SILVER, q.COMMITS_1M, q.LAG_1M, q.COMMITS_SILVER,
+                  q.ENDS_SILVER):
         if not _exists(spark, table):
             notes.append(f"{table} does not exist under {lake.root}")
     return ReportData(

@@ -1,21 +1,26 @@
 """Which brokers, APIs, partitions and groups a set of findings names.
 
 Read from the entity and the evidence keys the detectors write (detectors/*.py):
-slow_broker names its broker, the API and the follower it blames; unclean_election the
-old and new leader and the groups on the lost range; log_truncation the broker that
-truncated; offset_reset / offset_rewind the group, topic and partition (and a truncation
-with its broker); a meter-only election its controller and candidate partitions.
+slow_broker names its broker, the API and the follower it blames; slow_client the brokers
+it reads from; unclean_election the old and new leader and the groups on the lost range;
+log_truncation the broker that truncated; offset_reset / offset_rewind the group, topic
+and partition (and a truncation with its broker); a meter-only election its controller
+and candidate partitions.
+
+Only real broker ids count: Kafka writes -1 where there is no broker (no leader, an old
+leader the controller did not know, a controller not yet elected), and detectors copy it
+into their evidence (unclean_election's old_leader) as it stands.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from detectors.findings import Finding, broker_of
+from core.findings import Finding, broker_of
 
 # Evidence keys holding one broker id, and keys holding a list of them.
 BROKER_KEYS = ("broker", "old_leader", "new_leader", "controller")
-BROKER_LIST_KEYS = ("held_back_leaders", "brokers_blamed")
+BROKER_LIST_KEYS = ("held_back_leaders", "brokers_blamed", "brokers")
 # Evidence keys listing groups as {"group": ..., ...} (unclean_election).
 GROUP_LIST_KEYS = ("groups_inside", "groups_beyond", "groups_behind", "groups_unplaced")
 
@@ -24,19 +29,20 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _broker_id(v: Any) -> int | None:
+    """A broker id, or None: not an int, or negative (Kafka's -1, "no broker")."""
+    b = broker_of(v) if isinstance(v, str) else _int(v)
+    return b if b is not None and b >= 0 else None
+
+
 def brokers_of(f: Finding) -> set[int]:
     e = f.evidence
-    out = {b for b in [broker_of(f.entity), *(_int(e.get(k)) for k in BROKER_KEYS)]
-           if b is not None}
-    for k in BROKER_LIST_KEYS:
-        out |= {b for b in map(_int, e.get(k) or ()) if b is not None}
-    follower = e.get("slow_follower")
-    if isinstance(follower, str) and broker_of(follower) is not None:
-        out.add(broker_of(follower))
     truncation = e.get("truncation")
-    if isinstance(truncation, dict) and _int(truncation.get("broker")) is not None:
-        out.add(truncation["broker"])
-    return out
+    candidates = [f.entity, *(e.get(k) for k in BROKER_KEYS),
+                  *(b for k in BROKER_LIST_KEYS for b in e.get(k) or ()),
+                  e.get("slow_follower"),
+                  truncation.get("broker") if isinstance(truncation, dict) else None]
+    return {b for b in map(_broker_id, candidates) if b is not None}
 
 
 def apis_of(f: Finding) -> set[str]:

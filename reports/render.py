@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from detectors.findings import Finding
+from core.findings import Finding
 from reports.report_data import BrokerSection, ChainLink, Chart, GroupSection, Query, ReportData
 from reports.svg_chart import PALETTE, Line, VLine, esc, format_number, line_chart, utc
 

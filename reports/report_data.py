@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from detectors.findings import Finding
+from core.findings import Finding
 
 
 @dataclass(frozen=True)

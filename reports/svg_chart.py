@@ -119,71 +119,114 @@ def path_d(points: Sequence[tuple[float, float | None]]) -> str:
 def line_chart(*, kind: str, title: str, lines: Sequence[Line], start_ms: int, end_ms: int,
                unit: str, attrs: Mapping[str, str], markers: Sequence[VLine] = (),
                zero_based: bool = True) -> str:
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    span = max(1, end_ms - start_ms)
     values = [v for ln in lines for _, v in ln.points if v is not None]
-    lo, hi, step = y_domain(values, zero_based)
+    frame = _Frame.around(values, start_ms, end_ms, zero_based)
+    out = [_svg_open(kind, title, attrs, empty=not values), *_y_axis(frame, unit),
+           *_x_axis(frame)]
+    if not values:
+        out.append(f'<text class="kmon-nodata" x="{LEFT + frame.plot_w / 2:.0f}" '
+                   f'y="{TOP + frame.plot_h / 2:.0f}" text-anchor="middle">no rows in this window'
+                   f"</text>")
+    out += [*_markers(frame, markers), *_series(frame, lines, unit), "</g></svg>"]
+    return "".join(out)
 
-    def x_of(t: int) -> float:
-        return LEFT + plot_w * (t - start_ms) / span
 
-    def y_of(v: float) -> float:
-        return TOP + plot_h * (1 - (v - lo) / (hi - lo))
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area and its scales: time [start_ms, start_ms + span] across, [lo, hi] up."""
+    start_ms: int
+    end_ms: int
+    span: int
+    lo: float
+    hi: float
+    step: float
+    plot_w: int = WIDTH - LEFT - RIGHT
+    plot_h: int = HEIGHT - TOP - BOTTOM
 
+    @classmethod
+    def around(cls, values: Sequence[float], start_ms: int, end_ms: int,
+               zero_based: bool) -> _Frame:
+        return cls(start_ms, end_ms, max(1, end_ms - start_ms), *y_domain(values, zero_based))
+
+    def x_of(self, t: int) -> float:
+        return LEFT + self.plot_w * (t - self.start_ms) / self.span
+
+    def y_of(self, v: float) -> float:
+        return TOP + self.plot_h * (1 - (v - self.lo) / (self.hi - self.lo))
+
+
+def _svg_open(kind: str, title: str, attrs: Mapping[str, str], *, empty: bool) -> str:
+    """The <svg> element with its data- attributes, its title and the plot's background."""
     data_attrs = "".join(f' data-{esc(k)}="{esc(v)}"' for k, v in attrs.items())
-    out = [f'<svg class="kmon-chart" data-kind="{esc(kind)}"{data_attrs} '
-           f'data-empty="{"true" if not values else "false"}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-           f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{esc(title)}">',
-           f"<title>{esc(title)}</title>",
-           f'<rect class="kmon-plot" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>',
-           '<g class="kmon-axis kmon-y">']
-    n = round((hi - lo) / step)
+    return (f'<svg class="kmon-chart" data-kind="{esc(kind)}"{data_attrs} '
+            f'data-empty="{"true" if empty else "false"}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{esc(title)}">'
+            f"<title>{esc(title)}</title>"
+            f'<rect class="kmon-plot" x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
+            f'height="{HEIGHT - TOP - BOTTOM}"/>')
+
+
+def _y_axis(frame: _Frame, unit: str) -> list[str]:
+    """A grid line and a label per whole step of the value range, and the unit on top."""
+    out = ['<g class="kmon-axis kmon-y">']
+    n = round((frame.hi - frame.lo) / frame.step)
     for i in range(n + 1):
-        v = lo + i * step
-        y = y_of(v)
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
+        v = frame.lo + i * frame.step
+        y = frame.y_of(v)
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + frame.plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
                    f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                   f"{esc(format_tick(v, step))}</text>")
+                   f"{esc(format_tick(v, frame.step))}</text>")
     out.append(f'<text class="kmon-unit" x="{LEFT - 6}" y="{TOP - 10}" text-anchor="end">'
                f"{esc(unit)}</text></g>")
-    out.append('<g class="kmon-axis kmon-x">')
-    for t in time_ticks(start_ms, end_ms):
-        x = x_of(t)
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+    return out
+
+
+def _x_axis(frame: _Frame) -> list[str]:
+    """A grid line and a UTC label per round time step."""
+    out = ['<g class="kmon-axis kmon-x">']
+    for t in time_ticks(frame.start_ms, frame.end_ms):
+        x = frame.x_of(t)
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + frame.plot_h}"/>'
                    f'<text x="{x:.1f}" y="{HEIGHT - 10}" text-anchor="middle">'
-                   f"{esc(_time_label(t, span))}</text>")
+                   f"{esc(_time_label(t, frame.span))}</text>")
     out.append("</g>")
-    if not values:
-        out.append(f'<text class="kmon-nodata" x="{LEFT + plot_w / 2:.0f}" '
-                   f'y="{TOP + plot_h / 2:.0f}" text-anchor="middle">no rows in this window'
-                   f"</text>")
-    out.append('<g class="kmon-markers">')
+    return out
+
+
+def _markers(frame: _Frame, markers: Sequence[VLine]) -> list[str]:
+    """A vertical line with a tooltip per event inside the time range."""
+    out = ['<g class="kmon-markers">']
     for m in markers:
-        if start_ms <= m.t_ms <= end_ms:
-            x = x_of(m.t_ms)
+        if frame.start_ms <= m.t_ms <= frame.end_ms:
+            x = frame.x_of(m.t_ms)
             out.append(f'<line class="kmon-marker kmon-marker-{esc(m.kind)}" x1="{x:.1f}" '
-                       f'x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}">'
+                       f'x2="{x:.1f}" y1="{TOP}" y2="{TOP + frame.plot_h}">'
                        f"<title>{esc(m.label)} at {esc(utc(m.t_ms))}</title></line>")
     out.append("</g>")
-    out.append('<g class="kmon-data">')
+    return out
+
+
+def _series(frame: _Frame, lines: Sequence[Line], unit: str) -> list[str]:
+    """A path per series with values, and its dots while there are few enough to tell apart
+    (the closing tag of the group is the caller's)."""
+    out = ['<g class="kmon-data">']
     # emphasised lines last, so they are drawn on top of the others
     for ln in sorted(lines, key=lambda ln: ln.emphasis):
         pts = sorted(ln.points)
         if not any(v is not None for _, v in pts):
             continue
-        d = path_d([(x_of(t), None if v is None else y_of(v)) for t, v in pts])
+        d = path_d([(frame.x_of(t), None if v is None else frame.y_of(v)) for t, v in pts])
         out.append(f'<path class="kmon-series{" kmon-emphasis" if ln.emphasis else ""}" '
                    f'data-series="{esc(ln.column)}" d="{d}" stroke="{esc(ln.color)}" '
                    f'fill="none"/>')
         shown = [(t, v) for t, v in pts if v is not None]
         if len(shown) <= MAX_DOTS:
             for t, v in shown:
-                out.append(f'<circle class="kmon-point" cx="{x_of(t):.1f}" cy="{y_of(v):.1f}" '
-                           f'r="2.5" fill="{esc(ln.color)}"><title>{esc(ln.label)}: '
-                           f"{esc(format_number(v))} {esc(unit)} at {esc(utc(t))}</title>"
-                           f"</circle>")
-    out.append("</g></svg>")
-    return "".join(out)
+                out.append(f'<circle class="kmon-point" cx="{frame.x_of(t):.1f}" '
+                           f'cy="{frame.y_of(v):.1f}" r="2.5" fill="{esc(ln.color)}">'
+                           f"<title>{esc(ln.label)}: {esc(format_number(v))} {esc(unit)} at "
+                           f"{esc(utc(t))}</title></circle>")
+    return out
 
 
 def format_number(v: object) -> str:

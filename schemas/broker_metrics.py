@@ -1,10 +1,12 @@
 """silver.broker_metrics: the broker JMX metrics kmon reads, one row per sample per scrape.
 
 Produced by ingest/jmx_scraper.py from each broker's Prometheus JMX exporter (rules in
-kmon/resources/jmx-exporter.yaml). The table is long and narrow: ``metric`` is the
+infra/resources/jmx-exporter.yaml). The table is long and narrow: ``metric`` is the
 exporter's series name (a ``_count_total`` spelling, as exporter 1.x writes counters, is
 stored as ``_count``), and the labels the detectors group by have their own columns
-(``request``, ``quantile``, ``topic``); any other label stays in ``labels``.
+(``request``, ``quantile``, ``topic``); any other label stays in ``labels``. The one
+per-partition series, the log size, keeps its topic in ``topic`` and its partition in
+``labels['partition']`` (a string, as every label), like the cleaner gauges' log directory.
 
 `METRICS` lists every series the scraper keeps, with what it means. The stage histograms
 (kafka.network:type=RequestMetrics) come from Yammer histograms with exponentially decaying
@@ -14,12 +16,20 @@ reservoirs: smoothed toward the last few minutes, and late; the request log
 
 from __future__ import annotations
 
-from pyspark.sql.types import (DoubleType, IntegerType, LongType, MapType, StringType,
-                               StructField, StructType)
+from pyspark.sql.types import (
+                               DoubleType,
+                               IntegerType,
+                               LongType,
+                               MapType,
+                               StringType,
+                               StructField,
+                               StructType,
+)
 
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 REQUEST_METRICS = "kafka_network_requestmetrics_"
+LOG_SIZE = "kafka_log_log_size"
 
 # The request types whose stage histograms are kept (a broker exports ~90, most of them
 # admin and inter-broker calls nobody graphs; keeping them all made this the biggest
@@ -91,6 +101,8 @@ METRICS = {
         "Highest dedupe buffer utilization of the recent cleanings, percent",
     "kafka_log_logcleaner_cleaner_recopy_percent":
         "Share of cleaned bytes written again (recopied), percent",
+    LOG_SIZE: "Bytes on disk of one partition replica's log (kafka.log:type=Log,name=Size), "
+              "per `topic` and `labels.partition`: one series per replica on the broker",
 }
 
 SCHEMA = StructType([
@@ -125,8 +137,10 @@ COLUMNS = {
     "request": "Request type (label `request`): Produce, Fetch, FetchConsumer, FetchFollower, "
                "Metadata, ... (null for metrics that are not per request)",
     "quantile": "Quantile of a stage histogram, 0.5 .. 0.999 (null for other series)",
-    "topic": "Topic (label `topic`) of per-topic BrokerTopicMetrics; null for broker totals",
-    "labels": "Any other labels of the series, e.g. logdirectory (empty map when none)",
+    "topic": "Topic (label `topic`) of per-topic BrokerTopicMetrics and of the log size; "
+             "null for broker totals",
+    "labels": "Any other labels of the series, e.g. logdirectory, or partition for the log "
+              "size (empty map when none)",
     "value": "Sample value (finite; NaN and infinite samples are not published)",
     "ts": SHARED_COLUMNS["ts"],
 }

@@ -27,6 +27,14 @@ class LogEventKind(str, Enum):
     OFFSET_RESET = "offset_reset"              # a follower reset its fetch offset
     OFFSET_OUT_OF_RANGE = "offset_out_of_range"  # a follower fetched out of range
     LEADER_CHANGE = "leader_change"            # this broker saw a new leader (or became it)
+    COORDINATOR_LOAD = "coordinator_load"      # it became a __consumer_offsets partition's
+                                               # group coordinator (loads its groups)
+    COORDINATOR_UNLOAD = "coordinator_unload"  # it stopped being that coordinator
+    BROKER_FENCED = "broker_fenced"            # the controller fenced a broker whose session
+                                               # timed out (crashed, hung or cut off)
+    BROKER_SHUTDOWN = "broker_shutdown"        # a broker was granted a controlled shutdown
+    BROKER_REGISTERED = "broker_registered"    # a restarted broker registered a new incarnation
+    BROKER_UNFENCED = "broker_unfenced"        # a (re)started broker caught up and was unfenced
     OTHER = "other"                            # any other event, kept as text
 
     def __str__(self) -> str:
@@ -64,6 +72,7 @@ SCHEMA = StructType([
     StructField("end_messages", LongType()),
     StructField("reduction_pct", DoubleType()),
     StructField("buffer_utilization_pct", DoubleType()),
+    StructField("subject_broker", IntegerType()),
 ])
 
 DERIVED = dict(EVENT_TIME)
@@ -87,7 +96,8 @@ COLUMNS = {
     "message": "The event's text, continuation lines included, cut to 8 KB",
     "message_truncated": "The message was longer than 8 KB and was cut",
     "kind": "One of: " + ", ".join(KINDS),
-    "topic": "Topic the event is about (null when the line names only a topic id)",
+    "topic": "Topic the event is about (null when the line names only a topic id; "
+             "__consumer_offsets for coordinator loads and unloads)",
     "partition": "Partition the event is about",
     "topic_id": "Topic id, when the line gives one",
     "offset": ("The offset the event names: truncation target, new fetch offset after a reset, "
@@ -97,7 +107,8 @@ COLUMNS = {
                       "leader start)",
     "old_leader": "Previous leader node id (leader changes, unclean elections)",
     "new_leader": "New leader node id",
-    "leader_epoch": "Leader epoch after the change",
+    "leader_epoch": "Leader epoch after the change (coordinator load/unload: the epoch the "
+                    "coordinator took over or gave up)",
     "isr_before": "ISR before the change",
     "isr_after": "ISR after the change",
     "dirty_start": "Cleaner run: first offset of the dirty section",
@@ -110,5 +121,7 @@ COLUMNS = {
     "end_messages": "Cleaner run: messages after",
     "reduction_pct": "Cleaner run: size reduction, percent",
     "buffer_utilization_pct": "Cleaner run: dedupe buffer utilization, percent",
+    "subject_broker": "The broker a controller's line is about (broker_fenced, "
+                      "broker_shutdown, broker_registered, broker_unfenced)",
     "ts": SHARED_COLUMNS["ts"],
 }

@@ -4,7 +4,9 @@ Produced by ingest/request_log.py from ``kafka.request.logger`` lines. The stage
 the broker's own measurements of that one request (RequestChannel), exact where the JMX
 RequestMetrics histograms are smoothed: request queue, local, remote (purgatory), throttle,
 response queue and send, plus the total. Request and response bodies are dropped; only the
-facts below are kept from them.
+facts below are kept from them, among them who committed which offsets (OffsetCommit's
+group, member, generation and offsets: the offset-rewind detector's evidence of who moved
+a group back).
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ SCHEMA = StructType([
     StructField("error_codes", ArrayType(IntegerType())),
     StructField("is_forwarded", BooleanType()),
     StructField("is_controller_traffic", BooleanType()),
+    StructField("group_id", StringType()),
+    StructField("member_id", StringType()),
+    StructField("generation", IntegerType()),
+    StructField("committed", ArrayType(StructType([
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+    ]))),
 ])
 
 DERIVED = dict(EVENT_TIME)
@@ -98,5 +108,12 @@ COLUMNS = {
     "error_codes": "Distinct non-zero error codes anywhere in the response (first 10)",
     "is_forwarded": "Request forwarded by a broker to the controller (KRaft); null before 2.8",
     "is_controller_traffic": "Came in on a controller listener (KRaft quorum traffic, not clients)",
+    "group_id": "OffsetCommit only: the group committing; else null",
+    "member_id": "OffsetCommit only: the committing member's id (empty for an admin or "
+                 "standalone commit); else null",
+    "generation": "OffsetCommit only: generationIdOrMemberEpoch (-1 for an admin or standalone "
+                  "commit); else null",
+    "committed": "OffsetCommit only: (topic, partition, offset) committed, first 100 partitions "
+                 "(topic null when the request names topics by id, v10+); else null",
     "ts": SHARED_COLUMNS["ts"],
 }

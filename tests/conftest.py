@@ -40,7 +40,7 @@ def kmon_config(tmp_path_factory):
 @pytest.fixture(scope="session")
 def kafka_cluster(kmon_config):
     """A real 3-broker KRaft cluster, stopped and deleted at the end even when tests fail."""
-    from kmon.local_cluster import LocalCluster
+    from infra.local_cluster import LocalCluster
 
     cluster = LocalCluster(kmon_config, name=f"pytest-{os.getpid()}", brokers=3, owner_bound=True)
     try:
@@ -52,7 +52,7 @@ def kafka_cluster(kmon_config):
 
 @pytest.fixture(scope="session")
 def spark(kmon_config):
-    from kmon.spark_session import build_spark_session
+    from infra.spark_session import build_spark_session
 
     session = build_spark_session(kmon_config)
     yield session

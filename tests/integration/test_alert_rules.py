@@ -15,9 +15,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from detectors.findings import AnomalyType
-from kmon.prom_tools import (ALERTMANAGER_FILE, ALERTS_DIR, AMTOOL_BINARIES, PROMTOOL_BINARIES,
-                             RULES_FILE, alertmanager_config, find_binary)
+from core.findings import AnomalyType
+from tests.support.prom_tools import (
+    ALERTMANAGER_FILE,
+    ALERTS_DIR,
+    AMTOOL_BINARIES,
+    PROMTOOL_BINARIES,
+    RULES_FILE,
+    alertmanager_config,
+    find_binary,
+)
 
 REPO = ALERTS_DIR.parent
 RUNBOOK = REPO / "docs" / "runbook.md"

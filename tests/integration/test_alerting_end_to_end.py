@@ -7,7 +7,7 @@ real cluster and carried by the running `kmon run` to the webhook is
 test_oncall_end_to_end.py's.
 
 The shipped files are used as they are, except for two test-only rewrites through
-kmon.prom_tools: every alert's `for:` becomes 0s (promtool tests the shipped durations)
+tests.support.prom_tools: every alert's `for:` becomes 0s (promtool tests the shipped durations)
 and Alertmanager's group timers become 1s; its webhook URLs point at the test's server.
 """
 
@@ -16,13 +16,21 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from detectors.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
+from core.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
 from kmon.exporter import KmonExporter
-from kmon.prom_tools import (ALERTMANAGER_BINARIES, PROMETHEUS_BINARIES, RULES_FILE,
-                             alertmanager_config, find_binary, prometheus_config,
-                             rules_with_for, start_alertmanager, start_prometheus)
 from tests.conftest import wait_until
-from tests.integration.webhook_receiver import WebhookReceiver
+from tests.support.prom_tools import (
+    ALERTMANAGER_BINARIES,
+    PROMETHEUS_BINARIES,
+    RULES_FILE,
+    alertmanager_config,
+    find_binary,
+    prometheus_config,
+    rules_with_for,
+    start_alertmanager,
+    start_prometheus,
+)
+from tests.support.webhook_receiver import WebhookReceiver
 
 T0 = 1_780_000_000_000
 

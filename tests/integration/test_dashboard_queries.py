@@ -1,6 +1,6 @@
 """Every dashboard query is valid PromQL and finds its data in a real Prometheus.
 
-Prometheus (the Debian package, started by kmon.prom_tools) scrapes the real 3-broker
+Prometheus (the Debian package, started by tests.support.prom_tools) scrapes the real 3-broker
 cluster's JMX exporters, labelled as dashboards/prometheus_scrape.py says, and a kmon
 endpoint serving the metrics of a real RequestLogAgent that followed the brokers' request
 logs into a LandingSink, plus kmon.exporter's findings and pipeline health when that module
@@ -34,8 +34,13 @@ from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
 from ingest.request_log_agent import RequestLogAgent, RequestLogSource
 from ingest.sinks import LandingSink
-from kmon.prom_tools import PROMETHEUS_BINARIES, PromToolsError, find_binary, start_prometheus
 from tests.conftest import wait_until
+from tests.support.prom_tools import (
+    PROMETHEUS_BINARIES,
+    PromToolsError,
+    find_binary,
+    start_prometheus,
+)
 
 pytestmark = pytest.mark.skipif(
     find_binary(PROMETHEUS_BINARIES) is None,
@@ -80,8 +85,7 @@ def _workload(cluster) -> None:
 
 def _findings(cluster: str, now_ms: int) -> list:
     """One open finding of every anomaly type, so every findings panel has a series."""
-    from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
-                                    Status)
+    from core.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
 
     entities = {
         AnomalyType.UNCLEAN_ELECTION: (EntityKind.PARTITION, "orders-0"),
@@ -91,6 +95,7 @@ def _findings(cluster: str, now_ms: int) -> list:
         AnomalyType.SLOW_BROKER: (EntityKind.BROKER, f"broker:{DRILLDOWN_BROKER}"),
         AnomalyType.OFFSET_REWIND: (EntityKind.GROUP, "group:billing/orders-1"),
         AnomalyType.COMPACTION_LAG: (EntityKind.BROKER, f"broker:{DRILLDOWN_BROKER}"),
+        AnomalyType.SLOW_CLIENT: (EntityKind.CLIENT, "client:analytics"),
     }
     return [Finding(finding_id=f"f-{t.value}", cluster=cluster, type=t, severity=Severity.HIGH,
                     entity_kind=kind, entity=entity, first_seen_ms=now_ms - 60_000,

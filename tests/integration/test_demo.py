@@ -1,7 +1,7 @@
 """`kmon demo --short`: the real cluster, the four real faults, the summary.
 
 This is also the detectors' acceptance on a real cluster (issue 4): every fault is caused
-for real (faults/), nothing is written as synthetic rows, and the test reads what the
+for real (demo/faults/), nothing is written as synthetic rows, and the test reads what the
 pipeline and the detectors made of it: the demo's summary (JSON beside the printed table)
 and gold.anomalies. Run alone (`./kmonw test -m demo`), or first in a full session
 (tests/conftest.py), before any other cluster or Spark session exists: it is the test
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from kmon.config import REPO_ROOT
+from tests.integration.console_checks import check_live_console
 
 DEMO_TIMEOUT_S = 2400
 # The healthy run must be as long as the faulty one (issue 4: "a healthy run of the same
@@ -51,6 +52,13 @@ def demo(tmp_path_factory):
     (out_dir / "demo.log").write_text(text)
     print(text[-12000:])
     return proc.returncode, text, json.loads(summary.read_text()) if summary.exists() else None
+
+
+def test_the_console_is_for_people(demo):
+    """Steps, progress, findings and the summary; the log records in the file it names;
+    no line repeated more than three times (a warning per second used to be)."""
+    _rc, text, _summary = demo
+    check_live_console(text, REPO_ROOT)
 
 
 def by_fault(summary) -> dict:

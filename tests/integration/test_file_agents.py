@@ -6,7 +6,8 @@ compacts them (its thread looks for work every log.cleaner.backoff.ms, 15 s). Th
 the broker log agent, following every broker's four logs into a landing folder, publishes
 the leader changes of the new partitions (state-change.log) and the cleaner's run summary
 (log-cleaner.log) among the rest, each event once, also across a restart; the JMX scraper
-returns every request stage's quantiles for Produce from every broker.
+returns every request stage's quantiles for Produce from every broker, and the log size of
+each replica of the topic (three brokers x three partitions) with its topic and partition.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ingest.broker_log_agent import BrokerLogAgent, broker_log_sources
 from ingest.file_tailer import PositionStore
 from ingest.jmx_scraper import JmxScraper, JmxSource
 from ingest.sinks import LandingSink
-from schemas.broker_metrics import STAGES
+from schemas.broker_metrics import LOG_SIZE, STAGES
 from tests.conftest import wait_until
 
 QUANTILES = {0.5, 0.75, 0.95, 0.98, 0.99, 0.999}
@@ -145,3 +146,30 @@ def test_jmx_scraper_returns_produce_stage_quantiles_for_every_broker(
     assert landed(tmp_path / "landing", "quarantine") == []
     assert registry.get_sample_value("kmon_agent_scrape_failures_total",
                                      {"agent": "jmx-scraper", "source": "it/1"}) is None
+
+
+def test_jmx_scraper_returns_the_log_size_of_every_replica(kafka_cluster, compacted_topic,
+                                                             tmp_path):
+    """kafka.log:type=Log,name=Size through the exporter rule: one series per replica, each
+    with its topic and partition, bytes on disk (the topic has data on every replica)."""
+    scraper = JmxScraper([JmxSource("it", n.node_id, n.metrics_url) for n in kafka_cluster.nodes],
+                         LandingSink(tmp_path / "landing", "jmx-scraper"),
+                         AgentMetrics(CollectorRegistry(), "jmx-scraper"))
+    want = {(b, str(p)) for b in (1, 2, 3) for p in range(3)}
+
+    def sizes():
+        scraper.poll_once()
+        records = landed(tmp_path / "landing", "broker_metrics")
+        newest = max(r["ts_ms"] for r in records)
+        got = {(r["broker"], r["labels"]["partition"]): r for r in records
+               if r["ts_ms"] == newest and r["metric"] == LOG_SIZE
+               and r["topic"] == compacted_topic}
+        return got if set(got) == want and all(r["value"] > 0 for r in got.values()) else None
+
+    try:
+        got = wait_until(sizes, 30, f"the log size of every replica of {compacted_topic}")
+    finally:
+        scraper.close()
+    assert all(r["labels"] == {"partition": p} and r["request"] is None
+               and r["quantile"] is None for (_, p), r in got.items())
+    assert landed(tmp_path / "landing", "quarantine") == []

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from infra.lake import Lake
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
 from ingest.request_log_agent import RequestLogAgent, RequestLogSource
 from ingest.sinks import KafkaSink
-from jobs.lake import Lake
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 

@@ -11,7 +11,8 @@ The faults, on one topic read by two consumer groups that read and commit:
 
 - a stale process of group `oncall-analytics` joins it and commits offsets it
   remembered from earlier over the newer ones: an offset_rewind per partition, cause
-  stale_offset_after_coordinator_move, severity high. It must page: the
+  stale_process (the coordinator's request log shows a member whose first commit on the
+  partition is the rewind, over another member's), severity high. It must page: the
   KmonConsumerOffsetRewind notification arrives at the webhook with its labels.
 - an operator resets group `oncall-billing` to the earliest offsets while it has no
   members: an offset_rewind per partition, cause operator_reset. The detector rates a
@@ -42,15 +43,24 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from dashboards.build import build_all
 from dashboards.prometheus_scrape import kafka_scrape_job, kmon_scrape_job
 from dashboards.queries import data_panels, panel_queries
-from faults.offset_rewind import committed
-from jobs.lake import Lake, register_tables
+from demo.faults.offset_rewind import committed
+from infra.lake import Lake, register_tables
 from jobs.table_docs import cookbook_queries
-from kmon.prom_tools import (ALERTMANAGER_BINARIES, PROMETHEUS_BINARIES, RULES_FILE,
-                             PromProcess, alertmanager_config, find_binary, free_port,
-                             rules_with_for, start_alertmanager, start_prometheus)
 from tests.conftest import wait_until
-from tests.integration.kmon_process import ctrl_c, kill9, kmon_env, log_tail, start_kmon
-from tests.integration.webhook_receiver import WebhookReceiver
+from tests.support.kmon_process import ctrl_c, kill9, kmon_env, log_tail, start_kmon
+from tests.support.prom_tools import (
+    ALERTMANAGER_BINARIES,
+    PROMETHEUS_BINARIES,
+    RULES_FILE,
+    PromProcess,
+    alertmanager_config,
+    find_binary,
+    free_port,
+    rules_with_for,
+    start_alertmanager,
+    start_prometheus,
+)
+from tests.support.webhook_receiver import WebhookReceiver
 
 pytestmark = [
     pytest.mark.skipif(
@@ -152,7 +162,7 @@ def _workload(bootstrap: str) -> dict[int, int]:
 
 
 def _cause_rewinds(bootstrap: str, remembered: dict[int, int]) -> Rewinds:
-    """A second round, then the two faults (what faults/offset_rewind.py does to the
+    """A second round, then the two faults (what demo/faults/offset_rewind.py does to the
     demo's groups, without the demo's workload)."""
     _produce(bootstrap, BATCH)
     reset_from = _read_and_commit(bootstrap, RESET_GROUP, BATCH)
@@ -339,7 +349,7 @@ def test_caused_rewind_pages_through_prometheus_and_alertmanager(oncall, rewind_
                                        "type", "entity_kind", "cause", "action", "job")} == {
             "alertname": REWIND_ALERT, "severity": "page", "finding_severity": "high",
             "cluster": WATCH, "type": "offset_rewind", "entity_kind": "group",
-            "cause": "stale_offset_after_coordinator_move",
+            "cause": "stale_process",
             "action": "restore_group_offsets", "job": "kmon"}
         # A finding linked to nothing is an incident of its own, notified alone.
         assert labels["incident"] == labels["finding"]
@@ -439,7 +449,7 @@ def test_cookbook_queries_find_the_caused_rewinds(oncall, rewind_pages, request)
                     for row in answers[findings[0]]
                     if row["type"] == "offset_rewind" and _ours(row["entity"])}
     assert open_rewinds == {
-        **{_entity(STALE_GROUP, p): ("high", "stale_offset_after_coordinator_move",
-                                     "restore_group_offsets") for p in range(PARTITIONS)},
+        **{_entity(STALE_GROUP, p): ("high", "stale_process", "restore_group_offsets")
+           for p in range(PARTITIONS)},
         **{_entity(RESET_GROUP, p): ("info", "operator_reset", "none")
            for p in range(PARTITIONS)}}

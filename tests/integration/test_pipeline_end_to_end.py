@@ -8,6 +8,10 @@
    `kmon run --no-agents`); both are killed with SIGKILL mid-run and restarted: every
    request log line up to the agents' saved position is in silver or quarantine exactly
    once (no duplicates, no gaps).
+4. A poison pill: a request-log line with an invalid JSON escape in its principal
+   (``"\\q"``, a torn or corrupted write) appended to a broker's live log while the agents
+   run lands in quarantine with its reason, and the lines after it reach silver (it used to
+   crash the agent, which reread the same line after every restart).
 """
 
 from __future__ import annotations
@@ -25,13 +29,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import functions as F
 
+from infra.lake import Lake, register_tables
 from ingest.file_tailer import PositionStore
 from ingest.log_time import stamp_to_ms
-from jobs.lake import Lake, register_tables
-from jobs.table_docs import cookbook_queries
 from jobs.pipeline import Pipeline
+from jobs.table_docs import cookbook_queries
 from tests.conftest import wait_until
-from tests.integration.kmon_process import ctrl_c, kill9, kmon_env, start_kmon
+from tests.support.kmon_process import ctrl_c, kill9, kmon_env, start_kmon
 
 STAGE_KEYS = {"total": "totalTimeMs", "request_queue": "requestQueueTimeMs",
               "local": "localTimeMs", "remote": "remoteTimeMs", "send": "sendTimeMs"}
@@ -63,8 +67,22 @@ def _commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
     c.close()
 
 
-def _raw_lines(path: Path, limit: int) -> list[tuple[int, dict, int]]:
-    """(start offset, request JSON, ts_ms) of every complete line before `limit` bytes."""
+def _poison(request_log: Path) -> None:
+    """Append one line like the broker's last, with an invalid escape in its principal,
+    in a single write (the broker appends whole lines too)."""
+    last = request_log.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()
+    assert '"principal":"User:' in last, last
+    bad = last.replace('"principal":"User:', '"principal":"User:\\q', 1)
+    fd = os.open(request_log, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, (bad + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _raw_lines(path: Path, limit: int) -> list[tuple[int, dict | None, int]]:
+    """(start offset, request JSON, ts_ms) of every complete line before `limit` bytes; the
+    JSON is None for a line json.loads refuses."""
     out, offset = [], 0
     with open(path, "rb") as f:
         data = f.read(limit)
@@ -73,8 +91,11 @@ def _raw_lines(path: Path, limit: int) -> list[tuple[int, dict, int]]:
         if line:
             text = line.decode()
             # The layout is "[%d] %p %m (%c)": the JSON object, then the logger name.
-            body, _end = json.JSONDecoder().raw_decode(
-                text, text.index("Completed request:") + len("Completed request:"))
+            try:
+                body, _end = json.JSONDecoder().raw_decode(
+                    text, text.index("Completed request:") + len("Completed request:"))
+            except json.JSONDecodeError:
+                body = None
             out.append((offset, body, stamp_to_ms(text[1:24])))
         offset += len(line) + 1
     return out
@@ -133,6 +154,7 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     job = start_kmon(job_cmd, env, logs / "job.log")
     try:
         wait_until(lambda: silver_rows() > 0, 900, "first silver rows from the running job")
+        _poison(kafka_cluster.nodes[0].request_log)
         _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
         kill9(agents)
         kill9(job)
@@ -160,11 +182,16 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
 
     positions = PositionStore(state / "request-log.json").load()
     expected: dict[str, tuple[int, dict, int]] = {}
+    poisoned: list[str] = []
     for node in kafka_cluster.nodes:
         pos = positions[f"e2e/{node.node_id}"]
         assert pos.inode == os.stat(node.request_log).st_ino
         for offset, body, ts_ms in _raw_lines(node.request_log, pos.offset):
-            expected[f"e2e:{node.node_id}:{pos.inode}:{offset}"] = (node.node_id, body, ts_ms)
+            rid = f"e2e:{node.node_id}:{pos.inode}:{offset}"
+            if body is None:
+                poisoned.append(rid)
+            else:
+                expected[rid] = (node.node_id, body, ts_ms)
     silver = spark.read.format("delta").load(silver_path).where("cluster = 'e2e'")
     got = [r["record_id"] for r in silver.select("record_id").collect()]
     quarantined = [r["record_id"] for r in spark.read.format("delta").load(
@@ -176,6 +203,17 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     extra = set(got) - set(expected)
     assert not missing, f"{len(missing)} request log lines never reached silver, e.g. {sorted(missing)[:3]}"
     assert not extra, f"{len(extra)} silver rows beyond the agents' saved positions"
+
+    # The poison pill: quarantined with its reason; lines after it (the 500 produced next,
+    # and the restart's) are in silver, as the `missing` check above already proved.
+    assert len(poisoned) == 1, poisoned
+    pill = (spark.read.format("delta").load(lake.table("silver", "quarantine"))
+            .where(F.col("record_id") == poisoned[0]).collect())
+    assert [(r["source"], r["reason"]) for r in pill] == [("request_log", "bad_escape:principal")]
+    assert "\\q" in pill[0]["raw"]
+    after = [rid for rid in got if rid.startswith(poisoned[0].rsplit(":", 1)[0] + ":")
+             and int(rid.rsplit(":", 1)[1]) > int(poisoned[0].rsplit(":", 1)[1])]
+    assert len(after) >= 100, f"only {len(after)} lines after the poison pill reached silver"
 
     # Gold percentiles against the raw lines, per broker / API / minute.
     raw = defaultdict(lambda: defaultdict(list))

@@ -20,13 +20,31 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer,
-                             TopicPartition)
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
-                                  ConfigResource, NewTopic)
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity, Status,
-                                broker_entity, group_partition_entity)
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    EntityKind,
+    Finding,
+    Severity,
+    Status,
+    broker_entity,
+    group_partition_entity,
+)
 from kmon.config import Config
 from remediation.actions import Outcome, ResultStatus
 from remediation.config import RemediationSection
@@ -363,7 +381,7 @@ def set_configs(admin: AdminClient, resources: list[ConfigResource],
 def test_a_page_reaches_a_real_alertmanager(env, tmp_path):
     """An unclean election pages a human: one alert in Alertmanager with the finding's
     labels, routed like the finding alerts (severity="page")."""
-    from kmon.prom_tools import alertmanager_config, start_alertmanager
+    from tests.support.prom_tools import alertmanager_config, start_alertmanager
 
     # the shipped routing; its webhooks point nowhere (the alert list is what is checked)
     am = start_alertmanager(alertmanager_config("http://127.0.0.1:9/"), tmp_path / "am")

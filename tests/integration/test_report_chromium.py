@@ -10,7 +10,6 @@ and the whole report must be far from the blank page of the same size.
 
 from __future__ import annotations
 
-import re
 import shutil
 import struct
 import subprocess
@@ -235,11 +234,19 @@ def test_screenshot_of_the_report_is_far_from_blank(chromium, tmp_path):
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><html><body></body></html>", encoding="utf-8")
     size = (1000, 2400)
-    shot = _screenshot(chromium, tmp_path, report, size)
-    empty = _screenshot(chromium, tmp_path, blank, size)
-    header = struct.unpack(">II", shot.read_bytes()[16:24])
-    assert header == size
-    # a blank page compresses to almost nothing; text, badges and charts do not
-    assert shot.stat().st_size > 20 * empty.stat().st_size, (shot.stat().st_size,
-                                                             empty.stat().st_size)
-    assert re.search(rb"IDAT", shot.read_bytes())
+    shot = decode_png(_screenshot(chromium, tmp_path, report, size))
+    empty = decode_png(_screenshot(chromium, tmp_path, blank, size))
+    assert shot[:2] == empty[:2] == size
+    # Counted in pixels, not PNG bytes: how well a blank page compresses varies with the
+    # Chromium build. A blank page is one colour; the report's text, badges and charts
+    # cover a good share of the page in many colours.
+    assert len(_pixels(empty[3], empty[2])) <= 2
+    background = tuple(empty[3][0][:3])
+    inked = _inked(shot[3], shot[2], background)
+    assert inked > 0.03 * size[0] * size[1], inked
+    assert len(_pixels(shot[3], shot[2])) > 1000
+
+
+def _inked(rows: list[bytes], bpp: int, background: tuple[int, ...]) -> int:
+    bg = bytes(background)
+    return sum(1 for row in rows for i in range(0, len(row), bpp) if row[i:i + 3] != bg)

@@ -11,7 +11,12 @@ One minute of a three-broker cluster, from T0:
 - unclean election: unclean-t-0 gets leader 2 out of sync (every controller logs it and
   counts it in its meter), the old leader 1 truncates below its high watermark, and group
   g-unclean, which had read past the new end, commits a lower offset;
-- a dead log-cleaner thread on broker 2.
+- a dead log-cleaner thread on broker 2;
+- who committed: group g-seek's one member (its OffsetCommit lines in the request log)
+  commits orders-1 back below its own earlier commits, inside the log (an application
+  seek); group g-moved, whose coordinator partition __consumer_offsets-9 broker 2 loaded
+  at epoch 1 just before, commits orders-2 back (a coordinator move; broker 1's epoch-0
+  load of __consumer_offsets-8 is a first leader, no move).
 """
 
 from __future__ import annotations
@@ -27,17 +32,28 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from detectors.findings import AnomalyType, Status
-from detectors.inputs import (UNCLEAN_METER, TimeRange, read_inputs, read_stage_windows,
-                              request_stage_rows)
+from core.findings import AnomalyType, Status
+from infra.lake import Lake
 from ingest.broker_log import parse_lines
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
 from ingest.partition_offsets_agent import partition_offsets_record
 from ingest.request_log import parse_request_line
 from ingest.sinks import LandingSink
-from jobs.detect import (ANOMALY_SCHEMA, carried_findings, evaluate, read_findings, replay,
-                         start_detector_query)
-from jobs.lake import Lake
+from jobs.detect import (
+    ANOMALY_SCHEMA,
+    carried_findings,
+    evaluate,
+    read_findings,
+    replay,
+    start_detector_query,
+)
+from jobs.detector_inputs import (
+    UNCLEAN_METER,
+    TimeRange,
+    read_inputs,
+    read_stage_windows,
+    request_stage_rows,
+)
 from jobs.pipeline import Pipeline
 from jobs.silver import release
 from jobs.streams import QUARANTINE, stream
@@ -66,7 +82,9 @@ def _templates() -> dict[str, dict]:
             out.setdefault("produce", rec)
         elif rec["fetch_kind"] == "follower":
             out.setdefault("follower_fetch", rec)
-    assert set(out) == {"produce", "follower_fetch"}
+        elif rec["api"] == "OffsetCommit":
+            out.setdefault("offset_commit", rec)
+    assert set(out) == {"produce", "follower_fetch", "offset_commit"}
     return out
 
 
@@ -103,6 +121,10 @@ def request_records() -> list[dict]:
                     remote_addr=f"10.0.0.{follower}:{5000 + leader}")
                 lagging = follower == 3 and leader in (1, 2) and arrival >= SLOW_FROM - 2_000
                 arrival = arrival + 2_000 if lagging else done + 1
+    for group, member, partition, ts, offset in COMMIT_LINES:
+        add("offset_commit", 1, ts + 40, group_id=group, member_id=member, generation=1,
+            client_id=f"{group}-client",
+            committed=[{"topic": "orders", "partition": partition, "offset": offset}])
     # Closes every window of the stage tables (their watermarks trail the newest row).
     add("produce", 1, T0 + 600_000)
     return recs
@@ -135,8 +157,14 @@ def log_event_records() -> list[dict]:
                           "(brokerId: 3, endOffset: 399, lastCaughtUpTimeMs: 1). "
                           "(kafka.cluster.Partition)"),
             (T0 + 32_300, "INFO [Partition orders-0 broker=1] ISR updated to 1,2  and version "
-                          "updated to 2 (kafka.cluster.Partition)")],
-        2: [(T0 + 20_003, unclean.format(b=2))],
+                          "updated to 2 (kafka.cluster.Partition)"),
+            (T0 + 32_400, "INFO [GroupCoordinator id=1] Scheduling loading of metadata from "
+                          "__consumer_offsets-8 with epoch 0 "
+                          "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)")],
+        2: [(T0 + 20_003, unclean.format(b=2)),
+            (T0 + 13_000, "INFO [GroupCoordinator id=2] Scheduling loading of metadata from "
+                          "__consumer_offsets-9 with epoch 1 "
+                          "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)")],
         3: [(T0 + 20_005, unclean.format(b=3))],
     }
     recs = []
@@ -148,24 +176,35 @@ def log_event_records() -> list[dict]:
     return recs
 
 
+# (group, member, partition of orders, commit ms, offset): commits whose request-log lines
+# are there too; g-seek's group is in __consumer_offsets-8, g-moved's in -9.
+COMMIT_LINES = [*(("g-seek", "m-seek", 1, T0 + k * 5_000, off)
+                  for k, off in enumerate([100, 200, 300, 150])),
+                *(("g-moved", "m-moved", 2, T0 + 1_000 + k * 5_000, off)
+                  for k, off in enumerate([100, 200, 300, 120]))]
+SOURCE_PARTITION = {"g-seek": 8, "g-moved": 9}
+
+
 def commit_records() -> list[dict]:
-    commits = [("g-rewind", "orders", T0 + k * 5_000, off)
+    commits = [("g-rewind", "orders", 0, T0 + k * 5_000, off)
                for k, off in enumerate([100, 200, 300, 400, 500, 600, 700, 800, 50, 60, 70, 80])]
-    commits += [("g-unclean", "unclean-t", T0 + ms, off)
+    commits += [("g-unclean", "unclean-t", 0, T0 + ms, off)
                 for ms, off in ((5_000, 150), (10_000, 180), (35_000, 100))]
+    commits += [(group, "orders", p, ts, off) for group, _, p, ts, off in COMMIT_LINES]
     recs = []
-    for i, (group, topic, ts, offset) in enumerate(sorted(commits, key=lambda c: c[2])):
-        rec = parse_offset_record(encode_key(group, topic, 0), encode_value(offset, "", ts),
-                                  cluster=CLUSTER, source_partition=7, source_offset=1000 + i,
-                                  ts_ms=ts)
+    for i, (group, topic, p, ts, offset) in enumerate(sorted(commits, key=lambda c: c[3])):
+        rec = parse_offset_record(encode_key(group, topic, p), encode_value(offset, "", ts),
+                                  cluster=CLUSTER,
+                                  source_partition=SOURCE_PARTITION.get(group, 7),
+                                  source_offset=1000 + i, ts_ms=ts)
         assert isinstance(rec, dict), rec
-        recs.append(dict(rec, record_id=f"{CLUSTER}:offsets:7:{1000 + i}"))
+        recs.append(dict(rec, record_id=f"{CLUSTER}:offsets:{rec['source_partition']}:{1000 + i}"))
     return recs
 
 
 def partition_offset_records() -> list[dict]:
-    recs = [partition_offsets_record(CLUSTER, T0 + k * W, "orders", 0, 0, 1000 + 10 * k, 1)
-            for k in range(-6, 6)]
+    recs = [partition_offsets_record(CLUSTER, T0 + k * W, "orders", p, 0, 1000 + 10 * k, 1)
+            for k in range(-6, 6) for p in (0, 1)]
     recs += [partition_offsets_record(CLUSTER, T0 + ms, "unclean-t", 0, 0, end, leader)
              for ms, end, leader in ((0, 200, 1), (30_000, 100, 2), (40_000, 110, 2))]
     return recs
@@ -244,10 +283,10 @@ def _table_rows(spark, lake, table):
 
 def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
     inputs = read_inputs(spark, lake, kmon_config, NOW_A - 300_000, NOW_A)
-    # Closed windows of three brokers' Produce and Fetch, nothing past NOW_A (the closing
-    # record's window is later).
+    # Closed windows of three brokers' Produce and Fetch (and broker 1's OffsetCommit lines),
+    # nothing past NOW_A (the closing record's window is later).
     assert {(w.broker, w.api) for w in inputs.stage_windows} == {
-        (b, api) for b in (1, 2, 3) for api in ("Produce", "Fetch")}
+        (b, api) for b in (1, 2, 3) for api in ("Produce", "Fetch")} | {(1, "OffsetCommit")}
     assert {w.window_start_ms for w in inputs.stage_windows if w.api == "Produce"} == {
         T0 + k * W for k in range(6)}
     slow = [w for w in inputs.stage_windows if w.api == "Produce" and w.broker == 1
@@ -265,8 +304,17 @@ def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
     # The count rose between each controller's samples at T0 + b and T0 + 25_000 + b.
     assert [(t.count_delta, t.observed_ms, t.previous_ms)
             for t in inputs.meter_ticks] == [(1.0, T0 + 25_001, T0 + 1)]
-    assert {(c.group, c.topic) for c in inputs.commits} == {("g-rewind", "orders"),
-                                                            ("g-unclean", "unclean-t")}
+    assert {(c.group, c.topic, c.source_partition) for c in inputs.commits} == {
+        ("g-rewind", "orders", 7), ("g-unclean", "unclean-t", 7), ("g-seek", "orders", 8),
+        ("g-moved", "orders", 9)}
+    # Who committed: the request-log lines of the groups of those commits, one per
+    # committed partition, as the rules' CommitRequest.
+    assert sorted((x.group, x.member_id, x.generation, x.client_id, x.broker, x.topic,
+                   x.partition, x.offset, x.request_ms) for x in inputs.commit_requests) == sorted(
+        (g, m, 1, f"{g}-client", 1, "orders", p, off, ts + 40)
+        for g, m, p, ts, off in COMMIT_LINES)
+    assert [(x.broker, x.offsets_partition, x.leader_epoch, x.event_ms)
+            for x in inputs.coordinator_loads] == [(2, 9, 1, T0 + 13_000), (1, 8, 0, T0 + 32_400)]
     assert inputs.resets == [] and inputs.memberships == [] and inputs.partition_sizes == []
     dead = [g for g in inputs.cleaner_gauges if g.dead_thread_count]
     assert [(g.broker, g.dead_thread_count) for g in dead] == [(2, 1)]
@@ -283,10 +331,12 @@ def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
     settle = kmon_config.pipeline.fast_watermark_s * 1000
     sb = kmon_config.slow_broker
     from_gold = read_stage_windows(spark, lake, sb, r, settle)
-    # Produce in the six windows; follower fetches from 2 s before T0, so one window more.
+    # Produce in the six windows; follower fetches from 2 s before T0, so one window more;
+    # the OffsetCommit lines in the first two.
     assert {(w.broker, w.api, w.window_start_ms) for w in from_gold} == (
         {(b, "Produce", T0 + k * W) for b in (1, 2, 3) for k in range(6)}
-        | {(b, "Fetch", T0 + k * W) for b in (1, 2, 3) for k in range(-1, 6)})
+        | {(b, "Fetch", T0 + k * W) for b in (1, 2, 3) for k in range(-1, 6)}
+        | {(1, "OffsetCommit", T0), (1, "OffsetCommit", T0 + W)})
     from_silver = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle)
     key = lambda w: (w.broker, w.api, w.window_start_ms)  # noqa: E731
     # The same windows with the same numbers, but for the last: gold's query saw the
@@ -354,6 +404,22 @@ def test_commits_that_go_backwards_are_an_offset_rewind(findings_a):
     assert rewind.evidence["duplicates"] == 750
     assert rewind.cause == "unknown"       # no membership source, no client line
     assert rewind.first_seen_ms == T0 + 40_000
+
+
+def test_the_request_log_and_coordinator_loads_tell_why_a_group_went_back(findings_a):
+    seek = _one(findings_a, AnomalyType.OFFSET_REWIND, "group:g-seek/orders-1")
+    assert (seek.cause, seek.severity.value, seek.suggested_action.value) == (
+        "application_seek", "info", "none")
+    assert {k: seek.evidence["committer"][k] for k in ("member_id", "client_id", "generation",
+                                                       "own_last_offset")} == {
+        "member_id": "m-seek", "client_id": "g-seek-client", "generation": 1,
+        "own_last_offset": 300}
+    assert "coordinator_load" not in seek.evidence   # the epoch-0 load is no move
+    moved = _one(findings_a, AnomalyType.OFFSET_REWIND, "group:g-moved/orders-2")
+    assert (moved.cause, moved.severity.value, moved.suggested_action.value) == (
+        "stale_offset_after_coordinator_move", "high", "restore_group_offsets")
+    assert moved.evidence["coordinator_load"] == {"event_ms": T0 + 13_000, "broker": 2,
+                                                  "offsets_partition": 9, "leader_epoch": 1}
 
 
 def test_unclean_election_and_its_effects_are_one_incident(findings_a):

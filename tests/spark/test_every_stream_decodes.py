@@ -1,7 +1,7 @@
 """Every registered stream's silver table can be created and decodes a record of its own schema
 (catches column clashes such as a record with a `value` column)."""
 
-from jobs.lake import Lake
+from infra.lake import Lake
 from jobs.pipeline import Pipeline
 
 

@@ -6,7 +6,7 @@ test, a name registered by an earlier test kept pointing at that test's lake.
 
 from __future__ import annotations
 
-from jobs.lake import Lake, register_tables
+from infra.lake import Lake, register_tables
 
 
 def _write(spark, lake: Lake, rows: int) -> None:

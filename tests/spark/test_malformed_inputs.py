@@ -11,12 +11,12 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from infra.lake import Lake
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
 from ingest.request_log import MAX_LINE_CHARS
 from ingest.request_log_agent import RequestLogAgent, RequestLogSource
 from ingest.sinks import LandingSink
-from jobs.lake import Lake
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 from tests.conftest import wait_until

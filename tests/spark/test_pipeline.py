@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from infra.lake import Lake
 from ingest.request_log import parse_request_line
 from ingest.sinks import LandingSink
-from jobs.lake import Lake
 from jobs.pipeline import Pipeline
 from jobs.silver import BATCHES_TABLE
 from jobs.streams import QUARANTINE, stream
@@ -185,3 +185,76 @@ def test_the_offset_lag_table_exists_before_any_end_offset_arrives(spark, lake, 
     table = spark.read.format("delta").load(path)
     assert table.count() == 0
     assert {"lag", "committed_below_start", "date"} <= set(table.columns)
+
+
+def test_a_lake_written_before_a_column_was_added_takes_the_new_rows(spark, lake, kmon_config):
+    """silver.request_stages as an older kmon created it (without the OffsetCommit columns):
+    the pipeline adds the missing columns at start and appends the new rows."""
+    from delta.tables import DeltaTable
+
+    new_columns = ("group_id", "member_id", "generation", "committed")
+    pipeline = _pipeline(spark, lake, kmon_config)
+    pipeline.ensure_tables()
+    path = lake.table("silver", "request_stages")
+    full = spark.read.format("delta").load(path).schema
+    old = [f for f in full.fields if f.name not in new_columns]
+    assert len(old) == len(full.fields) - len(new_columns)
+    import shutil
+    shutil.rmtree(path)
+    from jobs.silver import partition_columns
+    DeltaTable.create(spark).location(path).addColumns(old).partitionedBy(
+        *partition_columns(stream("request_stages"))).execute()
+
+    sink = LandingSink(lake.landing_root, "test")
+    commits = [r for r in _records() if r["api"] == "OffsetCommit"] or _records()[:1]
+    for r in commits:
+        sink.send("request_stages", "k", r)
+    sink.flush()
+    _pipeline(spark, lake, kmon_config).process_available()
+
+    silver = spark.read.format("delta").load(path)
+    names = [f.name for f in silver.schema.fields]
+    assert sorted(names) == sorted(f.name for f in full.fields)
+    assert names[-len(new_columns):] == list(new_columns)   # added at the end
+    assert silver.count() == len(commits)
+    if any(r["api"] == "OffsetCommit" for r in commits):
+        assert silver.where("group_id IS NOT NULL").count() > 0
+
+
+def test_a_lake_made_before_a_log_event_kind_was_added_takes_rows_of_the_new_kind(
+        spark, lake, kmon_config):
+    """silver.log_events with the kind constraint of an older kmon (no broker_fenced): the
+    pipeline replaces the constraint at start, and a controller's fencing line lands."""
+    from delta.tables import DeltaTable
+
+    from jobs.silver import partition_columns
+    from jobs.validation import constraint_properties
+    from schemas import log_events
+
+    pipeline = Pipeline(spark, lake, kmon_config.pipeline, streams=(stream("log_events"),))
+    pipeline.ensure_tables()
+    path = lake.table("silver", "log_events")
+    schema = spark.read.format("delta").load(path).schema
+    import shutil
+    shutil.rmtree(path)
+    old_kinds = [k for k in log_events.KINDS if not k.startswith("broker_")]
+    builder = DeltaTable.create(spark).location(path).addColumns(schema).partitionedBy(
+        *partition_columns(stream("log_events")))
+    for key, value in constraint_properties(log_events).items():
+        if key.endswith("kmon_unknown_kind"):
+            value = "coalesce(kind IN (" + ", ".join(f"'{k}'" for k in old_kinds) + "), false)"
+        builder = builder.property(key, value)
+    builder.execute()
+
+    sink = LandingSink(lake.landing_root, "test")
+    sink.send("log_events", "k", {
+        "cluster": "local", "broker": 3, "ts_ms": 1795673910728, "log": "controller",
+        "level": "INFO", "logger": "org.apache.kafka.controller.ReplicationControlManager",
+        "message": "[QuorumController id=3] Fencing broker 2 at epoch 11 because its session "
+                   "has timed out.", "message_truncated": False, "kind": "broker_fenced",
+        "subject_broker": 2})
+    sink.flush()
+    Pipeline(spark, lake, kmon_config.pipeline, streams=(stream("log_events"),)
+             ).process_available()
+    rows = spark.read.format("delta").load(path).where("kind = 'broker_fenced'").collect()
+    assert [(r["subject_broker"], r["broker"]) for r in rows] == [(2, 3)]

@@ -3,9 +3,16 @@ re-run decision step or a redelivered action rewrites its row instead of adding 
 
 from __future__ import annotations
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity, Status,
-                                group_partition_entity)
-from jobs.lake import Lake, register_tables
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    EntityKind,
+    Finding,
+    Severity,
+    Status,
+    group_partition_entity,
+)
+from infra.lake import Lake, register_tables
 from remediation.actions import ActionResult, Outcome, ResultStatus
 from remediation.config import RemediationSection
 from remediation.decide import decide
@@ -21,7 +28,7 @@ def _rewind(group: str, partition: int) -> Finding:
         finding_id=f"rw-{group}-{partition}", cluster="c1", type=AnomalyType.OFFSET_REWIND,
         severity=Severity.HIGH, entity_kind=EntityKind.GROUP,
         entity=group_partition_entity(group, "orders", partition), first_seen_ms=NOW - 60_000,
-        last_seen_ms=NOW, status=Status.OPEN, cause="stale_offset_after_coordinator_move",
+        last_seen_ms=NOW, status=Status.OPEN, cause="stale_process",
         explanation="rewound", suggested_action=ActionKind.RESTORE_GROUP_OFFSETS,
         evidence={"group": group, "topic": "orders", "partition": partition,
                   "old_position": 900, "new_position": 10, "restore_to": 900})

@@ -16,16 +16,15 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, BooleanType, LongType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
 
+from core.findings import AnomalyType, update_findings
 from detectors.correlation import correlate
-from detectors.findings import AnomalyType, update_findings
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.partition_signals import GroupMembership, OffsetCommit, PartitionOffsets
 from detectors.unclean_election import UncleanElection, detect_unclean_elections
+from infra.lake import Lake, register_tables
 from jobs.gold import offset_commits_per_minute, offset_lag, stage_percentiles
-from jobs.lake import Lake
 from reports import queries
 from reports.incident import ReportError, build_report
 from reports.render import render_html
@@ -55,9 +54,16 @@ def at(seconds: float) -> int:
     return T0 + int(seconds * 1000)
 
 
+# gold.request_stages_1m holds broker 1's minutes before 10:09 only, gold.offset_commits_1m
+# and gold.offset_lag_1m the group's
+GOLD_UNTIL_S = 540
 COMMITS = [(60, 800), (270, 950), (360, 900), (420, 910), (600, 930), (780, 960)]
 ENDS = [(0, 780), (60, 820), (120, 860), (180, 900), (240, 990), (290, 1000), (310, 900),
         (420, 920), (540, 935), (600, 940), (720, 960), (840, 975)]
+TOMBSTONE_S = 790  # in 13:00's minute, after its commit (silver only: after gold's last)
+# the columns of the group charts, as the gold tables name them
+COMMIT_COLUMNS = ("last_offset", "min_offset", "max_offset", "commits")
+LAG_COLUMNS = ("lag", "committed_offset", "end_offset", "start_offset")
 
 
 def incident_findings():
@@ -99,6 +105,10 @@ def _stage_rows() -> list[dict]:
     return rows
 
 
+def _ts(seconds: float) -> str:
+    return f"timestamp_millis({at(seconds)})"
+
+
 def _silver(spark, schema, rows):
     return (spark.createDataFrame(rows, schema)
             .withColumn("ts", F.timestamp_millis("ts_ms"))
@@ -125,20 +135,33 @@ def incident(spark, tmp_path_factory):
 
     stages = _silver(spark, request_stages.SCHEMA, _stage_rows())
     _write(stages, lake, "silver", "request_stages")
-    # gold for broker 1 only: broker 3's chart must fall back to silver
-    _write(stage_percentiles(stages.where("broker = 1")), lake, "gold", "request_stages_1m")
+    # gold for broker 1 only: broker 3's chart must fall back to silver; and broker 1's gold
+    # ends at 10:09, before the incident does (13:00), as when the gold job's watermark has
+    # not passed the later minutes yet (the demo's report at its end): its chart must go on
+    # from silver
+    _write(stage_percentiles(stages.where(f"broker = 1 AND ts_ms < {at(GOLD_UNTIL_S)}")), lake,
+           "gold", "request_stages_1m")
     commits = _silver(spark, offset_commits.SCHEMA, [
         {"cluster": "c1", "ts_ms": at(t), "group_id": GROUP, "topic": "orders", "partition": 2,
          "offset": o, "is_tombstone": False, "source_partition": 7, "source_offset": 100 + i}
-        for i, (t, o) in enumerate(COMMITS)])
+        for i, (t, o) in enumerate(COMMITS)] + [
+        # the group's offset deleted after its last commit: no commit, no offset
+        {"cluster": "c1", "ts_ms": at(TOMBSTONE_S), "group_id": GROUP, "topic": "orders",
+         "partition": 2, "offset": None, "is_tombstone": True, "source_partition": 7,
+         "source_offset": 100 + len(COMMITS)}])
     _write(commits, lake, "silver", "offset_commits")
-    _write(offset_commits_per_minute(commits), lake, "gold", "offset_commits_1m")
+    # the group's gold offset tables end at 10:09 too (the incident's last finding is at
+    # 13:00): the commits minute table waits out a 10-minute watermark; its charts must go
+    # on from silver
+    _write(offset_commits_per_minute(commits).where(f"window_start < {_ts(GOLD_UNTIL_S)}"),
+           lake, "gold", "offset_commits_1m")
     ends = _silver(spark, partition_offsets.SCHEMA, [
         {"cluster": "c1", "ts_ms": at(t), "topic": "orders", "partition": 2,
          "earliest_offset": 0, "latest_offset": end, "leader": 1 if t < 300 else 3}
         for t, end in ENDS])
     _write(ends, lake, "silver", "partition_offsets")
-    _write(offset_lag(ends, commits), lake, "gold", "offset_lag_1m")
+    _write(offset_lag(ends, commits).where(f"window_start < {_ts(GOLD_UNTIL_S)}"), lake,
+           "gold", "offset_lag_1m")
     _write(spark.createDataFrame([f.to_row() for f in findings], ANOMALIES_SCHEMA), lake,
            "gold", "anomalies", partitioned=False)
 
@@ -177,13 +200,22 @@ def test_every_embedded_sql_returns_the_rows_the_report_holds(spark, incident):
         assert tuple(spark.sql(q.sql).columns) == q.columns
 
 
+def _silver_stage_minutes(spark, lake, broker: int) -> list[tuple]:
+    """What the gold job would write for the broker's Produce minutes, from all of silver."""
+    silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))
+    return [tuple(r) for r in stage_percentiles(silver.where(f"broker = {broker}"))
+            .where("api = 'Produce'").orderBy("window_start")
+            .select(F.unix_millis("window_start").alias("t"), "requests",
+                    *queries.P99_COLUMNS).collect()]
+
+
 def test_broker_stage_series_come_from_gold_or_fall_back_to_silver(spark, incident):
     lake, _findings, data, _html = incident
     assert [(b.broker, [c.attrs["api"] for c in b.charts]) for b in data.brokers] == [
         (1, ["Produce"]), (3, ["Produce"])]
-    assert data.brokers[0].apis.rows == (("Produce", 360), ("Fetch", 120))
+    assert data.brokers[0].apis.rows == (("Produce", 162), ("Fetch", 54))
     gold_chart, silver_chart = data.brokers[0].charts[0], data.brokers[1].charts[0]
-    assert gold_chart.source == "gold.request_stages_1m"
+    assert gold_chart.source == "gold.request_stages_1m + silver.request_stages"
     assert silver_chart.source == "silver.request_stages"
     assert any("broker 3" in n.lower() for n in data.notes)
 
@@ -191,17 +223,33 @@ def test_broker_stage_series_come_from_gold_or_fall_back_to_silver(spark, incide
             .where("broker = 1 AND api = 'Produce'")
             .select(F.unix_millis("window_start").alias("t"), "remote_p99_ms").orderBy("t")
             .collect())
-    assert gold_chart.query.points("remote_p99_ms") == [
-        (r["t"], r["remote_p99_ms"]) for r in gold if data.start_ms <= r["t"] < data.end_ms]
+    assert [(t, v) for t, v in gold_chart.query.points("remote_p99_ms") if t < at(GOLD_UNTIL_S)
+            ] == [(r["t"], r["remote_p99_ms"]) for r in gold
+                  if data.start_ms <= r["t"] < data.end_ms]
     assert max(v for _, v in gold_chart.query.points("remote_p99_ms")) >= 400
     # the fallback computes what the gold job would have: same p99s, quorum traffic left out
-    silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))
-    expected = (stage_percentiles(silver.where("broker = 3"))
-                .where("api = 'Produce'").orderBy("window_start")
-                .select(F.unix_millis("window_start").alias("t"), "requests",
-                        *queries.P99_COLUMNS).collect())
-    assert [tuple(r) for r in expected] == [tuple(r) for r in silver_chart.query.rows]
+    records = silver_chart.query.records()
+    assert {r.pop("source") for r in records} == {"silver"}
+    assert _silver_stage_minutes(spark, lake, 3) == [tuple(r.values()) for r in records]
     assert max(silver_chart.query.column("request_queue_p99_ms")) < 10
+
+
+def test_a_stage_chart_covers_the_incident_when_gold_has_not_caught_up(spark, incident):
+    # broker 1's gold ends at 10:09; silver goes on to 10:19:50, past the incident's last
+    # finding (13:00): the chart must reach silver's last minute, gold's minutes as gold
+    # wrote them, the later ones as the gold job will write them
+    lake, findings, data, _html = incident
+    chart = data.brokers[0].charts[0]
+    records = chart.query.records()
+    assert [r["t_ms"] for r in records] == [T0 + i * MIN for i in range(20)]
+    assert max(f.last_seen_ms for f in findings) < records[-1]["t_ms"]
+    cut = at(GOLD_UNTIL_S) // MIN * MIN
+    assert [r.pop("source") for r in records] == (["gold"] * ((cut - T0) // MIN)
+                                                  + ["silver"] * ((T0 + 20 * MIN - cut) // MIN))
+    expected = _silver_stage_minutes(spark, lake, 1)
+    assert [tuple(r.values()) for r in records if r["t_ms"] >= cut] == [
+        e for e in expected if e[0] >= cut]
+    assert any("broker 1 produce" in n.lower() and "silver" in n for n in data.notes)
 
 
 def test_group_offsets_lag_and_rewinds(spark, incident):
@@ -214,12 +262,99 @@ def test_group_offsets_lag_and_rewinds(spark, incident):
     assert offsets.query.points("last_offset") == [
         (T0 + MIN, 800.0), (T0 + 4 * MIN, 950.0), (T0 + 6 * MIN, 900.0), (T0 + 7 * MIN, 910.0),
         (T0 + 10 * MIN, 930.0), (T0 + 13 * MIN, 960.0)]
-    gold_lag = {r["t"]: r["lag"] for r in spark.read.format("delta")
-                .load(lake.table("gold", "offset_lag_1m"))
-                .select(F.unix_millis("window_start").alias("t"), "lag").collect()}
+    # gold.offset_lag_1m as the gold job writes it once it has caught up (the fixture's
+    # table holds its minutes before GOLD_UNTIL_S)
+    gold_lag = {t: v[0] for t, v in _gold_minutes(spark, lake)[1].items()}
     assert dict(lag.query.points("lag")) == {t: float(v) for t, v in gold_lag.items()}
     assert gold_lag[T0 + 4 * MIN] == 1000 - 950  # end 1000 at 4:50, last commit 950 at 4:30
     assert any(m.kind == "rewind" and m.t_ms == at(360) for m in offsets.markers)
+
+
+def _gold_minutes(spark, lake) -> tuple[dict[int, tuple], dict[int, tuple]]:
+    """What the gold job computes for the group's minutes from all of silver (its own
+    functions): {minute: (last_offset, min_offset, max_offset, commits)} and
+    {minute: (lag, committed_offset, end_offset, start_offset)}."""
+    commits = spark.read.format("delta").load(lake.table("silver", "offset_commits"))
+    ends = spark.read.format("delta").load(lake.table("silver", "partition_offsets"))
+
+    def by_minute(df, columns):
+        return {r[0]: tuple(r[1:]) for r in df.where(F.col("group_id") == GROUP)
+                .select(F.unix_millis("window_start"), *columns).collect()}
+    return (by_minute(offset_commits_per_minute(commits), COMMIT_COLUMNS),
+            by_minute(offset_lag(ends, commits), LAG_COLUMNS))
+
+
+def _gold_table(spark, lake, name: str, columns) -> dict[int, tuple]:
+    return {r[0]: tuple(r[1:]) for r in spark.read.format("delta").load(lake.table("gold", name))
+            .where(F.col("group_id") == GROUP)
+            .select(F.unix_millis("window_start"), *columns).collect()}
+
+
+def _chart_minutes(chart, columns) -> dict[str, dict[int, tuple]]:
+    """{source: {t_ms: values}} of a chart's rows."""
+    out: dict[str, dict[int, tuple]] = {}
+    for r in chart.query.records():
+        out.setdefault(r["source"], {})[r["t_ms"]] = tuple(r[c] for c in columns)
+    return out
+
+
+def test_group_charts_cover_the_incident_when_gold_has_not_caught_up(spark, incident):
+    # the group's gold minutes end at 10:09; silver's commits go on to 13:00 (the incident's
+    # last finding) and its end offsets to 14:00: both charts must reach silver's last
+    # minute, gold's minutes as gold wrote them, the later ones as the gold job will write
+    # them (its own functions over the same silver rows)
+    lake, findings, data, _html = incident
+    offsets, lag = data.groups[0].charts
+    cut = at(GOLD_UNTIL_S) // MIN * MIN
+    commits_expected, lag_expected = _gold_minutes(spark, lake)
+    silver_last = {
+        name: spark.read.format("delta").load(lake.table("silver", name))
+        .agg(F.max("ts_ms")).first()[0] // MIN * MIN
+        for name in ("offset_commits", "partition_offsets")}
+    assert silver_last == {"offset_commits": T0 + 13 * MIN, "partition_offsets": T0 + 14 * MIN}
+    for chart, columns, table, expected, last in (
+            (offsets, COMMIT_COLUMNS, "offset_commits_1m", commits_expected,
+             silver_last["offset_commits"]),
+            (lag, LAG_COLUMNS, "offset_lag_1m", lag_expected,
+             silver_last["partition_offsets"])):
+        gold = _gold_table(spark, lake, table, columns)
+        assert gold and max(gold) < cut <= max(f.last_seen_ms for f in findings) <= last
+        assert chart.query.columns == ("t_ms", *columns, "source")
+        times = chart.query.column("t_ms")
+        assert times == sorted(expected) and times[-1] == last, chart.title
+        assert chart.query.column("source") == ["gold" if t < cut else "silver" for t in times]
+        by_source = _chart_minutes(chart, columns)
+        assert by_source["gold"] == gold
+        assert by_source["silver"] == {t: v for t, v in expected.items() if t >= cut}
+    assert offsets.source == "gold.offset_commits_1m + silver.offset_commits"
+    assert lag.source == "gold.offset_lag_1m + silver.partition_offsets + silver.offset_commits"
+    # silver's minutes are the ones after the incident: the lag after the rewind and the
+    # recovery commit of 960 at 13:00
+    assert _chart_minutes(offsets, ("last_offset", "commits"))["silver"] == {
+        T0 + 10 * MIN: (930, 1), T0 + 13 * MIN: (960, 1)}  # the tombstone is no commit
+    for chart in (offsets, lag):
+        assert utc(T0 + 7 * MIN) in chart.note and "source: silver" in chart.note, chart.note
+    assert any(n.startswith(f"The commits of {GROUP} on orders-2") and "silver.offset_commits"
+               in n for n in data.notes)
+    assert any(n.startswith(f"The lag of {GROUP} on orders-2") and "silver.partition_offsets"
+               in n for n in data.notes)
+
+
+def test_lag_from_silver_takes_the_groups_last_commit_before_the_window(spark, incident):
+    # 10:09-10:15, all after gold's last minute: minute 10:09's lag is against the commit
+    # of 910 at 10:07, before the window
+    lake, *_ = incident
+    data = build_report(spark, lake, start_ms=at(540), end_ms=at(900), now_ms=at(1000))
+    for q in data.queries():
+        assert _rows(spark, q.sql) == q.rows, q.sql
+    offsets, lag = data.groups[0].charts
+    commits_expected, lag_expected = _gold_minutes(spark, lake)
+    assert _chart_minutes(lag, LAG_COLUMNS) == {"silver": {
+        t: v for t, v in lag_expected.items() if at(540) <= t < at(900)}}
+    assert _chart_minutes(lag, ("lag", "committed_offset"))["silver"][at(540)] == (25, 910)
+    assert _chart_minutes(offsets, COMMIT_COLUMNS) == {"silver": {
+        t: v for t, v in commits_expected.items() if at(540) <= t < at(900)}}
+    assert lag.source == "silver.partition_offsets + silver.offset_commits"
 
 
 def test_the_html_shows_the_numbers_the_sql_returns(spark, incident):
@@ -273,9 +408,23 @@ def test_a_long_range_uses_wider_buckets(spark, incident):
     assert [r["t_ms"] for r in stages] == [T0 + i * 5 * MIN for i in range(4)]
     assert [r["requests"] for r in stages] == [90] * 4  # 3 Produce every 10 s
     assert max(r["remote_p99_ms"] for r in stages) >= 400  # the spike survives as a max
+    # gold holds 10:00-10:08 of broker 1, silver the minutes after
+    assert [r["source"] for r in stages] == ["gold", "gold + silver", "silver", "silver"]
     offsets = data.groups[0].charts[0].query.records()
     assert [(r["t_ms"] - T0, r["last_offset"], r["min_offset"]) for r in offsets] == [
         (0, 950, 800), (5 * MIN, 910, 900), (10 * MIN, 960, 930)]
+    # the group's gold holds its minutes before 10:09: 10:10 and 13:00 come from silver
+    assert [r["source"] for r in offsets] == ["gold", "gold", "silver"]
+    assert [r["commits"] for r in offsets] == [2, 2, 2]
+    # lag minutes 10:01-10:05 and 10:07 in gold, 10:09 (silver) beside 10:05 and 10:07
+    _commits, lag_expected = _gold_minutes(spark, lake)
+    lag = data.groups[0].charts[1].query.records()
+    assert [(r["t_ms"], r["source"]) for r in lag] == [
+        (T0, "gold"), (T0 + 5 * MIN, "gold + silver"), (T0 + 10 * MIN, "silver")]
+    for r in lag:
+        minutes = sorted(t for t in lag_expected if r["t_ms"] <= t < r["t_ms"] + 5 * MIN)
+        assert (r["lag"], r["committed_offset"], r["end_offset"]) == (
+            max(lag_expected[t][0] for t in minutes), *lag_expected[minutes[-1]][1:3])
 
 
 def test_an_unknown_incident_is_an_error(spark, incident):
@@ -290,7 +439,7 @@ def test_the_command_writes_the_report_and_prints_its_path(incident, tmp_path):
     env = {**os.environ, "KMON__SPARK__STORAGE_ROOT": lake.root,
            "KMON__SPARK__SHUFFLE_PARTITIONS": "2"}
     # its own process and Spark session, as `kmon report` runs; the timeout is a hang guard
-    r = subprocess.run([sys.executable, "-m", "reports.cli", "--incident", data.incident_id,
+    r = subprocess.run([sys.executable, "-m", "kmon.cli", "report", "--incident", data.incident_id,
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -298,3 +447,34 @@ def test_the_command_writes_the_report_and_prints_its_path(incident, tmp_path):
     page = out.read_text(encoding="utf-8")
     assert f'data-finding-id="{data.chain[0].finding.finding_id}"' in page
     assert page.count('class="kmon-chart"') == 4
+
+
+def test_without_gold_offset_tables_the_group_charts_come_from_silver(spark, incident,
+                                                                       tmp_path):
+    # a lake whose gold job never ran: silver and the findings only
+    lake, *_ = incident
+    bare = Lake(str(tmp_path / "lake"))
+    for layer, name in (("silver", "offset_commits"), ("silver", "partition_offsets")):
+        _write(spark.read.format("delta").load(lake.table(layer, name)), bare, layer, name)
+    _write(spark.read.format("delta").load(lake.table("gold", "anomalies")), bare, "gold",
+           "anomalies", partitioned=False)
+    _drop_registrations(spark)
+    try:
+        data = build_report(spark, bare, start_ms=at(300), end_ms=at(900), now_ms=at(1000))
+        for q in data.queries():
+            if not q.columns:  # not run: the stage tables do not exist here
+                continue
+            assert _rows(spark, q.sql) == q.rows, q.sql
+        assert not spark.catalog.tableExists("gold.offset_lag_1m")
+    finally:
+        _drop_registrations(spark)
+        register_tables(spark, lake)
+    offsets, lag = data.groups[0].charts
+    commits_expected, lag_expected = _gold_minutes(spark, lake)
+    assert _chart_minutes(offsets, COMMIT_COLUMNS) == {"silver": {
+        t: v for t, v in commits_expected.items() if at(300) <= t < at(900)}}
+    assert _chart_minutes(lag, LAG_COLUMNS) == {"silver": {
+        t: v for t, v in lag_expected.items() if at(300) <= t < at(900)}}
+    assert (offsets.source, lag.source) == (
+        "silver.offset_commits", "silver.partition_offsets + silver.offset_commits")
+    assert any("gold.offset_lag_1m does not exist" in n for n in data.notes)

@@ -260,3 +260,102 @@ def test_orphan_lines_at_the_start_of_a_file_are_quarantined_not_dropped():
     out = list(parse_lines(lines, cluster="test", broker=1))
     assert isinstance(out[0], Malformed) and out[0].reason == "orphan_lines"
     assert out[1]["message"] == "a"
+
+
+# ---- group coordinator moves (real 4.3.1 lines; older forms from GroupMetadataManager) ---
+
+COORDINATOR_CASES = [
+    ("load_first_leader_4_3_1",
+     "[2026-11-26 04:15:54,105] INFO [GroupCoordinator id=1] Scheduling loading of metadata "
+     "from __consumer_offsets-9 with epoch 0 "
+     "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)",
+     {"kind": "coordinator_load", "topic": "__consumer_offsets", "partition": 9,
+      "leader_epoch": 0, "ts_ms": 1795666554105,
+      "logger": "org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime"}),
+    ("load_after_a_leader_change_4_3_1",
+     "[2026-11-26 04:23:03,642] INFO [GroupCoordinator id=1] Scheduling loading of metadata "
+     "from __consumer_offsets-7 with epoch 1 "
+     "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)",
+     {"kind": "coordinator_load", "partition": 7, "leader_epoch": 1}),
+    ("unload_4_3_1",
+     "[2026-11-26 04:23:05,280] INFO [GroupCoordinator id=1] Scheduling unloading of metadata "
+     "for __consumer_offsets-6 with epoch OptionalInt[1] "
+     "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)",
+     {"kind": "coordinator_unload", "topic": "__consumer_offsets", "partition": 6,
+      "leader_epoch": 1}),
+    ("unload_of_a_deleted_topic_has_no_epoch",
+     "[2026-11-26 04:23:05,280] INFO [GroupCoordinator id=1] Scheduling unloading of metadata "
+     "for __consumer_offsets-6 with epoch OptionalInt.empty "
+     "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)",
+     {"kind": "coordinator_unload", "partition": 6, "leader_epoch": None}),
+    ("load_before_4_0_with_epoch",
+     "[2021-03-01 10:00:00,000] INFO [GroupMetadataManager brokerId=2] Scheduling loading of "
+     "offsets and group metadata from __consumer_offsets-7 for epoch 3 "
+     "(kafka.coordinator.group.GroupMetadataManager)",
+     {"kind": "coordinator_load", "partition": 7, "leader_epoch": 3}),
+    ("unload_before_4_0",
+     "[2021-03-01 10:00:00,000] INFO [GroupMetadataManager brokerId=2] Scheduling unloading of "
+     "offsets and group metadata from __consumer_offsets-7 "
+     "(kafka.coordinator.group.GroupMetadataManager)",
+     {"kind": "coordinator_unload", "partition": 7, "leader_epoch": None}),
+    ("share_coordinator_is_other",
+     "[2026-11-26 04:15:54,105] INFO [ShareCoordinator id=1] Scheduling loading of metadata "
+     "from __share_group_state-3 with epoch 0 "
+     "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)",
+     {"kind": "other", "topic": None, "partition": None}),
+]
+
+
+@pytest.mark.parametrize("line,expected", [c[1:] for c in COORDINATOR_CASES],
+                         ids=[c[0] for c in COORDINATOR_CASES])
+def test_group_coordinator_loads_and_unloads(line, expected):
+    rec = parse_event(line, cluster="test", broker=1, log="server")
+    assert not isinstance(rec, Malformed), rec
+    assert {k: rec[k] for k in expected} == expected
+
+
+# ---- the controller on brokers' sessions (real 4.3.1 lines; the 3.x unfence form) ---------
+
+BROKER_STATE_CASES = [
+    ("fenced_session_timeout_4_3_1",
+     "[2026-11-26 06:18:30,728] INFO [QuorumController id=3] Fencing broker 2 at epoch 11 "
+     "because its session has timed out. (org.apache.kafka.controller.ReplicationControlManager)",
+     {"kind": "broker_fenced", "subject_broker": 2, "broker": 3, "ts_ms": 1795673910728}),
+    ("fenced_before_4_0",
+     "[2023-07-13 14:11:49,313] INFO [QuorumController id=1] Fencing broker 4 because its "
+     "session has timed out. (org.apache.kafka.controller.ReplicationControlManager)",
+     {"kind": "broker_fenced", "subject_broker": 4}),
+    ("controlled_shutdown_4_3_1",
+     "[2026-11-26 06:29:10,252] INFO [QuorumController id=3] Unfenced broker 1 has requested "
+     "and been granted a controlled shutdown. (org.apache.kafka.controller.BrokerHeartbeatManager)",
+     {"kind": "broker_shutdown", "subject_broker": 1}),
+    ("new_incarnation_4_3_1",
+     "[2026-11-26 06:29:22,969] INFO [QuorumController id=3] Registering a new incarnation of "
+     "broker 1. Previous incarnation ID was V-npppnVRr-4t9Xbbw8VeA; new incarnation ID is "
+     "jMaLDRv_TyyCx2IpmvCwaQ. Generated 0 record(s) to clean up previous incarnation "
+     "(org.apache.kafka.controller.ClusterControlManager)",
+     {"kind": "broker_registered", "subject_broker": 1}),
+    ("unfenced_4_3_1",
+     "[2026-11-26 06:29:23,035] INFO [QuorumController id=3] The request from broker 1 to "
+     "unfence has been granted because it has caught up with the offset of its register "
+     "broker record 4704. (org.apache.kafka.controller.BrokerHeartbeatManager)",
+     {"kind": "broker_unfenced", "subject_broker": 1}),
+    ("unfenced_3_x",
+     "[2023-07-13 14:11:49,313] INFO [Controller 1] The request from broker 1 to unfence has "
+     "been granted because it has caught up with the last committed metadata offset 1. "
+     "(org.apache.kafka.controller.BrokerHeartbeatManager)",
+     {"kind": "broker_unfenced", "subject_broker": 1}),
+    ("duplicate_registration_is_other",
+     "[2026-11-26 06:29:16,955] INFO [QuorumController id=3] registerBroker: event failed with "
+     "DuplicateBrokerRegistrationException in 172 microseconds. Exception message: Another "
+     "broker is registered with that broker id. (org.apache.kafka.controller.QuorumController)",
+     {"kind": "other", "subject_broker": None}),
+]
+
+
+@pytest.mark.parametrize("line,expected", [c[1:] for c in BROKER_STATE_CASES],
+                         ids=[c[0] for c in BROKER_STATE_CASES])
+def test_controller_lines_on_brokers_sessions(line, expected):
+    rec = parse_event(line, cluster="test", broker=3, log="controller")
+    assert not isinstance(rec, Malformed), rec
+    assert {k: rec.get(k) for k in expected} == expected

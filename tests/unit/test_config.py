@@ -29,9 +29,11 @@ def test_repository_default_file_loads():
     ("[sparkk]\nmaster = 'x'\n", "unknown section [sparkk]"),
     ("[spark\n", "not valid TOML"),
     ("[slow_broker]\nthreshold_msx = 300\n", "unknown key 'slow_broker.threshold_msx'"),
+    ("[local_cluster]\ndedicated_controllers = 6\n",
+     "key 'local_cluster.dedicated_controllers' must be <= 5"),
 ], ids=["typo_in_key", "negative_port", "port_too_high", "string_for_int", "int_for_bool",
         "unknown_choice", "typo_in_section", "broken_toml",
-        "typo_in_detector_key"])
+        "typo_in_detector_key", "too_many_dedicated_controllers"])
 def test_bad_config_names_key_and_file(tmp_path, text, expected):
     f = write(tmp_path, text)
     with pytest.raises(ConfigError) as e:
@@ -50,6 +52,18 @@ def test_environment_overrides_file_and_is_validated(tmp_path):
         load_config(f, environ={"KMON__LOCAL_CLUSTER__BASE_PORT": "-5"})
     with pytest.raises(ConfigError, match="unknown section"):
         load_config(f, environ={"KMON__NOPE__X": "1"})
+
+
+def test_dedicated_controllers_exclude_combined_controllers(tmp_path):
+    c = load_config(write(tmp_path, "[local_cluster]\ndedicated_controllers = 3\n"), environ={})
+    assert c.local_cluster.dedicated_controllers == 3 and c.local_cluster.controllers == 0
+    assert load_config(DEFAULT_CONFIG_FILE, environ={}).local_cluster.dedicated_controllers == 0
+    f = write(tmp_path, "[local_cluster]\ndedicated_controllers = 1\ncontrollers = 1\n")
+    with pytest.raises(ConfigError, match=r"local_cluster.dedicated_controllers \(1\) and "
+                                          r"local_cluster.controllers \(1\)"):
+        load_config(f, environ={})
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        load_config(f, environ={"KMON__LOCAL_CLUSTER__DEDICATED_CONTROLLERS": "-1"})
 
 
 def test_missing_file_is_named(tmp_path):

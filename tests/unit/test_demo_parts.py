@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
-                                Status)
-from faults.compaction_lag import (CompactionLag, cleaner_log_mark, cleaner_started_since,
-                                   topic_config)
-from faults.offset_rewind import OffsetRewinds
-from faults.slow_broker import SlowBroker
-from faults.unclean_election import UncleanElection
-from jobs.demo import (DemoError, DemoLock, FaultOutcome, FindingTracker, record_finding, refresh_findings,
-                       summary_table)
+from core.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
+from demo.faults.compaction_lag import (
+    CompactionLag,
+    cleaner_log_mark,
+    cleaner_started_since,
+    topic_config,
+)
+from demo.faults.offset_rewind import OffsetRewinds
+from demo.faults.slow_broker import SlowBroker
+from demo.faults.unclean_election import UncleanElection
+from demo.lock import DemoLock
+from demo.outcomes import FaultOutcome, FindingTracker, record_finding, refresh_findings
+from demo.preflight import DemoError
+from demo.summary import summary_table
 
 pytestmark = pytest.mark.unit
 
@@ -123,22 +129,22 @@ def test_summary_table_shows_time_to_detect_and_misses():
 def test_a_busy_exporter_port_is_one_line_saying_what_to_do():
     import socket
 
-    from jobs.demo import DemoError, _check_port
+    from demo.preflight import DemoError, check_port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
         with pytest.raises(DemoError) as e:
-            _check_port(port)
+            check_port(port)
     text = str(e.value)
     assert "\n" not in text and str(port) in text and "--exporter-port" in text
-    _check_port(0)   # 0: no exporter, nothing to check
+    check_port(0)   # 0: no exporter, nothing to check
 
 
 def test_only_a_fatal_client_error_makes_the_workload_start_a_new_producer():
     from confluent_kafka import KafkaError, KafkaException
 
-    from faults.workload import _is_fatal
+    from demo.workload import _is_fatal
 
     # Seen in a live demo: the idempotent orders producer, its brokers stopped mid-batch.
     assert _is_fatal(KafkaException(KafkaError(KafkaError._INCONSISTENT,
@@ -148,7 +154,7 @@ def test_only_a_fatal_client_error_makes_the_workload_start_a_new_producer():
 
 
 def test_workload_producers_are_not_idempotent_unless_asked():
-    from faults.workload import ProducerSpec, producer_config
+    from demo.workload import ProducerSpec, producer_config
 
     # librdkafka's default; its idempotent producer spins a core while a replica freezes.
     plain = producer_config(ProducerSpec("orders-producer", "orders", 100, acks="all"), "b:9092")
@@ -176,9 +182,10 @@ class _Monitor:
 def _keeping_up(seconds, wait_s=0.0) -> str:
     import threading
 
-    from jobs.demo import Progress, _wait_keeping_up
+    from demo.console import Progress
+    from demo.warmup import wait_keeping_up
     out = io.StringIO()
-    _wait_keeping_up(_Monitor(seconds), wait_s, threading.Event(), Progress(1, out))
+    wait_keeping_up(_Monitor(seconds), wait_s, threading.Event(), Progress(1, out))
     return out.getvalue()
 
 
@@ -202,10 +209,10 @@ def test_the_action_column_shows_only_what_was_decided_about_the_faults_findings
     guards need them): the summary must not credit one fault with another's action."""
     import types
 
+    from demo.actions import NOT_DECIDED, action_for
     from remediation.config import RemediationSection
     from remediation.decide import decide
     from remediation.stores import JsonLinesDecisionStore
-    from jobs.demo import NOT_DECIDED, _action_for
 
     store = JsonLinesDecisionStore(tmp_path / "decisions.jsonl")
     slow = finding("slow_broker", "broker:2", first=5_000)
@@ -215,9 +222,9 @@ def test_the_action_column_shows_only_what_was_decided_about_the_faults_findings
     monitor = types.SimpleNamespace(decisions=types.SimpleNamespace(decisions=store))
     outcome = FaultOutcome("slow_broker", "slow broker", 4_000)
     outcome.findings = [("finding", slow)]
-    assert _action_for(monitor, outcome) == NOT_DECIDED
+    assert action_for(monitor, outcome) == NOT_DECIDED
     outcome.findings = [("finding", rewind)]
-    assert _action_for(monitor, outcome).startswith("none: ")   # its own decision, shown
+    assert action_for(monitor, outcome).startswith("none: ")   # its own decision, shown
 
 
 def test_the_chain_does_not_count_in_the_time_to_detect_and_shows_its_latest_state():
@@ -248,7 +255,7 @@ def test_the_summary_waits_for_the_decision_of_a_fault_detected_last(tmp_path):
     import threading
     import types
 
-    from jobs.demo import NOT_DECIDED, _fill_actions
+    from demo.actions import NOT_DECIDED, fill_actions
     from remediation.config import RemediationSection
     from remediation.decide import decide
     from remediation.stores import JsonLinesDecisionStore
@@ -262,15 +269,15 @@ def test_the_summary_waits_for_the_decision_of_a_fault_detected_last(tmp_path):
     # The decision step records its decision while the summary waits.
     threading.Timer(0.5, lambda: store.record(
         decide([election], [], config, 7_000, cluster_sizes={"local": 3}))).start()
-    _fill_actions(monitor, [outcome], threading.Event(), wait_s=10)
+    fill_actions(monitor, [outcome], threading.Event(), wait_s=10)
     assert outcome.action != NOT_DECIDED
     undetected = FaultOutcome("slow_broker", "slow", 4_000)
-    _fill_actions(monitor, [undetected], threading.Event(), wait_s=10)   # nothing to wait for
+    fill_actions(monitor, [undetected], threading.Event(), wait_s=10)   # nothing to wait for
     assert undetected.action == "-"
 
 
 def test_an_open_finding_of_the_faults_kind_must_clear_before_the_fault():
-    from jobs.demo import already_showing
+    from demo.cause import already_showing
 
     lingering = finding("compaction_lag", "broker:3")
     other_broker = finding("compaction_lag", "broker:2")
@@ -283,7 +290,7 @@ def test_an_open_finding_of_the_faults_kind_must_clear_before_the_fault():
 
 
 def test_the_demo_resolves_findings_after_a_minute_and_keeps_the_per_type_overrides():
-    from jobs.demo import demo_config
+    from demo.settings import demo_config
     from kmon.config import load_config
 
     c = demo_config(load_config(None))
@@ -296,7 +303,7 @@ def test_a_second_demo_stops_at_start_naming_the_first(tmp_path):
     # The first demo: another process holding the lock.
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys; sys.path.insert(0, sys.argv[2]); from jobs.demo import DemoLock; "
+         "import sys; sys.path.insert(0, sys.argv[2]); from demo.lock import DemoLock; "
          "from pathlib import Path; l = DemoLock(Path(sys.argv[1])).__enter__(); "
          "print('held', flush=True); sys.stdin.read()", str(lock), str(ROOT)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -313,3 +320,43 @@ def test_a_second_demo_stops_at_start_naming_the_first(tmp_path):
         assert lock.read_text().strip() == str(os.getpid())
     with DemoLock(lock):          # released on exit: the same process can take it again
         pass
+
+
+def test_summary_cells_wrap_between_words_and_never_cut_one():
+    reason = ("none: broker 2 is slow (leader_replication_stage) as a follower; moving "
+              "leadership would not shorten the waits of the leaders it replicates from")
+    o = FaultOutcome("slow_broker", "slow broker (freezes in bursts)", started_ms=0,
+                     detected_ms=32_000, findings=[(32_000, finding("slow_broker", "broker:2"))],
+                     action=reason)
+    table = summary_table([o], width=110)
+    lines = table.splitlines()
+    assert len({len(line) for line in lines}) == 1 and len(lines[0]) <= 110
+    action_column = [line.split("|")[5].strip() for line in lines if line.startswith("|")][1:]
+    assert " ".join(action_column).split() == reason.split()   # every word whole, in order
+    assert re.search(r"\| slow broker[^|]*\| yes\s+\| 32 s ", table)
+
+
+def test_summary_shows_each_finding_beside_its_one_action():
+    billing = finding("offset_rewind", "group:billing/orders-3", kind=EntityKind.PARTITION)
+    analytics = finding("offset_rewind", "group:analytics/clicks-0", kind=EntityKind.PARTITION)
+    o = FaultOutcome("offset_rewind", "offset rewinds (operator reset, stale process)", 0,
+                     detected_ms=20_000, findings=[(10_000, billing), (20_000, analytics)],
+                     action="restore_group_offsets (dry run)\nnone: no action suggested")
+    rows = [line for line in summary_table([o], width=160).splitlines() if "group:" in line]
+    assert "group:billing/orders-3" in rows[0] and "restore_group_offsets" in rows[0]
+    assert "group:analytics/clicks-0" in rows[1] and "none: no action suggested" in rows[1]
+
+
+def test_one_action_per_finding_the_queued_one_else_the_first_reason():
+    import types
+
+    from demo.actions import NOT_DECIDED, one_action
+
+    def decision(ms, reason, kind=None):
+        action = types.SimpleNamespace(kind=ActionKind(kind)) if kind else None
+        return types.SimpleNamespace(decided_ms=ms, reason=reason, action=action)
+
+    assert one_action([]) == NOT_DECIDED
+    later, first = decision(9, "the finding is resolved"), decision(5, "no action suggested")
+    assert one_action([later, first]) == "none: no action suggested"
+    assert one_action([first, decision(7, "", "page_human"), later]) == "page_human (dry run)"

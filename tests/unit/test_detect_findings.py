@@ -9,13 +9,20 @@ import datetime as dt
 
 import pytest
 
-from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Finding,
-                                Severity, Status)
-from detectors.inputs import DetectorInputs
+from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Finding, Severity, Status
 from detectors.partition_signals import LogTruncation, OffsetCommit
 from detectors.unclean_election import UncleanElection
-from jobs.detect import (ANOMALY_COLUMNS, ANOMALY_SCHEMA, carried_findings, changed_findings,
-                         finding_row, next_findings, replay_times, run_detectors)
+from jobs.detect import (
+    ANOMALY_COLUMNS,
+    ANOMALY_SCHEMA,
+    carried_findings,
+    changed_findings,
+    finding_row,
+    next_findings,
+    replay_times,
+    run_detectors,
+)
+from jobs.detector_inputs import DetectorInputs
 from kmon.config import Config
 
 pytestmark = pytest.mark.unit

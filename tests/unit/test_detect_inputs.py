@@ -1,4 +1,4 @@
-"""The pure parts of the detectors' Spark adapter (detectors/inputs.py): turning log, metric
+"""The pure parts of the detectors' Spark adapter (jobs/detector_inputs/): turning log, metric
 and client rows into rule inputs. No SparkSession."""
 
 from __future__ import annotations
@@ -9,13 +9,30 @@ from detectors.compaction_lag import CompactedTopicConfig
 from detectors.partition_signals import ResetReason, ResetTarget
 from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
 from detectors.unclean_election import UncleanElectionMeterTick
-from detectors.inputs import (CLEANER_METRICS, UNCLEAN_METER, BaselineCache, TimeRange,
-                              TopicConfigCache, check_config, cleaner_runs_from,
-                              client_reset_from_row, compacted_topic_config, dedupe_elections,
-                              fresh_windows_until, merge_controller_ticks, send_candidates,
-                              shrinks_from_isr_events, topic_ids, truncations_from)
+from jobs.detector_inputs import (
+    CLEANER_METRICS,
+    UNCLEAN_METER,
+    BaselineCache,
+    TimeRange,
+    TopicConfigCache,
+    check_config,
+    cleaner_runs_from,
+    client_reset_from_row,
+    compacted_topic_config,
+    compacted_topics,
+    dedupe_elections,
+    leader_epochs_from,
+    fresh_windows_until,
+    growth_range,
+    merge_controller_ticks,
+    send_candidates,
+    shrinks_from_isr_events,
+    topic_ids,
+    truncations_from,
+)
 from kmon.config import Config, ConfigError
 from schemas import broker_metrics
+from schemas.broker_metrics import LOG_SIZE
 
 pytestmark = pytest.mark.unit
 
@@ -69,6 +86,17 @@ def test_a_trigger_line_far_from_any_change_is_its_own_election():
     both = dedupe_elections([trigger, change_line(T0 + 3_600_000, 1)], {})
     assert [(x.event_ms, x.new_leader, x.leader_epoch) for x in both] == [
         (T0, None, None), (T0 + 3_600_000, 2, 1)]
+
+
+def test_leader_epochs_come_from_brokers_epoch_lines_and_election_lines():
+    rows = [event("leader_change", T0, 2, topic="t", partition=0, new_leader=2, leader_epoch=5),
+            change_line(T0 + 1, 3, epoch=2),
+            event("unclean_election", T0 + 2, 3, partition=0, topic_id=TID, new_leader=2),
+            event("leader_change", T0 + 3, 2, topic="t", partition=1),   # no epoch
+            event("isr_shrink", T0 + 4, 2, topic="t", partition=0, leader_epoch=9)]
+    seen = leader_epochs_from(rows, topic_ids(rows))
+    assert [(s.topic, s.partition, s.leader_epoch, s.event_ms, s.source) for s in seen] == [
+        ("t", 0, 5, T0, "leader_change"), ("t", 0, 2, T0 + 1, "unclean_election")]
 
 
 # --- meter ticks -----------------------------------------------------------------------------
@@ -248,7 +276,20 @@ def test_baselines_are_read_again_once_the_range_start_moved_a_refresh_on():
 
 
 def test_every_metric_the_adapter_reads_is_one_the_scraper_keeps():
-    assert set(CLEANER_METRICS) | {UNCLEAN_METER} <= set(broker_metrics.METRICS)
+    assert set(CLEANER_METRICS) | {UNCLEAN_METER, LOG_SIZE} <= set(broker_metrics.METRICS)
+
+
+def test_sizes_and_runs_are_read_over_the_growth_window_and_two_steps():
+    r = TimeRange(T0, T0 + 300_000)
+    assert growth_range(r, 7200) == TimeRange(T0 + 300_000 - 7_320_000, T0 + 300_000)
+    assert growth_range(r, 600, step_s=30) == TimeRange(T0 + 300_000 - 660_000, T0 + 300_000)
+
+
+def test_compacted_topics_by_cluster():
+    assert compacted_topics([CompactedTopicConfig("c1", "users"),
+                             CompactedTopicConfig("c1", "orders-state"),
+                             CompactedTopicConfig("c2", "users")]) == {
+        "c1": {"users", "orders-state"}, "c2": {"users"}}
 
 
 def test_the_stage_windows_must_be_the_detectors_windows():

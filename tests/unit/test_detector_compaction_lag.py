@@ -7,11 +7,19 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from detectors.compaction_lag import (CleanerGauges, CleanerRun, CompactedTopicConfig,
-                                      CompactionLagSection, PartitionSize, assess_cleaner,
-                                      assess_growth, cleanable_point_pct, detect_compaction_lag,
-                                      strictest_lag_ms)
-from detectors.findings import ActionKind, AnomalyType, Severity
+from core.findings import ActionKind, AnomalyType, Severity
+from detectors.compaction_lag import (
+    CleanerGauges,
+    CleanerRun,
+    CompactedTopicConfig,
+    CompactionLagSection,
+    PartitionSize,
+    assess_cleaner,
+    assess_growth,
+    cleanable_point_pct,
+    detect_compaction_lag,
+    strictest_lag_ms,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Severity, update_findings
 from detectors.correlation import CorrelationSection, causal_links, correlate
-from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
-                                update_findings)
 from detectors.offset_rewind import detect_offset_anomalies
-from detectors.partition_signals import (ClientOffsetReset, GroupMembership, LogTruncation,
-                                         OffsetCommit, PartitionOffsets, ResetReason,
-                                         ResetTarget)
+from detectors.partition_signals import (
+    ClientOffsetReset,
+    GroupMembership,
+    LogTruncation,
+    OffsetCommit,
+    PartitionOffsets,
+    ResetReason,
+    ResetTarget,
+)
 from detectors.unclean_election import UncleanElection, detect_unclean_elections
 
 pytestmark = pytest.mark.unit
@@ -94,6 +99,10 @@ LATE_REWIND = finding(AnomalyType.OFFSET_REWIND, "group:search/orders-2", 100 + 
                       cause="unknown", **on("orders", 2, group="search"))
 EARLY_REWIND = finding(AnomalyType.OFFSET_REWIND, "group:audit/orders-2", 100 - 600,
                        cause="unknown", **on("orders", 2, group="audit"))
+REWIND_MINUTE_BEFORE = finding(AnomalyType.OFFSET_REWIND, "group:audit/orders-2", 100 - 60,
+                               cause="member_commit", **on("orders", 2, group="audit"))
+REWIND_SKEWED = finding(AnomalyType.OFFSET_REWIND, "group:ledger/orders-2", 100 - 2,
+                        cause="auto_reset_after_out_of_range", **on("orders", 2, group="ledger"))
 RESET_OTHER_GROUP = finding(AnomalyType.OFFSET_RESET, "group:a/orders-3", 105,
                             **on("orders", 3, group="a"))
 
@@ -120,11 +129,15 @@ VICTIM_LONG_AFTER = slow(6, "victim", first_s=3600, last_s=3660, slow_follower="
     ([FOLLOWER, VICTIM_1, VICTIM_2, VICTIM_OF_4, VICTIM_LONG_AFTER],
      [[FOLLOWER, VICTIM_1, VICTIM_2]], [(VICTIM_2, FOLLOWER)]),
     ([ELECTION], [], []),
+    ([ELECTION, REWIND_MINUTE_BEFORE], [], []),
+    ([ELECTION, REWIND_SKEWED], [[ELECTION, REWIND_SKEWED]], [(REWIND_SKEWED, ELECTION)]),
 ], ids=["unrelated_partitions_stay_apart", "operator_reset_is_not_blamed_on_data_loss",
         "outside_the_time_window_is_not_an_effect",
         "meter_only_election_links_through_its_candidate_truncation",
         "reset_of_another_group_does_not_explain_a_rewind",
-        "slow_follower_links_the_leaders_it_holds_back", "lone_finding_has_no_incident"])
+        "slow_follower_links_the_leaders_it_holds_back", "lone_finding_has_no_incident",
+        "rewind_a_minute_before_a_logged_election_is_not_its_effect",
+        "rewind_seconds_before_a_logged_election_is_clock_skew"])
 def test_incidents(findings, incidents, root_of):
     got = correlate(findings, CONFIG)
     by_id = {f.finding_id: f for f in got}

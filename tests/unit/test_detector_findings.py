@@ -7,9 +7,19 @@ import json
 
 import pytest
 
-from detectors.findings import (ActionKind, AnomalyType, Detection, EntityKind, Finding,
-                                FindingsSection, Severity, Status, finding_id, sort_findings,
-                                update_findings)
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    Detection,
+    EntityKind,
+    Finding,
+    FindingsSection,
+    Severity,
+    Status,
+    finding_id,
+    sort_findings,
+    update_findings,
+)
 from detectors.compaction_lag import CompactionLagSection
 from detectors.correlation import CorrelationSection
 from detectors.offset_rewind import OffsetRewindSection
@@ -43,10 +53,10 @@ def test_enums_are_ranked_worst_first_and_are_plain_strings():
     assert [s.rank for s in Severity] == [0, 1, 2, 3]
     assert Severity.CRITICAL.rank < Severity.HIGH.rank < Severity.WARNING.rank < Severity.INFO.rank
     assert AnomalyType.UNCLEAN_ELECTION.rank == 0
-    assert AnomalyType.COMPACTION_LAG.rank == len(AnomalyType) - 1
+    assert AnomalyType.SLOW_CLIENT.rank == len(AnomalyType) - 1   # the client's own problem
     assert {t.value for t in AnomalyType} == {
         "slow_broker", "cluster_wide_slowness", "offset_rewind", "offset_reset",
-        "compaction_lag", "unclean_election", "log_truncation"}
+        "compaction_lag", "unclean_election", "log_truncation", "slow_client"}
     assert {a.value for a in ActionKind} == {"move_leadership", "cancel_reassignment",
                                              "restore_group_offsets", "page_human", "none"}
     assert [s.value for s in Status] == ["open", "resolved"]

@@ -7,12 +7,27 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from detectors.findings import ActionKind, AnomalyType, Severity
-from detectors.offset_rewind import (OffsetRewindSection, PartitionInputs, assess_rewind,
-                                     detect_offset_anomalies, find_rewinds)
-from detectors.partition_signals import (ClientOffsetReset, GroupMembership, LogTruncation,
-                                         OffsetCommit, PartitionOffsets, ResetReason,
-                                         ResetTarget, client_event_meaning, pair_reset_events)
+from core.findings import ActionKind, AnomalyType, Severity
+from detectors.offset_rewind import (
+    OffsetRewindSection,
+    PartitionInputs,
+    assess_rewind,
+    detect_offset_anomalies,
+    find_rewinds,
+)
+from detectors.partition_signals import (
+    ClientOffsetReset,
+    CommitRequest,
+    CoordinatorLoad,
+    GroupMembership,
+    LogTruncation,
+    OffsetCommit,
+    PartitionOffsets,
+    ResetReason,
+    ResetTarget,
+    client_event_meaning,
+    pair_reset_events,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -27,8 +42,20 @@ def at(seconds: float) -> int:
 
 
 def commits(*pairs, group="billing"):
-    """(seconds, offset) pairs -> commits of `group` on orders-2."""
-    return [OffsetCommit("c1", group, "orders", 2, off, at(t)) for t, off in pairs]
+    """(seconds, offset) pairs -> commits of `group` on orders-2 (in __consumer_offsets-7)."""
+    return [OffsetCommit("c1", group, "orders", 2, off, at(t), source_partition=7)
+            for t, off in pairs]
+
+
+def lines(member, generation, *pairs, client="billing-1", group="billing", partition=2):
+    """(seconds, offset) pairs -> the coordinator's request-log lines of those commits by
+    `member`, each 40 ms after the commit (the line is written when the response goes)."""
+    return [CommitRequest("c1", group, "orders", partition, off, at(t) + 40, member, generation,
+                          client, 1) for t, off in pairs]
+
+
+def load(t, offsets_partition=7, epoch=2, broker=3):
+    return CoordinatorLoad("c1", broker, offsets_partition, at(t), epoch)
 
 
 def ends(*triples):
@@ -56,6 +83,8 @@ class Scenario:
     resets: list = field(default_factory=list)
     members: list = field(default_factory=list)
     truncations: list = field(default_factory=list)
+    requests: list = field(default_factory=list)   # OffsetCommit request-log lines
+    loads: list = field(default_factory=list)      # coordinator loads
     now_s: float = 600
     rewind: dict | None = None       # the latest rewind's shape and every rule's result
     detections: dict = field(default_factory=dict)  # (type, entity) -> (cause, severity, action)
@@ -78,10 +107,170 @@ def scenarios():
                                                         "duplicates": 3000, "member_count": 0,
                                                         "lag_now": 3500}})
 
+    # The demo's stale process: it remembered the group's offsets, joined the live group
+    # (a new member, generation 4) and committed them. Its first commit on the partition
+    # is the rewind, over the live member's.
     yield Scenario(
         "stale_process_commits_old_offset",
         STEADY + commits((300, 3000)),
         offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        requests=(lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                        (240, 5000))
+                  + lines("m-stale", 4, (300, 3000), client="billing-stale")),
+        rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 2000,
+                "cause": "stale_process"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "stale_process", Severity.HIGH, ActionKind.RESTORE_GROUP_OFFSETS)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "restore_to": 5000, "old_position": 5000, "new_position": 3000,
+            "previous_commit_offset": 5000,
+            "committer": {"client_id": "billing-stale", "member_id": "m-stale",
+                          "generation": 4, "request_ms": at(300) + 40, "broker": 1,
+                          "own_last_offset": None, "group_newest_generation": 3,
+                          "previous_member_id": "m-live", "previous_client_id": "billing-1",
+                          "retries_commit_ms": None}}})
+
+    # The same commit with no request log (or its line not found): a member committed an
+    # older offset, and nothing says whether it sought back or was stale.
+    yield Scenario(
+        "live_member_commit_without_its_line_is_member_commit",
+        STEADY + commits((300, 3000)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                       (240, 5000)),
+        rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 2000,
+                "cause": "member_commit"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"restore_to": None}})
+
+    # A zombie: m-old read the partition in generation 4, lost it in a rebalance it never
+    # saw, and commits its own next position after m-new (generation 5) moved far on.
+    yield Scenario(
+        "zombie_of_an_older_generation_is_a_stale_process",
+        commits((0, 1000), (60, 2000), (120, 3000), (180, 1500)),
+        offsets=ends((0, 1100, 0), (180, 3200, 0)), members=members((0, 2)), now_s=200,
+        requests=(lines("m-old", 4, (0, 1000), (180, 1500), client="billing-old")
+                  + lines("m-new", 5, (60, 2000), (120, 3000), client="billing-new")),
+        rewind={"old_position": 3000, "new_position": 1500, "drops": 1, "active": True,
+                "member_count": 2, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 1500,
+                "cause": "stale_process"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "stale_process", Severity.HIGH, ActionKind.RESTORE_GROUP_OFFSETS)})
+
+    # The application (the one live member) seeks back and commits: the same member had
+    # committed the higher offsets itself. librdkafka logs no seek: the line is the proof.
+    yield Scenario(
+        "member_that_committed_the_higher_offsets_goes_back_itself_is_an_application_seek",
+        STEADY + commits((300, 3000), (305, 3100)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                       (240, 5000), (300, 3000), (305, 3100)),
+        rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 2000,
+                "cause": "application_seek"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "application_seek", Severity.INFO, ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "restore_to": None,
+            "committer": {"client_id": "billing-1", "member_id": "m-live", "generation": 3,
+                          "request_ms": at(300) + 40, "broker": 1, "own_last_offset": 5000,
+                          "group_newest_generation": 3, "previous_member_id": "m-live",
+                          "previous_client_id": "billing-1", "retries_commit_ms": None}}})
+
+    # Seen in the live matrix (coordinator-failover-3b): a partition leader died; the
+    # coordinator appended the member's commit of 5000 at 240 s but its replication timed
+    # out (offsets.commit.timeout.ms): COORDINATOR_NOT_AVAILABLE after 5,006 ms. The member
+    # committed 5010 meanwhile, then retried 5000, which was appended after it; its next
+    # commit put 5010 back. Nothing moved back: no rewind to page on.
+    reordered = [(0, 1000), (60, 2000), (120, 3000), (180, 4000), (240, 5000), (245.05, 5010),
+                 (245.4, 5000), (249.45, 5010), (250, 5020)]
+    steady_lines = lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000))
+    waited = [CommitRequest("c1", "billing", "orders", 2, 5000, at(245.006), "m-live", 3,
+                            "billing-1", 1, failed=True, total_ms=5006.0),
+              CommitRequest("c1", "billing", "orders", 2, 5010, at(249.38), "m-live", 3,
+                            "billing-1", 1, total_ms=4330.0),
+              CommitRequest("c1", "billing", "orders", 2, 5000, at(249.38), "m-live", 3,
+                            "billing-1", 1, total_ms=3980.0)]
+    yield Scenario(
+        "retried_commit_landing_after_a_newer_one_is_a_reordered_commit",
+        commits(*reordered), offsets=ends((240, 5100, 0), (250, 5200, 0)), members=ACTIVE,
+        requests=steady_lines + waited + lines("m-live", 3, (249.45, 5010), (250, 5020)),
+        now_s=260,
+        rewind={"old_position": 5010, "new_position": 5000, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 10,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "committer": {"client_id": "billing-1", "member_id": "m-live", "generation": 3,
+                          "request_ms": at(249.38), "broker": 1, "own_last_offset": 5010,
+                          "group_newest_generation": 3, "previous_member_id": "m-live",
+                          "previous_client_id": "billing-1",
+                          "retries_commit_ms": at(245.006)}}})
+
+    # Seen in the live matrix (app-seek-3b): the application seeks back 100 messages at
+    # 100 messages a second, so onto an offset it had committed (successfully) before, and
+    # re-reads them within a second. A seek, not a retried commit.
+    seek = [(0, 1000), (60, 2000), (120, 3000), (180, 4000), (240, 5000), (241, 5100),
+            (241.5, 5000), (242.5, 5110)]
+    yield Scenario(
+        "going_back_to_an_offset_committed_before_and_reading_on_is_a_seek",
+        commits(*seek), offsets=ends((240, 5200, 0), (250, 5300, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, *seek), now_s=260,
+        rewind={"old_position": 5100, "new_position": 5000, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 100,
+                "cause": "application_seek"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "application_seek", Severity.INFO, ActionKind.NONE)})
+
+    # The demo's unclean election, its truncation line missing: the readers' one member
+    # went back to the new leader's end. Its own higher commit before is no proof of a
+    # seek: the old position lay past the log end, the client reset itself.
+    yield Scenario(
+        "same_member_back_to_the_new_log_end_is_an_automatic_reset_not_a_seek",
+        commits((0, 21000), (60, 21340), (70, 21330)),
+        offsets=ends((65, 21330, 0)), members=members((0, 1)), now_s=100,
+        requests=lines("m-1", 1, (0, 21000), (60, 21340), (70, 21330)),
+        rewind={"old_position": 21340, "new_position": 21330, "drops": 1, "active": True,
+                "member_count": 1, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 10, "duplicates": 0,
+                "cause": "auto_reset_after_out_of_range"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "auto_reset_after_out_of_range", Severity.HIGH, ActionKind.PAGE_HUMAN)})
+
+    # The same member back to the log start (retention had moved it to 21330): where
+    # auto.offset.reset=earliest puts a consumer too. A seekToBeginning replay looks the
+    # same; which it was is not known.
+    yield Scenario(
+        "same_member_back_to_the_log_start_is_no_proof_of_a_seek",
+        commits((0, 21000), (60, 21340), (70, 21330)),
+        offsets=ends((75, 21400, 21330)), members=members((0, 1)), now_s=100,
+        requests=lines("m-1", 1, (0, 21000), (60, 21340), (70, 21330)),
+        rewind={"old_position": 21340, "new_position": 21330, "drops": 1, "active": True,
+                "member_count": 1, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 10,
+                "cause": "member_commit"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
+
+    # The group's coordinator moved (broker 3 loaded __consumer_offsets-7 at epoch 2) 10 s
+    # before the member committed an old offset: the only case that cause is claimed.
+    yield Scenario(
+        "coordinator_load_before_the_rewind_is_a_coordinator_move",
+        STEADY + commits((300, 3000)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                       (240, 5000), (300, 3000)),
+        loads=[load(150), load(290, offsets_partition=3), load(290)],
         rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
                 "member_count": 3, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 2000,
@@ -89,9 +278,68 @@ def scenarios():
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
             "stale_offset_after_coordinator_move", Severity.HIGH,
             ActionKind.RESTORE_GROUP_OFFSETS)},
-        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"restore_to": 5000, "old_position": 5000,
-                                                        "new_position": 3000,
-                                                        "previous_commit_offset": 5000}})
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "restore_to": 5000,
+            "coordinator_load": {"event_ms": at(290), "broker": 3, "offsets_partition": 7,
+                                 "leader_epoch": 2}}})
+
+    # Loads that are no move of this group's coordinator: the partition's first leader
+    # (epoch 0, a new cluster), another __consumer_offsets partition, one longer than
+    # evidence_window_s before, one after the rewind.
+    yield Scenario(
+        "coordinator_loads_that_are_not_this_groups_move_explain_nothing",
+        STEADY + commits((300, 3000)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        loads=[load(290, epoch=0), load(295, offsets_partition=8), load(170), load(301)],
+        rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 2000,
+                "cause": "member_commit"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
+
+    # The membership samples lag (they still say 3 members) but the commit's own line is
+    # an admin's: no member id, generation -1, which only an empty group accepts.
+    yield Scenario(
+        "memberless_commit_line_in_a_group_with_members_is_an_operator_reset",
+        STEADY + commits((300, 0)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        requests=(lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                        (240, 5000))
+                  + lines("", -1, (300, 0), client="adminclient-1")),
+        rewind={"old_position": 5000, "new_position": 0, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": True, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 5000,
+                "cause": "operator_reset"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("operator_reset", Severity.INFO,
+                                                          ActionKind.NONE)})
+
+    # No membership source at all, but the rewind's line is a member's: the group has
+    # members, and which member and why is not told (no line of the commit before).
+    yield Scenario(
+        "a_members_line_alone_says_a_member_committed",
+        commits((0, 1000), (60, 2000), (120, 1500)),
+        offsets=ends((0, 2100, 0)), now_s=150,
+        requests=lines("m-1", 2, (120, 1500)),
+        rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": True,
+                "member_count": None, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 500,
+                "cause": "member_commit"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
+
+    # A standalone committer (assign(), no member id, generation -1) in a group that
+    # never has members: its lines prove nothing about an operator.
+    yield Scenario(
+        "standalone_committer_lines_are_not_an_operator_reset",
+        commits((0, 1000), (60, 2000), (120, 1200)),
+        offsets=ends((0, 2100, 0)), now_s=150,
+        requests=lines("", -1, (0, 1000), (60, 2000), (120, 1200), client="flink-1"),
+        rewind={"old_position": 2000, "new_position": 1200, "drops": 1, "active": True,
+                "member_count": None, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 800, "cause": "unknown"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("unknown", Severity.WARNING,
+                                                          ActionKind.PAGE_HUMAN)})
 
     # A broker bug answers OffsetOutOfRange for a valid position (KAFKA-9543 and kin); the
     # consumer resets to earliest and re-reads everything.
@@ -136,10 +384,9 @@ def scenarios():
         rewind={"old_position": 30, "new_position": 20, "drops": 1, "active": True,
                 "member_count": 1, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 10,
-                "cause": "stale_offset_after_coordinator_move"},
+                "cause": "member_commit"},
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
-            "stale_offset_after_coordinator_move", Severity.HIGH,
-            ActionKind.RESTORE_GROUP_OFFSETS)})
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
 
     yield Scenario(
         "recovered_rewind_is_reported_but_not_active",
@@ -148,9 +395,9 @@ def scenarios():
         rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": False,
                 "member_count": 2, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 500,
-                "cause": "stale_offset_after_coordinator_move"},
+                "cause": "member_commit"},
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
-            "stale_offset_after_coordinator_move", Severity.HIGH, ActionKind.NONE)},
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"active": False,
                                                         "recovered_ms": at(180),
                                                         "restore_to": None}})
@@ -164,10 +411,9 @@ def scenarios():
         rewind={"old_position": 2000, "new_position": 500, "drops": 1, "active": True,
                 "member_count": 2, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 1500,
-                "cause": "stale_offset_after_coordinator_move"},
+                "cause": "member_commit"},
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
-            "stale_offset_after_coordinator_move", Severity.HIGH,
-            ActionKind.RESTORE_GROUP_OFFSETS)},
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"lag_now": 8500, "active": True}})
 
     # An unclean election truncated the log under the group: its old position no longer
@@ -220,10 +466,9 @@ def scenarios():
         rewind={"old_position": 2000, "new_position": 1500, "drops": 1, "active": True,
                 "member_count": 2, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 500,
-                "cause": "stale_offset_after_coordinator_move"},
+                "cause": "member_commit"},
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
-            "stale_offset_after_coordinator_move", Severity.HIGH,
-            ActionKind.RESTORE_GROUP_OFFSETS)})
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
 
     yield Scenario(
         "new_group_initial_reset_is_benign",
@@ -260,10 +505,9 @@ def scenarios():
         rewind={"old_position": 2000, "new_position": 800, "drops": 2, "active": True,
                 "member_count": 2, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 1200,
-                "cause": "stale_offset_after_coordinator_move"},
+                "cause": "member_commit"},
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
-            "stale_offset_after_coordinator_move", Severity.HIGH,
-            ActionKind.RESTORE_GROUP_OFFSETS)},
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"rewinds_seen": 1}})
 
     # A replay: the application sought back itself and committed from there.
@@ -275,8 +519,8 @@ def scenarios():
         rewind={"old_position": 5000, "new_position": 2000, "drops": 1, "active": True,
                 "member_count": 3, "admin_commit": False, "seek": True, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 3000,
-                "cause": "operator_reset"},
-        detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("operator_reset", Severity.INFO,
+                "cause": "application_seek"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): ("application_seek", Severity.INFO,
                                                           ActionKind.NONE)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
             "reset_event": {"event_ms": at(302), "client_id": "billing-1",
@@ -308,10 +552,14 @@ def test_scenario(s: Scenario):
         inputs = PartitionInputs(offsets=s.offsets, resets=pair_reset_events(s.resets, 5000),
                                  truncations=s.truncations)
         expected = {"seek": False, **s.rewind}
-        assert rule_results(assess_rewind(rewinds[-1], inputs, s.members, CONFIG)) == expected
+        a = assess_rewind(rewinds[-1], inputs, s.members, CONFIG,
+                          group_lines=sorted(s.requests, key=lambda x: x.request_ms),
+                          coordinator_loads=s.loads)
+        assert rule_results(a) == expected
 
     detections = detect_offset_anomalies(s.commits, offsets=s.offsets, resets=s.resets,
                                          memberships=s.members, truncations=s.truncations,
+                                         commit_requests=s.requests, coordinator_loads=s.loads,
                                          now_ms=at(s.now_s), config=CONFIG)
     got = {(d.type, d.entity): (d.cause, d.severity, d.suggested_action) for d in detections}
     assert got == s.detections
@@ -373,3 +621,38 @@ def test_groups_and_partitions_are_judged_apart():
         "librdkafka_to_stored"])
 def test_silver_client_events_map_to_reasons_and_targets(kind, target, reason, expected):
     assert client_event_meaning(kind, target, reason) == expected
+
+
+# ---- the order of the cause rules (detectors/rewind_cause.py) ---------------------------
+
+def test_cause_rules_first_match_wins():
+    from detectors.rewind_cause import Committer, RewindCause, classify_rewind
+
+    own = lines("m", 3, (0, 5000), (60, 3000))
+    seek_line = Committer(line=own[1], previous_line=own[0], own_last=own[0],
+                          newest_generation=3)
+    stale_line = Committer(line=lines("z", 2, (60, 3000))[0], previous_line=own[0],
+                           newest_generation=3)
+    logged_seek = reset(50, ResetReason.APPLICATION_SEEK, to=3000)
+    out_of_range = reset(50, ResetReason.OUT_OF_RANGE)
+    move = load(40)
+
+    def cause(admin=False, seek=None, event=None, past_end=0, members=None,
+              committer=Committer(), coordinator=None, inside_log=True):
+        return classify_rewind(admin, seek, event, None, past_end, members, committer,
+                               coordinator, inside_log)
+
+    assert cause(admin=True, seek=logged_seek, committer=seek_line) == RewindCause.OPERATOR_RESET
+    assert cause(seek=logged_seek, event=out_of_range,
+                 coordinator=move) == RewindCause.APPLICATION_SEEK
+    assert cause(event=out_of_range, coordinator=move) == RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
+    assert cause(past_end=5, committer=stale_line) == RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
+    assert cause(coordinator=move,
+                 committer=seek_line) == RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE
+    assert cause(committer=seek_line, members=3) == RewindCause.APPLICATION_SEEK
+    # ... only to a position inside the log: at its edge an automatic reset is as likely.
+    assert cause(committer=seek_line, members=3, inside_log=False) == RewindCause.MEMBER_COMMIT
+    assert cause(committer=stale_line, members=3) == RewindCause.STALE_PROCESS
+    assert cause(members=3) == RewindCause.MEMBER_COMMIT
+    assert cause(committer=Committer(line=own[1])) == RewindCause.MEMBER_COMMIT
+    assert cause(members=0) == cause() == RewindCause.UNKNOWN

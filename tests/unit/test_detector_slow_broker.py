@@ -9,12 +9,24 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from detectors.findings import ActionKind, AnomalyType, Severity
-from detectors.slow_broker import (ClientSendWindow, FollowerFetchWindow, FollowerView,
-                                   IsrShrink, LatencyBaseline, RequestStageWindow, Role,
-                                   SlowBrokerSection, assess_windows, blame_follower,
-                                   detect_slow_brokers, detections_from, dominant_stage,
-                                   latency_ms, median_without)
+from core.findings import ActionKind, AnomalyType, Severity
+from detectors.slow_broker import (
+    ClientSendWindow,
+    FollowerFetchWindow,
+    FollowerView,
+    IsrShrink,
+    LatencyBaseline,
+    RequestStageWindow,
+    Role,
+    SlowBrokerSection,
+    assess_windows,
+    blame_follower,
+    detect_slow_brokers,
+    detections_from,
+    dominant_stage,
+    latency_ms,
+    median_without,
+)
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -100,6 +112,7 @@ class Scenario:
     # entity -> (type, cause, action, severity)
     detections: dict = field(default_factory=dict)
     evidence: dict = field(default_factory=dict)  # entity -> evidence items to check
+    clients: set = field(default_factory=set)  # clients slow by their own requests, last window
     first_window: int = LAST - 1  # the earliest flagged window of the lookback
 
 
@@ -206,6 +219,41 @@ def scenarios():
             "broker:3": (AnomalyType.SLOW_BROKER, "request_handlers_saturated",
                          ActionKind.MOVE_LEADERSHIP, Severity.HIGH)})
 
+    # Broker 3 frozen 0.7 s of every second (a live matrix scenario, freeze-short): its
+    # fetch gaps at the other leaders stay under the 1 s floor, but it is the one follower
+    # late at both of them. It is named; the leaders are its victims, not a cluster-wide
+    # event.
+    yield Scenario(
+        "short_freezes_under_the_floor_still_name_the_common_follower", paused,
+        fetches=follower_fetches(FAULT, {(1, 3): 720.0, (2, 3): 700.0,
+                                         (3, 1): 650.0, (3, 2): 640.0}),
+        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
+                  2: (Role.VICTIM, "remote_produce_slow_follower"),
+                  3: (Role.CULPRIT, "request_handlers_saturated")},
+        cluster_wide=False,
+        detections={
+            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                         Severity.WARNING),
+            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                         Severity.WARNING),
+            "broker:3": (AnomalyType.SLOW_BROKER, "request_handlers_saturated",
+                         ActionKind.MOVE_LEADERSHIP, Severity.HIGH)},
+        evidence={"broker:1": {"slow_follower": "broker:3", "follower_evidence": "fetch_holdback",
+                               "follower_holdback_ms": 720.0}})
+
+    # Every follower a little late everywhere (the whole machine starved): nobody stands
+    # out, so nobody is named, and the leaders are not victims of anyone.
+    everywhere = {(a, b): 700.0 for a in BROKERS for b in BROKERS if a != b}
+    yield Scenario(
+        "every_follower_equally_late_names_no_follower", paused,
+        fetches=follower_fetches(FAULT, everywhere),
+        verdicts={1: (Role.UNATTRIBUTED, "remote_produce_unknown_follower"),
+                  2: (Role.UNATTRIBUTED, "remote_produce_unknown_follower"),
+                  3: (Role.CULPRIT, "request_handlers_saturated")},
+        cluster_wide=True,
+        detections={"cluster:c1": (AnomalyType.CLUSTER_WIDE_SLOWNESS, "cluster_wide_slowness",
+                                   ActionKind.PAGE_HUMAN, Severity.HIGH)})
+
     # The same, but broker 3 was frozen for whole windows: it logged nothing and its
     # leaders saw no fetch from it at all. Only the leaders can tell.
     silent = [r for r in healthy() if not (r.broker == 3 and window_of(r) in FAULT)]
@@ -272,26 +320,35 @@ def scenarios():
                                 "slow_vs_history": True, "slow_vs_peers": True,
                                 "suspect": False, "stage": "remote"}})
 
+    # analytics-batch makes 6 of the broker's 200 fetches a window, every one of them
+    # slow to send: enough to push the broker's TP99 over the threshold. Rule 6 says it
+    # is a client's doing (Role.CLIENT), and the finding is the client's, not the broker's.
     slow_read = replaced(healthy(), 1, "FetchConsumer", FAULT, total=2000.0, send=1500.0)
     clients = ["billing", "orders", "search", "fraud", "audit", "analytics-batch"]
     yield Scenario(
         "slow_client_read_is_not_blamed_on_broker", slow_read,
-        sends=[ClientSendWindow("c1", start(w), 1, c, 50,
-                                1480.0 if c == "analytics-batch" else 0.4, "FetchConsumer")
+        sends=[ClientSendWindow("c1", start(w), 1, c, 6 if c == "analytics-batch" else 38,
+                                1480.0 if c == "analytics-batch" else 0.4, "FetchConsumer",
+                                slow_requests=6 if c == "analytics-batch" else 0)
                for w in FAULT for c in clients],
         rules={(1, "FetchConsumer"): {"enough_traffic": True, "over_threshold": True,
                                       "slow_vs_history": True, "slow_vs_peers": True,
                                       "suspect": True, "stage": "send"}},
         verdicts={1: (Role.CLIENT, "client_slow_read")},
-        detections={"broker:1": (AnomalyType.SLOW_BROKER, "client_slow_read", ActionKind.NONE,
-                                 Severity.WARNING)},
-        evidence={"broker:1": {"slow_clients": [{"client_id": "analytics-batch",
-                                                 "send_p99_ms": 1480.0}],
-                               "clients_seen": 6, "role": "client"}})
+        clients={"analytics-batch"},
+        detections={"client:analytics-batch": (AnomalyType.SLOW_CLIENT, "client_slow_read",
+                                               ActionKind.NONE, Severity.WARNING)},
+        evidence={"client:analytics-batch": {"brokers": [1], "api": "FetchConsumer",
+                                             "requests": 6, "slow_requests": 6,
+                                             "send_p99_ms": 1480.0,
+                                             "share_of_broker_requests": 0.03}})
 
+    # Every client but one slow at broker 1, each with most of its fetches slow: the
+    # broker's network path. The clients are not blamed, the broker is.
     yield Scenario(
         "most_clients_slow_is_the_brokers_network", slow_read,
-        sends=[ClientSendWindow("c1", start(w), 1, c, 50, 0.4 if c == "billing" else 1400.0)
+        sends=[ClientSendWindow("c1", start(w), 1, c, 50, 0.4 if c == "billing" else 1400.0,
+                                "FetchConsumer", slow_requests=0 if c == "billing" else 40)
                for w in FAULT for c in clients],
         verdicts={1: (Role.UNATTRIBUTED, "network_send_slow")},
         detections={"broker:1": (AnomalyType.SLOW_BROKER, "network_send_slow",
@@ -375,6 +432,7 @@ def test_scenario(s: Scenario):
     got = {b: (v.attribution.role, v.attribution.cause) for b, v in last.brokers.items()}
     assert got == s.verdicts
     assert last.cluster_wide is s.cluster_wide
+    assert set(last.clients) == s.clients
 
     detections = detections_from(assessments, CONFIG)
     got_detections = {d.entity: (d.type, d.cause, d.suggested_action, d.severity)

@@ -5,16 +5,24 @@ t=100 s, broker 1 (the old leader, with offsets up to 1000 acknowledged) -> brok
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
-from detectors.findings import ActionKind, AnomalyType, Severity
+from core.findings import ActionKind, AnomalyType, Severity
 from detectors.partition_signals import LogTruncation, OffsetCommit, PartitionOffsets
-from detectors.unclean_election import (UncleanElection, UncleanElectionMeterTick,
-                                        UncleanElectionSection, committed_at,
-                                        detect_unclean_elections, lost_range, place_groups,
-                                        truncations_after, unexplained_meter_ticks)
+from detectors.unclean_election import (
+    LeaderEpochSeen,
+    UncleanElection,
+    UncleanElectionMeterTick,
+    UncleanElectionSection,
+    committed_at,
+    detect_unclean_elections,
+    lost_range,
+    place_groups,
+    truncations_after,
+    unexplained_meter_ticks,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -58,6 +66,7 @@ class Scenario:
     detections: dict = field(default_factory=dict)  # (type, entity) -> (cause, severity)
     evidence: dict = field(default_factory=dict)
     now_ms: int | None = None      # the evaluation time (None: a replay, every tick judged)
+    epochs: list = field(default_factory=list)  # LeaderEpochSeen of the partitions
 
 
 def scenarios():
@@ -107,6 +116,29 @@ def scenarios():
                                                                  Severity.CRITICAL)},
         evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {"messages_lost": None,
                                                                "lost_until": 1000}})
+
+    # Matrix scenario unclean-noloss: writes had stopped; the elected replica had all 1000
+    # records. The controller logs an unclean election, nothing committed is lost.
+    yield Scenario(
+        "unclean_election_that_lost_nothing_is_not_a_data_loss_page", [ELECTION],
+        truncations=[LogTruncation("c1", 1, "orders", 2, at(700), 1000, 1000)],
+        offsets=ends((60, 1000), (110, 1000)), commits=COMMITS,
+        lost=(1000, "old_leader_truncation", 1000, "truncation_high_watermark"),
+        groups={"inside": [], "beyond": [], "behind": [("audit", 1000), ("billing", 950),
+                                                        ("reporting", 800)], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.WARNING)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {"messages_lost": 0}})
+
+    # The same before the old leader is back: the end offsets before and after agree.
+    yield Scenario(
+        "end_offsets_equal_around_the_election_mean_nothing_lost", [ELECTION],
+        offsets=ends((60, 1000), (110, 1000)), commits=COMMITS,
+        lost=(1000, "first_end_offset_after_election", 1000, "last_end_offset_before_election"),
+        groups={"inside": [], "beyond": [], "behind": [("audit", 1000), ("billing", 950),
+                                                        ("reporting", 800)], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.WARNING)})
 
     yield Scenario(
         "nothing_known_about_the_range_still_reports_the_election", [ELECTION],
@@ -188,6 +220,90 @@ def scenarios():
         detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
                                                                  Severity.CRITICAL)})
 
+    # Seen live (unclean-noloss-3b): 500 records written between two 10 s samples of the
+    # end offsets (the last before the election said 0), nothing written after. The new
+    # leader took over at its log end 500 and the old leader came back with 500 too:
+    # nothing at all was on the old leader that the new one lacked.
+    quiet = UncleanElection("c1", "orders", 2, at(100), old_leader=1, new_leader=3,
+                            leader_epoch=5)
+    took_over = LeaderEpochSeen("c1", "orders", 2, 5, at(100.04), broker=3, leader=3,
+                                log_end=500, high_watermark=500)
+    came_back = LeaderEpochSeen("c1", "orders", 2, 5, at(102.5), broker=1, leader=3,
+                                log_end=500, high_watermark=500)
+    yield Scenario(
+        "start_lines_of_both_leaders_at_one_end_mean_nothing_lost", [quiet],
+        offsets=ends((92, 0), (112, 500)), epochs=[took_over, came_back],
+        lost=(500, "new_leader_start", 500, "old_leader_log_end"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.WARNING)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {"messages_lost": 0}})
+
+    # The same as KRaft logs it: the partition went offline first, so the line says
+    # "leader: -1 -> 3"; broker 2's follower line named broker 1 leader at epoch 4.
+    offline = replace(quiet, old_leader=-1)
+    yield Scenario(
+        "after_an_offline_partition_the_last_named_leader_is_the_old_one", [offline],
+        offsets=ends((92, 0), (112, 500)),
+        epochs=[LeaderEpochSeen("c1", "orders", 2, 4, at(20), broker=3, leader=1,
+                                log_end=0, high_watermark=0),
+                LeaderEpochSeen("c1", "orders", 2, 4, at(95), broker=3, leader=-1,
+                                log_end=500, high_watermark=500),
+                took_over, came_back],
+        lost=(500, "new_leader_start", 500, "old_leader_log_end"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.WARNING)})
+
+    # Before the old leader is back: the new leader's end is known, the stale sample below
+    # it bounds nothing. Not "0 lost": the loss cannot be ruled out yet.
+    yield Scenario(
+        "a_sample_below_the_new_leaders_end_leaves_the_loss_open", [quiet],
+        offsets=ends((92, 0), (112, 500)), epochs=[took_over],
+        lost=(500, "new_leader_start", None, "unknown"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)})
+
+    # The old leader back with more than the new leader had: records were lost, and its
+    # log end is no bound of the committed ones: the range end stays the sample's.
+    yield Scenario(
+        "old_leader_back_with_more_than_the_new_leader_is_a_loss", [quiet],
+        offsets=ends((92, 520), (112, 505)),
+        epochs=[took_over, replace(came_back, log_end=530, high_watermark=520)],
+        lost=(500, "new_leader_start", 520, "last_end_offset_before_election"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): {"messages_lost": 20}})
+
+    # Seen in the matrix (rolling-restart-3b): the restarted KRaft controller replayed its
+    # metadata log and logged an election made minutes before ("leaderEpoch: 4 -> 5")
+    # again, after the brokers had led the partition at epoch 7. Not a new election; its
+    # meter tick (the replaying controller counts it again) is not an unlogged one either.
+    yield Scenario(
+        "election_line_below_an_epoch_the_brokers_already_led_is_a_replay", [ELECTION],
+        epochs=[LeaderEpochSeen("c1", "orders", 2, 7, at(60))],
+        ticks=[UncleanElectionMeterTick("c1", at(104), 1.0, controller=3)])
+
+    yield Scenario(
+        "election_line_at_an_epoch_elected_long_before_is_a_replay", [ELECTION],
+        epochs=[LeaderEpochSeen("c1", "orders", 2, 5, at(-1500), "unclean_election"),
+                LeaderEpochSeen("c1", "orders", 2, 5, at(-1499))])
+
+    # The new leader's own "starts at leader epoch 5" comes just after the line (and may
+    # be stamped a little before it, by another host's clock); a higher epoch within the
+    # clock skew is a quick second change, not proof of a replay.
+    yield Scenario(
+        "the_elected_leaders_own_epoch_line_and_a_quick_next_change_keep_the_election",
+        [ELECTION],
+        epochs=[LeaderEpochSeen("c1", "orders", 2, 5, at(99)),
+                LeaderEpochSeen("c1", "orders", 2, 6, at(97)),
+                LeaderEpochSeen("c1", "orders", 2, 4, at(-300)),
+                LeaderEpochSeen("c1", "orders", 1, 9, at(50))],   # another partition
+        detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
+                                                                 Severity.CRITICAL)})
+
     yield Scenario(
         "truncation_of_an_uncommitted_tail_is_routine", [],
         truncations=[LogTruncation("c1", 2, "orders", 2, at(10), 1000, 1000), ROUTINE])
@@ -201,7 +317,7 @@ def test_scenario(s: Scenario):
     if s.lost is not None:
         e = s.elections[0]
         mine = [t for t in s.truncations if (t.topic, t.partition) == (e.topic, e.partition)]
-        r = lost_range(e, truncations_after(e, mine, 3_600_000), s.offsets)
+        r = lost_range(e, truncations_after(e, mine, 3_600_000), s.offsets, s.epochs)
         assert (r.lost_from, r.lost_from_source, r.lost_until, r.lost_until_source) == s.lost
         g = place_groups(committed_at(s.commits, e.event_ms), r)
         assert {"inside": g.inside, "beyond": g.beyond, "behind": g.behind,
@@ -209,8 +325,8 @@ def test_scenario(s: Scenario):
 
     detections = detect_unclean_elections(s.elections, meter_ticks=s.ticks,
                                           truncations=s.truncations, offsets=s.offsets,
-                                          commits=s.commits, config=CONFIG,
-                                          now_ms=s.now_ms)
+                                          commits=s.commits, leader_epochs=s.epochs,
+                                          config=CONFIG, now_ms=s.now_ms)
     got = {(d.type, d.entity): (d.cause, d.severity) for d in detections}
     assert got == s.detections
     by_key = {(d.type, d.entity): d for d in detections}

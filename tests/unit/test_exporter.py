@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pytest
 from prometheus_client import CollectorRegistry
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity, Status)
+from core.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
 from kmon.exporter import KmonExporter, parse_spark_time
 
 T0 = 1_780_000_000_000  # ms

@@ -1,7 +1,7 @@
 """The JMX scraper keeps the series kmon reads, over real HTTP, and never loses a bad scrape.
 
 The exposition below is cut from a real ``/metrics`` answer of Apache Kafka 4.3.1 with the
-Prometheus JMX exporter java agent 1.0.1 and kmon/resources/jmx-exporter.yaml (one node,
+Prometheus JMX exporter java agent 1.0.1 and infra/resources/jmx-exporter.yaml (one node,
 a compacted topic); the ``_count_total`` family is the form exporter 1.x writes for rules
 typed COUNTER. The tests serve it from a local HTTP server, as the exporter does.
 """
@@ -282,3 +282,13 @@ def test_record_id_is_built_from_the_record_alone():
     [rec] = parse_exposition('kafka_log_logcleanermanager_uncleanable_bytes{logdirectory="/d"} 1\n',
                              cluster="c", broker=2, ts_ms=5).records
     assert record_id(rec) == "c:2:5:kafka_log_logcleanermanager_uncleanable_bytes:logdirectory=/d"
+
+
+def test_log_size_keeps_its_topic_and_partition():
+    """kafka.log:type=Log,name=Size as the exporter rule names it: one series per replica."""
+    text = ('# TYPE kafka_log_log_size gauge\n'
+            'kafka_log_log_size{partition="13",topic="__consumer_offsets"} 5.24288E7\n')
+    [rec] = parse_exposition(text, cluster="c", broker=2, ts_ms=5).records
+    assert (rec["metric"], rec["topic"], rec["labels"], rec["value"]) == (
+        "kafka_log_log_size", "__consumer_offsets", {"partition": "13"}, 52428800.0)
+    assert record_id(rec) == "c:2:5:kafka_log_log_size:partition=13,topic=__consumer_offsets"

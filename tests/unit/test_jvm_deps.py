@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kmon.jvm_deps import ARTIFACT_SETS, JvmDeps, _artifact_name, _pom
+from infra.jvm_deps import ARTIFACT_SETS, JvmDeps, _artifact_name, _pom
 
 
 @pytest.mark.parametrize("jar,name", [

@@ -2,9 +2,9 @@
 
 import pytest
 
+from core.config_keys import ConfigError
+from infra.kafka_clients import librdkafka_config, redacted, spark_kafka_options
 from kmon.config import load_config
-from kmon.config_keys import ConfigError
-from kmon.kafka_clients import librdkafka_config, redacted, spark_kafka_options
 
 
 def _telemetry(tmp_path, **keys):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from infra.local_cluster import ClusterError, LocalCluster
 from kmon.config import Config
-from kmon.local_cluster import ClusterError, LocalCluster
 
 
 def _properties(path) -> dict[str, str]:
@@ -46,3 +46,51 @@ def test_more_controllers_than_nodes_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ClusterError, match="local_cluster.controllers is 4, but the cluster "
                                            "has 3 nodes"):
         _laid_out(tmp_path, brokers=3, controllers=4)
+
+
+def test_dedicated_controllers_follow_the_brokers_and_have_no_client_listener(tmp_path):
+    cluster = _laid_out(tmp_path, brokers=3, dedicated_controllers=1)
+    assert [n.node_id for n in cluster.nodes] == [1, 2, 3, 4]
+    assert [n.node_id for n in cluster.broker_nodes] == [1, 2, 3]
+    assert [n.node_id for n in cluster.controller_nodes] == [4] == cluster.controller_ids()
+    props = {n.node_id: _properties(n.server_properties) for n in cluster.nodes}
+    assert [props[i]["process.roles"] for i in (1, 2, 3, 4)] == ["broker"] * 3 + ["controller"]
+    four = cluster.node(4)
+    assert props[4]["listeners"] == f"CONTROLLER://127.0.0.1:{four.controller_port}"
+    assert "advertised.listeners" not in props[4] and "inter.broker.listener.name" not in props[4]
+    assert all(props[i]["controller.quorum.voters"] == f"4@127.0.0.1:{four.controller_port}"
+               for i in (1, 2, 3, 4))
+    assert all("CONTROLLER://" not in props[i]["listeners"] for i in (1, 2, 3))
+    assert props[1]["offsets.topic.replication.factor"] == "3"
+    assert cluster.bootstrap_servers == ",".join(f"127.0.0.1:{cluster.node(i).client_port}"
+                                                 for i in (1, 2, 3))
+    assert [r["bootstrap"] for r in cluster.status()][3] == "-"
+
+
+def test_dedicated_controllers_and_state_reload(tmp_path):
+    cluster = _laid_out(tmp_path, brokers=2, dedicated_controllers=3)
+    again = LocalCluster(cluster.config, name="layout")
+    assert again.size == 2 and again.dedicated_controllers == 3
+    assert again.controller_ids() == [3, 4, 5]
+    assert [n.node_id for n in again.broker_nodes] == [1, 2]
+
+
+def test_advertised_port_and_replication_listener_for_a_proxied_broker(tmp_path):
+    from infra.cluster_layout import Routes
+
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     local_cluster={"base_port": 0})
+    routes = Routes(advertised={2: 40002}, replication={1: 40101, 3: 40103})
+    cluster = LocalCluster(config, name="routes", brokers=3, routes=routes)
+    cluster._layout()
+    one, two, three = (_properties(n.server_properties) for n in cluster.nodes)
+    n1, n2, _ = cluster.nodes
+    assert two["advertised.listeners"] == (f"PLAINTEXT://127.0.0.1:40002,"
+                                           f"REPLICATION://127.0.0.1:{n2.replication_port}")
+    assert f"PLAINTEXT://127.0.0.1:{n2.client_port}" in two["listeners"]
+    assert two["inter.broker.listener.name"] == "REPLICATION"
+    assert one["inter.broker.listener.name"] == three["inter.broker.listener.name"] == "PLAINTEXT"
+    assert one["advertised.listeners"] == (f"PLAINTEXT://127.0.0.1:{n1.client_port},"
+                                           f"REPLICATION://127.0.0.1:40101")
+    assert f"REPLICATION://127.0.0.1:{n1.replication_port}" in one["listeners"]
+    assert cluster.advertised_ports == {2: 40002}

@@ -59,6 +59,8 @@ QUARANTINE_CASES = [
     ("text_line", "bad line ü", ("bad line ü", "utf8", 11, False)),
     ("utf8_bytes", "bad ü".encode(), ("bad ü", "utf8", 6, False)),
     ("binary_bytes_as_hex", b"\xff\x00", ("ff00", "hex", 2, False)),
+    # A lone surrogate has no UTF-8 form, so no sink could send it as text.
+    ("text_with_a_lone_surrogate_as_hex", "a\ud800", ("61eda080", "hex", 4, False)),
     ("huge_line_cut", "x" * (RAW_MAX_CHARS + 5), ("x" * RAW_MAX_CHARS, "utf8",
                                                    RAW_MAX_CHARS + 5, True)),
 ]

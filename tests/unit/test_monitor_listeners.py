@@ -1,4 +1,4 @@
-"""How `jobs.run.Monitor` hands findings to its listeners: the alert path (the exporter,
+"""How `kmon.monitor.Monitor` hands findings to its listeners: the alert path (the exporter,
 `on_findings`) in the evaluation, the decision step in the detector query's write-behind;
 a failing listener never stops detection, and an unreachable remediation queue is one
 warning line. No SparkSession."""
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from jobs.run import Monitor
 from kmon.config import Config
+from kmon.monitor import Monitor
 from remediation.queue import QueueError
 
 pytestmark = pytest.mark.unit
@@ -46,7 +46,7 @@ def test_an_unreachable_queue_is_one_warning_and_the_other_listeners_still_run(c
         _evaluation(m, 1_000)
         _evaluation(m, 2_000)
     assert seen == [1_000, 2_000] and decisions.calls == 2
-    warnings = [r for r in caplog.records if r.name == "jobs.run"]
+    warnings = [r for r in caplog.records if r.name == "kmon.monitor"]
     assert len(warnings) == 2
     assert all(r.levelno == logging.WARNING and r.exc_info is None for r in warnings)
     assert "actions not published" in warnings[0].getMessage()
@@ -59,7 +59,7 @@ def test_any_other_listener_error_is_logged_with_its_traceback_and_detection_goe
     with caplog.at_level(logging.ERROR):
         _evaluation(m, 3_000)
     assert seen == [3_000]
-    [r] = [r for r in caplog.records if r.name == "jobs.run"]
+    [r] = [r for r in caplog.records if r.name == "kmon.monitor"]
     assert r.levelno == logging.ERROR and r.exc_info is not None
 
 

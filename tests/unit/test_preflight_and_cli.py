@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from kmon import preflight
-from kmon.cli import RetriedPy4jCallFilter, build_parser, main
+from infra import preflight
+from kmon.cli import build_parser, main
+from kmon.log_files import RetriedPy4jCallFilter
 
 
 @pytest.mark.parametrize("out,major", [

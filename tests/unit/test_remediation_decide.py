@@ -9,8 +9,18 @@ from typing import Any
 
 import pytest
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity, Status,
-                                broker_entity, cluster_entity, group_partition_entity)
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    EntityKind,
+    Finding,
+    Severity,
+    Status,
+    broker_entity,
+    client_entity,
+    cluster_entity,
+    group_partition_entity,
+)
 from remediation.actions import Action, ActionResult, Outcome, ResultStatus
 from remediation.config import RemediationSection
 from remediation.decide import actions_of, decide
@@ -30,7 +40,7 @@ def slow_broker(broker: int = 3, *, cause: str = "request_handlers_saturated",
 
 
 def rewind(group: str = "app", partition: int = 0, *, old: int = 5000, new: int = 100,
-           cause: str = "stale_offset_after_coordinator_move",
+           cause: str = "stale_process",
            action: ActionKind = ActionKind.RESTORE_GROUP_OFFSETS, restore_to: int | None = -1,
            **kw: Any) -> Finding:
     ev = {"group": group, "topic": "orders", "partition": partition, "old_position": old,
@@ -84,6 +94,14 @@ CASES = [
     Case("slow_because_clients_read_slowly_detector_suggests_nothing",
          slow_broker(3, cause="client_slow_read", action=ActionKind.NONE), Outcome.IGNORE,
          "suggests no action"),
+    Case("slow_client_is_the_clients_problem_nothing_is_done",
+         finding("sc", AnomalyType.SLOW_CLIENT, EntityKind.CLIENT, client_entity("reader"),
+                 "client_slow_read", ActionKind.NONE, severity=Severity.WARNING),
+         Outcome.IGNORE, "suggests no action"),
+    Case("slow_client_never_moves_leadership_even_if_suggested",
+         finding("sc2", AnomalyType.SLOW_CLIENT, EntityKind.CLIENT, client_entity("reader"),
+                 "client_slow_read", ActionKind.MOVE_LEADERSHIP, severity=Severity.WARNING),
+         Outcome.IGNORE, "no remediation rule for slow_client"),
     Case("slow_because_of_the_network_even_if_move_was_suggested",
          slow_broker(3, cause="network_send_slow"), Outcome.IGNORE, "would not help"),
     Case("quota_throttling_is_not_a_broker_fault",
@@ -118,6 +136,15 @@ CASES = [
          {"op": "restore_group_offsets", "group": "app",
           "partitions": [{"topic": "orders", "partition": 0, "offset": 5000,
                           "direction": "forward"}]}),
+    Case("stale_offset_after_a_seen_coordinator_move_restores",
+         rewind(cause="stale_offset_after_coordinator_move"), Outcome.ACT, "restore",
+         ActionKind.RESTORE_GROUP_OFFSETS),
+    Case("member_commit_pages_a_human_instead_of_undoing_a_possible_seek",
+         rewind(cause="member_commit", action=ActionKind.PAGE_HUMAN, severity=Severity.WARNING,
+                restore_to=None), Outcome.ACT, "only a human", ActionKind.PAGE_HUMAN),
+    Case("application_seek_is_deliberate",
+         rewind(cause="application_seek", action=ActionKind.NONE, severity=Severity.INFO,
+                restore_to=None), Outcome.IGNORE, "suggests no action"),
     Case("spurious_auto_reset_rewind_restores",
          rewind(cause="auto_reset_after_out_of_range"), Outcome.ACT, "restore",
          ActionKind.RESTORE_GROUP_OFFSETS),

@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from detectors.findings import ActionKind, AnomalyType, EntityKind
+from core.findings import ActionKind, AnomalyType, EntityKind
 from remediation.config import RemediationSection
-from remediation.guards import (HOUR_MS, PastAction, cap_frees_ms, cooldown_ends_ms,
-                                first_refusal)
+from remediation.guards import HOUR_MS, PastAction, cap_frees_ms, cooldown_ends_ms, first_refusal
 
 NOW = 10 * HOUR_MS
 MIN = 60_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from detectors.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
+from core.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
 from remediation.actions import ActionResult, Outcome, ResultStatus
 from remediation.config import RemediationSection
 from remediation.decide import decide

@@ -10,14 +10,21 @@ from html.parser import HTMLParser
 
 import pytest
 
-from detectors.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
-                                Status)
+from core.findings import ActionKind, AnomalyType, EntityKind, Finding, Severity, Status
 from reports.chain import causal_order
 from reports.cli import default_out, parse_time
 from reports.involved import involved_brokers, involved_groups, involved_partitions
 from reports.render import render_html
-from reports.report_data import (BrokerSection, ChainLink, Chart, GroupSection, Marker,
-                                 Query, ReportData, Series)
+from reports.report_data import (
+    BrokerSection,
+    ChainLink,
+    Chart,
+    GroupSection,
+    Marker,
+    Query,
+    ReportData,
+    Series,
+)
 from reports.svg_chart import format_number, path_d
 
 pytestmark = pytest.mark.unit
@@ -155,6 +162,49 @@ def test_involved_entities_come_from_entity_and_evidence():
                                           ("c1", 3): set()}
     assert involved_partitions(findings) == {("c1", TOPIC, 2)}
     assert involved_groups(findings) == {("c1", GROUP, TOPIC, 2)}
+
+
+def test_kafkas_no_broker_minus_one_is_no_involved_broker():
+    # An unclean election whose old leader the controller did not know (old_leader -1, as
+    # in the demo's report, which had a "Broker -1" section), and -1 wherever else a
+    # detector may copy Kafka's "no broker" into a finding.
+    election = _finding("e1", AnomalyType.UNCLEAN_ELECTION, f"{TOPIC}-2", T0,
+                        evidence={"topic": TOPIC, "partition": 2, "old_leader": -1,
+                                  "new_leader": 3, "controller": -1,
+                                  "truncation": {"broker": -1}})
+    slow = _finding("s1", AnomalyType.SLOW_BROKER, "broker:-1", T0, kind=EntityKind.BROKER,
+                    evidence={"broker": -1, "api": "Produce", "slow_follower": "broker:-1",
+                              "held_back_leaders": [-1, 2], "brokers_blamed": [-1]})
+    assert involved_brokers([election, slow]) == {("c1", 2): set(), ("c1", 3): set()}
+
+
+def test_a_slow_client_involves_the_brokers_it_reads_from():
+    reader = _finding("c1", AnomalyType.SLOW_CLIENT, "client:reader", T0,
+                      kind=EntityKind.CLIENT, evidence={"api": "Fetch", "brokers": [1, 3]})
+    assert involved_brokers([reader]) == {("c1", 1): set(), ("c1", 3): set()}
+
+
+def test_group_chart_sql_takes_whole_minutes_from_silver():
+    # gold holds the minutes that start in [start, end); silver's must be the same whole
+    # minutes (not the first one from 10:00:30, not a last one cut at 10:10:00.001), and a
+    # lake without the gold table gets a statement that does not name it
+    from reports import queries as q
+    start, end = T0 + 30_000, T0 + 10 * MIN + 1
+    silver_range = (f"ts >= timestamp_millis({T0 + MIN}) "
+                    f"AND ts < timestamp_millis({T0 + 11 * MIN})")
+    for build, gold, columns in (
+            (q.committed_offsets_with_silver, q.COMMITS_1M,
+             "t_ms, last_offset, min_offset, max_offset, commits, source"),
+            (q.lag_with_silver, q.LAG_1M,
+             "t_ms, lag, committed_offset, end_offset, start_offset, source")):
+        sql = build("c1", GROUP, TOPIC, 2, start, end)
+        assert f"window_start >= timestamp_millis({start})" in sql and silver_range in sql
+        assert f"FROM {gold}" in sql and f"SELECT {columns}\nFROM minutes" in sql
+        silver_only = build("c1", GROUP, TOPIC, 2, start, end, gold=False)
+        assert "gold." not in silver_only and silver_range in silver_only
+        assert "'o\\'brien" in sql  # the group id quoted
+        wide = build("c1", GROUP, TOPIC, 2, start, start + 24 * 60 * MIN)
+        assert "GROUP BY 1\nORDER BY t_ms" in wide and "' + ') AS source" in wide
 
 
 # --- rendering ---------------------------------------------------------------------------

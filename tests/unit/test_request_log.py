@@ -93,9 +93,19 @@ CASES = [
         "api": "Metadata", "topics": ["no-such-topic"], "topic_ids": [], "error_codes": [3],
         "partition_count": None}),
     ("offset_commit_java", '"correlationId":20,"clientId":"java-group-client"', {
-        "api": "OffsetCommit", "api_key": 8, "topics": ["orders"], "partition_count": 3}),
+        "api": "OffsetCommit", "api_key": 8, "topics": ["orders"], "partition_count": 3,
+        "group_id": "java-group", "generation": 1,
+        "member_id": "java-group-client-0d4a5d6c-6eef-456f-8b75-5533795ced15",
+        "committed": [{"topic": "orders", "partition": 0, "offset": 0},
+                      {"topic": "orders", "partition": 1, "offset": 0},
+                      {"topic": "orders", "partition": 2, "offset": 315}]}),
+    ("offset_commit_consumer_protocol_member_epoch", '"correlationId":7,"clientId":"fixture-group-848-client"', {
+        "api": "OffsetCommit", "group_id": "fixture-group-848", "generation": 2,
+        "member_id": "jVJ8VnlhRIqMycOBSq6x7g",
+        "committed": [{"topic": "orders", "partition": 0, "offset": 50}]}),
     ("offset_fetch_groups_v9", '"correlationId":5,"clientId":"fixture-group-848-client"', {
-        "api": "OffsetFetch", "topics": ["orders"], "partition_count": 3}),
+        "api": "OffsetFetch", "topics": ["orders"], "partition_count": 3,
+        "group_id": None, "member_id": None, "generation": None, "committed": None}),
     ("api_versions_handshake", '"correlationId":1,"clientId":"rdkafka","requestApiKeyName":"API_VERSIONS"', {
         "api": "ApiVersions", "api_key": 18, "client_software_name": "unknown",
         "topics": [], "partition_count": None}),
@@ -261,3 +271,125 @@ def test_oversize_line(monkeypatch):
 def test_malformed_keeps_the_event_time_when_it_got_that_far():
     got = parse(edited('"localTimeMs":102.403', '"localTimeMs":-1.5'))
     assert got.ts_ms == 1795343920123
+
+
+# ---- never an exception: escapes, numbers and text no test line holds ---------------------
+
+# Each quoted string of the header and the tail, as the captured Produce line holds it.
+HEADER_STRINGS = [
+    ("clientId", '"clientId":"producer-acks-all"'),
+    ("principal", '"principal":"User:ANONYMOUS"'),
+    ("listener", '"listener":"PLAINTEXT"'),
+    ("softwareName", '"softwareName":"confluent-kafka-python"'),
+    ("softwareVersion", '"softwareVersion":"2.16.1-rdkafka-2.16.0"'),
+]
+# JSON has no \q; \u needs four hex digits; \ud800 is a lone surrogate: valid JSON, but no
+# UTF-8 text, so no sink could encode a record holding it.
+BAD_ESCAPES = [("unknown_escape", "\\q"), ("short_unicode_escape", "\\u12zz"),
+               ("lone_surrogate", "\\ud800"), ("after_an_escaped_quote", '\\"\\q')]
+
+
+@pytest.mark.parametrize("escape", [e for _, e in BAD_ESCAPES], ids=[n for n, _ in BAD_ESCAPES])
+@pytest.mark.parametrize("key,field", HEADER_STRINGS, ids=[k for k, _ in HEADER_STRINGS])
+def test_a_bad_escape_in_a_header_string_is_malformed_not_an_exception(key, field, escape):
+    line = edited(field, field[:-1] + escape + '"')
+    for full_decode in (False, True):
+        got = parse(line, full_decode=full_decode)
+        assert isinstance(got, Malformed), got
+        assert (got.source, got.reason, got.raw) == ("request_log", f"bad_escape:{key}", line)
+        assert got.ts_ms == 1795343920123
+
+
+NEVER_RAISES = [
+    ("escape_in_a_produce_topic_name", edited('"name":"orders"', '"name":"or\\qders"'),
+     "bad_escape:name"),
+    ("lone_surrogate_in_a_produce_topic_name", edited('"name":"orders"', '"name":"\\udc00"'),
+     "bad_escape:name"),
+    ("lone_surrogate_in_the_connection",
+     edited('"connection":"127.0.0.1:58979', '"connection":"127.0.0.1:58979\\ud800'),
+     "bad_escape:connection"),
+    ("version_too_long_to_convert", edited('"requestApiVersion":10',
+                                           '"requestApiVersion":' + "1" * 5000),
+     "oversize_number"),
+    ("byte_count_too_long_to_convert", edited('"recordsSizeInBytes":23007',
+                                              '"recordsSizeInBytes":' + "2" * 5000),
+     "oversize_number"),
+    ("time_beyond_a_double", edited('"totalTimeMs":158.479', '"totalTimeMs":1e999'),
+     "wrong_type:totalTimeMs"),
+    ("integer_time_beyond_a_double", edited('"sendTimeMs":0.378', '"sendTimeMs":' + "9" * 400),
+     "wrong_type:sendTimeMs"),
+    ("time_infinity", edited('"localTimeMs":102.403', '"localTimeMs":Infinity'),
+     "wrong_type:localTimeMs"),
+    ("legacy_number_too_long_to_convert", line_containing(LEGACY, "LIST_OFFSETS").replace(
+        "correlationId=8799", "correlationId=" + "8" * 5000), "oversize_number"),
+    ("legacy_time_beyond_a_double", line_containing(LEGACY, "LIST_OFFSETS").replace(
+        "totalTime:0.085", "totalTime:1E999"), "wrong_type:totalTime"),
+]
+
+
+@pytest.mark.parametrize("line,reason", [c[1:] for c in NEVER_RAISES],
+                         ids=[c[0] for c in NEVER_RAISES])
+def test_input_python_cannot_convert_is_malformed_not_an_exception(line, reason):
+    for full_decode in (False, True):
+        got = parse(line, full_decode=full_decode)
+        assert isinstance(got, Malformed), got
+        assert (got.reason, got.raw) == (reason, line)
+
+
+def test_text_with_a_lone_surrogate_given_as_str_is_not_utf8():
+    got = parse(real(PRODUCE).replace("User:ANONYMOUS", "User:\ud800"))
+    assert isinstance(got, Malformed) and got.reason == "not_utf8"
+    q = got.to_quarantine_record(cluster="test", ingest_ts_ms=0)
+    json.dumps(q, ensure_ascii=False).encode("utf-8")  # quarantine can encode it
+
+
+def test_mutated_captured_lines_never_raise_and_every_record_can_be_encoded():
+    """Seeded mutations of every captured line (escapes, quotes, brackets, cuts, huge
+    numbers): a record or a Malformed each time, never an exception."""
+    import random
+
+    rnd = random.Random(20261122)
+    pieces = ["\\", '"', "{", "}", "[", "]", ",", ":", "q", "u", "0", "-", "e", ".", " ",
+              "\x00", "é", "\ud800", "\\ud800", "\\u12", "null", "NaN", "1e999", "9" * 5000]
+    lines = fixture_lines(REAL) + [line for line in fixture_lines(LEGACY) if line.strip()]
+    for _ in range(1500):
+        line = rnd.choice(lines)
+        for _ in range(rnd.randint(1, 3)):
+            i = rnd.randrange(len(line))
+            cut = rnd.choice((0, 1, rnd.randint(1, 6)))
+            line = line[:i] + rnd.choice(pieces) + line[i + cut:]
+        for full_decode in (False, True):
+            got = parse(line, full_decode=full_decode)
+            if not isinstance(got, Malformed):
+                json.dumps(got, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def test_offset_commit_keeps_the_first_partitions_and_reads_the_old_generation_key():
+    """generationId before the KIP-848 rename; at most MAX_COMMITTED partitions kept;
+    partitions named by topic id (v10+) keep a null topic; both paths agree."""
+    base = real('"correlationId":20,"clientId":"java-group-client"')
+    parts = ",".join(f'{{"partitionIndex":{i},"committedOffset":{i * 10},"committedMetadata":""}}'
+                     for i in range(150))
+    line = re.sub(r'"request":\{.*\},"response":',
+                  '"request":{"groupId":"g","generationId":4,"memberId":"m-1",'
+                  '"topics":[{"name":"t","partitions":[' + parts + ']},'
+                  '{"topicId":"x","partitions":[{"partitionIndex":0,"committedOffset":5}]}]},'
+                  '"response":', base)
+    fast, full = parse(line), parse(line, full_decode=True)
+    assert fast == full
+    assert (fast["group_id"], fast["member_id"], fast["generation"]) == ("g", "m-1", 4)
+    assert len(fast["committed"]) == request_log.MAX_COMMITTED == 100
+    assert fast["committed"][-1] == {"topic": "t", "partition": 99, "offset": 990}
+    short = line.replace(parts, parts[:parts.index('{"partitionIndex":2,')].rstrip(","))
+    assert parse(short)["committed"][-1] == {"topic": None, "partition": 0, "offset": 5}
+
+
+def test_an_admin_commit_has_an_empty_member_and_generation_minus_one():
+    base = real('"correlationId":20,"clientId":"java-group-client"')
+    line = re.sub(r'"request":\{"groupId":"java-group","generationIdOrMemberEpoch":1,'
+                  r'"memberId":"[^"]*"',
+                  '"request":{"groupId":"java-group","generationIdOrMemberEpoch":-1,'
+                  '"memberId":""', base)
+    rec = parse(line)
+    assert (rec["group_id"], rec["member_id"], rec["generation"]) == ("java-group", "", -1)
+    assert rec == parse(line, full_decode=True)

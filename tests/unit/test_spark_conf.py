@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.config_keys import ConfigError
+from infra.spark_session import spark_conf
 from kmon.config import Config, load_config
-from kmon.config_keys import ConfigError
-from kmon.spark_session import spark_conf
 
 pytestmark = pytest.mark.unit
 

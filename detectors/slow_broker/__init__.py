@@ -1,0 +1,242 @@
+"""Slow broker: a broker whose requests are slow, the stage that makes them slow, and who
+is to blame (the broker, one of its followers, its clients, or nobody in particular); and
+slow clients, judged by their own requests (clients.py).
+
+Signal (typed below; gold computes them from the request log, which has every request's
+exact stage times; the JMX histograms are smoothed over minutes and too late for the
+detection target):
+- `RequestStageWindow`: per cluster/broker/API/window, the request count and the p99 of
+  TotalTime and of each stage: RequestQueue, Local, Remote, Throttle, ResponseQueue,
+  ResponseSend. Optionally `total_excl_remote_p99_ms`, the exact p99 of (total - remote)
+  per request, which gold can compute from the request log.
+- `FollowerFetchWindow`: per leader/follower/window, what the leader saw of the follower's
+  replica fetches (request log FETCH lines with replicaId >= 0): how many, the longest
+  silence between two of them (`max_fetch_gap_ms`: a fetch's arrival minus the previous
+  one's completion) and the p99 ResponseSend time (a follower that reads slowly).
+- `IsrShrink`: "Shrinking ISR from ... Out of sync replicas: (...)" lines of a leader.
+- `ClientSendWindow`: per broker/client/API/window, a client's requests, how many were
+  slow to send (ResponseSend >= the API's threshold) and their p99 ResponseSend time.
+- `LatencyBaseline` (optional): a broker/API's usual latency from a longer history than
+  the detector is given (e.g. gold's trailing median over the last hour, computed with
+  `latency_ms`'s definition). Without it, the baseline is the median of the broker's
+  earlier non-suspect windows in the input.
+
+Adapter (Spark -> these dataclasses):
+- RequestStageWindow <- the gold stage-percentile table (jobs/gold.py): window_start_ms =
+  unix_millis(window_start), cluster, broker, api, requests, <stage>_p99_ms. Gold must
+  run with window = window_s and a watermark of a few seconds for the detection target
+  (its defaults, 1-minute windows and a 2-minute watermark, emit a window 3 minutes after
+  it starts). Splitting Fetch into FetchConsumer and FetchFollower by fetch_kind helps
+  attribution; both are purgatory APIs either way.
+- FollowerFetchWindow <- silver.request_stages where fetch_kind = 'follower': leader =
+  broker, follower = fetch_replica_id; per connection (broker, follower, remote_addr: each
+  replica fetcher thread fetches in sequence) ordered by ts_ms (the completion time),
+  gap = (ts_ms - total_ms) - lag(ts_ms), i.e. a fetch's arrival minus the previous one's
+  completion, so purgatory time is not in it; max per window; send_p99_ms = p99 of
+  send_ms.
+- ClientSendWindow <- silver.request_stages grouped by window, broker, client_id, api
+  and replica fetch or not: count, count of send_ms >= the API's threshold, p99 of
+  send_ms; only for the clients with a slow send in the range, the broker/API/windows
+  with one, and those whose stage row could be slow with ResponseSend dominant
+  (jobs/detector_inputs/client_sends.py).
+- IsrShrink <- silver.log_events kind = isr_shrink (leader = broker).
+
+Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in order):
+1. enough_traffic: requests >= min_requests_per_minute scaled to the window, and >=
+   min_requests_per_window (100). Few requests make a p99 of one or two samples; a
+   broker serving almost nothing must never be "slow" (cruise-control #1142:
+   negligible-traffic brokers were its main false positive). Below 100 requests the p99
+   is the slowest request alone: 20 commits a window at 104 ms, one of them at 377 ms
+   in two windows of three, is one slow commit each time, not a slow broker (scenario
+   one_slow_request_among_twenty_is_not_a_slow_broker in
+   tests/unit/test_detector_slow_broker.py).
+2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
+   (`purgatory_apis`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
+   Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
+   (replica.fetch.wait.max.ms for followers) runs out, 500 ms by default: on a quiet,
+   healthy cluster Fetch TotalTime sits near 500 ms. That wait measures the absence of
+   data, not the broker, so for those APIs the latency is the time outside Remote: the
+   exact p99 of (total - remote) when gold gives it, else the larger of
+   p99(total) - p99(remote) and the largest non-remote stage p99 (the latter is a true
+   lower bound of p99(total - remote); the former is close when one population of
+   requests dominates the tail). We chose this over a higher Fetch threshold because a
+   threshold would either hide real Fetch slowness below ~800 ms or fire for every
+   client that sets fetch.max.wait.ms above it; subtracting Remote is independent of
+   client settings. Remote time still counts for Produce (acks=all waits for followers,
+   which is real latency) and every other API.
+3. over_threshold: latency > threshold_ms (300 ms) or api_threshold_ms[api]. An absolute
+   floor: a broker at 40 ms when it usually does 10 is not a problem (cruise-control
+   #1185 added the same floor after false positives).
+4. slow_vs_history: latency >= history_ratio (3) x the broker's own baseline for the API.
+5. slow_vs_peers: latency >= peer_ratio (3) x the median of the other brokers' latency
+   for the same API in the same window (at least min_peers of them with traffic).
+   suspect = 1 and 3 and (4 or 5). History catches a fleet-wide rise (every broker above
+   its own past); peers catch a broker that has always been slow. A cluster that always
+   runs at 320 ms is neither, however close to the threshold.
+6. attribution of a suspect row: the dominant stage is the one with the largest p99
+   share (Remote left out for purgatory APIs):
+   - request_queue -> request_handlers_saturated; local -> local_disk_or_page_cache;
+     response_queue -> network_threads_saturated. The broker is the culprit:
+     move_leadership.
+   - remote on Produce (or OffsetCommit / TxnOffsetCommit: the coordinator's acks=all
+     append to __consumer_offsets) -> the follower that holds acks=all back (see below). The finding
+     names the reporting leader (role victim, cause remote_produce_slow_follower, action
+     none: moving its leadership would not help) and its evidence names the follower;
+     the follower is blamed in its own finding (cause slow_follower, or its own stage
+     cause when it is slow itself; held_back_leaders lists the leaders).
+   - remote on another non-purgatory API -> remote_wait, unattributed, page_human.
+   - send -> the clients: when the slow clients (ResponseSend p99 >= the API's threshold)
+     are at most slow_client_share of the broker's clients, client_slow_read naming them
+     (max_named_clients), role client: not a broker finding, the clients are judged on
+     their own (below); when most are slow, network_send_slow (the broker's network
+     path), page_human; without client data response_send_slow, page_human.
+   - throttle -> quota_throttled, info, action none: quotas doing their job.
+   - no stage data -> slow_unattributed, page_human.
+   One verdict per broker per window, by role: culprit, unattributed, victim, quota,
+   client (a broker blamed for anything is reported as that; a broker whose only verdict
+   is its slow clients is no finding).
+
+Slow clients (clients.py; its docstring has the rule and why): a client is judged by its
+own requests, not by a broker's percentile: a slow reader that is 1% of a broker's
+traffic is still a slow reader, and the broker is not slow. Per window, client and API,
+over every broker it talks to (replica fetches and brokers that sent late to most of
+their clients left out): at least client_min_slow_requests (2) of its requests slow to
+send, and at least client_slow_request_share (0.5) of them. Finding: slow_client on
+"client:<client_id>", cause client_slow_read, severity warning, action none, with the
+brokers, its requests, the slow ones, its send p99 and its share of each broker's
+requests.
+
+Slow-follower attribution for a leader L (a Produce verdict dominated by Remote):
+the follower's "holdback" at a leader is max(max_fetch_gap_ms, send_p99_ms): how long the
+leader waited on it outside purgatory. A follower L had fetching in earlier windows that
+sends nothing in this one (while L logs other requests) stopped fetching entirely: its
+holdback is the whole window. A follower is late at a leader when its holdback there is
+>= follower_holdback_floor_ms, or >= threshold_ms while it stands out (follower_ratio x
+the median of that leader's other followers): a broker frozen in short bursts keeps its
+gaps under the floor but is still the one follower every leader waits on, and without
+the relative half every leader looked slow at once and the window was called
+cluster-wide with no broker named. Candidates are the followers named by L's ISR shrinks
+in the window and those late at L. A candidate F is confirmed when it is slow
+everywhere: its median holdback at the other leaders it follows is above the floor, or
+it is late at most of them; and refuted otherwise (F fetches fine elsewhere). When no other leader sees F, F is confirmed if L's ISR shrink named it but
+not all of L's followers, or if its holdback is follower_ratio (3) x the median of L's
+other followers. The confirmed candidate with the largest holdback is blamed. If every
+follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
+replication (a paused or overloaded leader makes all its followers look late, and on
+resuming it even shrinks its ISR to drop them): cause leader_replication_stalled, L is
+the culprit. Otherwise remote_produce_unknown_follower, unattributed.
+Acceptance scenario (one broker paused in bursts, acks=all, RF=3): the other leaders'
+Produce Remote time is attributed to it (victims naming it); it is blamed in its own
+finding, with its own stage cause when its own requests were slow.
+
+Cluster-wide: in each window, the blamed brokers are the culprits (self or as followers)
+and the unattributed; victims, slow clients and quotas are not blamed. If more than
+cluster_wide_share (0.5) of the brokers with traffic are blamed, and at least
+cluster_wide_min_brokers (2), the window yields one cluster_wide_slowness verdict
+instead of any broker verdict: a fleet-wide signal is not a broker's fault (and the
+remediation step must not move leadership off half the fleet).
+
+Persistence and decay: a broker (or the cluster, or a client) is detected when it has a
+verdict in at least persistence_windows (2) of the last persistence_lookback_windows (3)
+windows. One
+noisy window never fires; a broker paused in bursts that spare a window now and then
+still fires; after recovery the detection lasts until fewer than 2 of the last 3 windows
+hold a verdict (at most two more windows), and the finding resolves resolve_after_s later
+(findings.py). Detection-time budget, the acceptance target being under 60 s from fault
+start: the first faulty window closes within window_s of the fault, the second one
+window_s later, so the evidence is complete 2 x window_s = 20 s after the fault; the
+time for a window to count as closed (window_close_slack_s once every broker's rows are
+past it, gold's watermark delay at the latest: jobs/detector_inputs/), the pipeline's
+latency and the detector's trigger interval come on top. With 1-minute windows the same
+rule would need 2-3 minutes: window_s is a parameter, and its default is 10 s for that
+reason.
+
+Unfixable (suggested page_human instead of move_leadership): cluster-wide slowness,
+unattributed slowness, a slow follower seen only through the leaders it holds back
+(moving leadership does not shorten acks=all waits on other leaders; the follower must
+catch up or drop out of the ISR), and a broker whose clients' network is slow.
+
+Config keys ([slow_broker] section, `SlowBrokerSection`), defaults:
+window_s = 10, min_requests_per_minute = 50, min_requests_per_window = 100,
+threshold_ms = 300, api_threshold_ms = {},
+watched_apis = [Produce, Fetch, FetchConsumer, FetchFollower, Metadata, OffsetCommit,
+OffsetFetch, ListOffsets], purgatory_apis = [Fetch, FetchConsumer, FetchFollower,
+JoinGroup, SyncGroup], history_ratio = 3.0, min_history_windows = 6, peer_ratio = 3.0,
+min_peers = 2, persistence_windows = 2, persistence_lookback_windows = 3,
+cluster_wide_share = 0.5, cluster_wide_min_brokers = 2, follower_holdback_floor_ms = 1000,
+follower_ratio = 3.0, slow_client_share = 0.5, max_named_clients = 5,
+client_min_slow_requests = 2, client_slow_request_share = 0.5,
+broker_session_timeout_s = 9, outage_grace_s = 60.
+
+A broker that was out (crashed, hung past its session, shut down, restarting) is not
+slow: in the windows of its outage, its own verdict, those that blame it and its leaders'
+Remote waits that name no follower are set aside (outages.py, from the controller's
+fencing, registration and unfencing lines).
+
+Input: pass closed windows only (an open window's p99 is of a partial population), at
+least persistence_lookback_windows of them, and min_history_windows more when no
+`LatencyBaseline` is given. Output: `Detection`s of type slow_broker (entity
+"broker:<id>"), cluster_wide_slowness (entity "cluster:<name>") and slow_client (entity
+"client:<client_id>").
+
+Modules, in the order the detector uses them:
+- config.py: `SlowBrokerSection`, the [slow_broker] keys.
+- inputs.py: the input dataclasses and the request stages.
+- latency.py: rules 1-5 and the dominant stage, on one broker/API/window.
+- follower_blame.py: the follower that holds a leader's acks=all writes back.
+- attribution.py: rule 6, whose fault a suspect row is.
+- outages.py: when each broker was out; its windows are set aside.
+- clients.py: the clients slow by their own requests, and their findings.
+- verdicts.py: causes, roles, and the rules' results kept for tests and evidence.
+- detect.py: `detect_slow_brokers`, which applies the rules in order per window.
+- persistence.py: persistence_windows of persistence_lookback_windows, then findings.
+- evidence.py: each finding's explanation and evidence.
+"""
+
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.detect import assess_windows, detect_slow_brokers
+from detectors.slow_broker.follower_blame import FollowerView, blame_follower
+from detectors.slow_broker.inputs import (
+    STAGES,
+    ClientSendWindow,
+    FollowerFetchWindow,
+    IsrShrink,
+    LatencyBaseline,
+    RequestStageWindow,
+)
+from detectors.slow_broker.latency import (
+    dominant_stage,
+    has_enough_traffic,
+    is_watched,
+    latency_ms,
+    median_without,
+    threshold_for,
+)
+from detectors.slow_broker.outages import BrokerOutage, BrokerState, BrokerStateChange
+from detectors.slow_broker.persistence import detections_from
+from detectors.slow_broker.verdicts import Role
+
+__all__ = [
+    "STAGES",
+    "BrokerOutage",
+    "BrokerState",
+    "BrokerStateChange",
+    "ClientSendWindow",
+    "FollowerFetchWindow",
+    "FollowerView",
+    "IsrShrink",
+    "LatencyBaseline",
+    "RequestStageWindow",
+    "Role",
+    "SlowBrokerSection",
+    "assess_windows",
+    "blame_follower",
+    "detect_slow_brokers",
+    "detections_from",
+    "dominant_stage",
+    "has_enough_traffic",
+    "is_watched",
+    "latency_ms",
+    "median_without",
+    "threshold_for",
+]

@@ -1,0 +1,131 @@
+"""Rule 6: whose fault a suspect row is, from its dominant stage (the broker, a follower,
+its clients, its quotas, or nobody we can name); and when too many brokers are blamed at
+once to be any one broker's fault."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from core.findings import ActionKind, Severity, broker_entity
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.follower_blame import FollowerView, blame_follower
+from detectors.slow_broker.inputs import ClientSendWindow
+from detectors.slow_broker.latency import norm_api
+from detectors.slow_broker.verdicts import ApiVerdict, Attribution, Role, SlowBrokerCause
+
+
+def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[list, int]:
+    """The broker's clients whose ResponseSend p99 is over the threshold (slowest first),
+    and how many clients it had in the window."""
+    worst: dict[str, float] = {}
+    for s in sends:
+        worst[s.client_id] = max(worst.get(s.client_id, 0.0), s.send_p99_ms)
+    slow = sorted(((c, ms) for c, ms in worst.items() if ms >= threshold),
+                  key=lambda x: (-x[1], x[0]))
+    return slow, len(worst)
+
+
+# Requests whose Remote time is waiting for the followers to copy a write (acks=all):
+# Produce, and the offset commits the group coordinator appends to __consumer_offsets with
+# acks=all. A slow follower holds all of them back on every leader it follows.
+REPLICATED_WRITE_APIS = frozenset({"produce", "offsetcommit", "txnoffsetcommit"})
+
+_SELF_CAUSES = {
+    "request_queue": (SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
+                      "requests wait for a free request handler thread (CPU or handler "
+                      "saturation)"),
+    "local": (SlowBrokerCause.LOCAL_DISK_OR_PAGE_CACHE,
+              "the broker's own work is slow (disk or page-cache misses)"),
+    "response_queue": (SlowBrokerCause.NETWORK_THREADS_SATURATED,
+                       "responses wait for a free network thread"),
+}
+
+
+def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
+                   config: SlowBrokerSection) -> Attribution:
+    """Slow ResponseSend: a few slow clients are theirs to fix; most clients slow is the
+    broker's network path; without per-client data we cannot tell."""
+    slow, seen = slow_clients(sends, v.threshold_ms)
+    named = [{"client_id": c, "send_p99_ms": round(ms, 3)}
+             for c, ms in slow[:config.max_named_clients]]
+    if not seen:
+        return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.RESPONSE_SEND_SLOW, None,
+                           ActionKind.PAGE_HUMAN, Severity.WARNING,
+                           "responses are slow to send (no per-client data to tell a slow "
+                           "client from the broker's network)")
+    if slow and (len(slow) <= config.slow_client_share * seen or seen == 1):
+        names = ", ".join(c for c, _ in slow[:config.max_named_clients])
+        return Attribution(Role.CLIENT, SlowBrokerCause.CLIENT_SLOW_READ, None, ActionKind.NONE,
+                           Severity.WARNING,
+                           f"clients read their responses slowly ({names}); not a broker fault",
+                           {"slow_clients": named, "clients_seen": seen})
+    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.NETWORK_SEND_SLOW, None,
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       f"{len(slow)} of its {seen} clients receive slowly: the broker's network "
+                       f"path rather than one client",
+                       {"slow_clients": named, "clients_seen": seen})
+
+
+def attribute_produce_remote(broker: int, view: FollowerView,
+                             config: SlowBrokerSection) -> Attribution:
+    """Produce waiting in Remote time: the follower that holds acks=all back, or the
+    leader itself when all its followers are fine elsewhere."""
+    blame = blame_follower(broker, view, config)
+    details = {"follower_evidence": blame.via, "follower_holdback_ms": blame.holdback_ms,
+               "follower_holdback_elsewhere_ms": blame.elsewhere_ms,
+               "follower_candidates": list(blame.candidates)}
+    if blame.follower is not None:
+        return Attribution(Role.VICTIM, SlowBrokerCause.REMOTE_PRODUCE_SLOW_FOLLOWER,
+                           blame.follower, ActionKind.NONE, Severity.WARNING,
+                           f"acks=all writes wait for follower broker {blame.follower}, which is "
+                           f"slow (see its finding); moving leadership off broker {broker} would "
+                           f"not help", {**details, "slow_follower": broker_entity(blame.follower)})
+    if blame.leader_at_fault:
+        return Attribution(Role.CULPRIT, SlowBrokerCause.LEADER_REPLICATION_STALLED, broker,
+                           ActionKind.MOVE_LEADERSHIP, Severity.HIGH,
+                           "all its followers wait on it but fetch normally from other leaders: "
+                           "the broker itself is slow to serve replication", details)
+    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER, None,
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       "acks=all writes wait for followers, but no follower stands out", details)
+
+
+def attribute(v: ApiVerdict, view: FollowerView, sends: Sequence[ClientSendWindow],
+              config: SlowBrokerSection) -> Attribution:
+    """Whose fault a suspect row is, from its dominant stage."""
+    broker, stage = v.row.broker, v.dominant_stage
+    if stage in _SELF_CAUSES:
+        cause, why = _SELF_CAUSES[stage]
+        return Attribution(Role.CULPRIT, cause, broker, ActionKind.MOVE_LEADERSHIP,
+                           Severity.HIGH, why)
+    if stage == "throttle":
+        return Attribution(Role.QUOTA, SlowBrokerCause.QUOTA_THROTTLED, None, ActionKind.NONE,
+                           Severity.INFO, "clients are held back by their quotas; not a broker "
+                                          "fault")
+    if stage == "send":
+        return attribute_send(v, sends, config)
+    if stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS:
+        return attribute_produce_remote(broker, view, config)
+    if stage == "remote":
+        return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_WAIT, None,
+                           ActionKind.PAGE_HUMAN, Severity.WARNING,
+                           "requests wait in purgatory for other brokers")
+    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.SLOW_UNATTRIBUTED, None,
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       "no stage breakdown to attribute it")
+
+
+def slow_follower_attribution(follower: int) -> Attribution:
+    """A broker blamed only by the leaders it follows (its own requests are not slow)."""
+    return Attribution(Role.CULPRIT, SlowBrokerCause.SLOW_FOLLOWER, follower,
+                       ActionKind.PAGE_HUMAN, Severity.HIGH,
+                       "as a follower it holds back acks=all writes on the leaders it replicates "
+                       "from; moving leadership would not shorten those waits, it must catch up "
+                       "or drop out of the ISR")
+
+
+def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBrokerSection) -> bool:
+    """Too many brokers blamed at once to be any one broker's fault."""
+    if not with_traffic or len(blamed) < config.cluster_wide_min_brokers:
+        return False
+    return len(blamed) / len(with_traffic) > config.cluster_wide_share

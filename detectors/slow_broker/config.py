@@ -1,0 +1,104 @@
+"""The [slow_broker] configuration section: every key with its default and bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config_keys import ConfigError, _key
+
+
+@dataclass(frozen=True)
+class SlowBrokerSection:
+    window_s: float = _key("Length of the request-stage windows the detector is given; keep it "
+                           "short enough for persistence_windows of them to fit the detection "
+                           "target", 10.0, min=1, max=3600)
+    window_close_slack_s: float = _key("A window the lake has not closed yet (computed from "
+                                       "silver.request_stages) counts as closed once every "
+                                       "broker of its cluster has its newest row this far "
+                                       "past its end: each broker logs its requests in time "
+                                       "order. At the latest "
+                                       "it closes pipeline.fast_watermark_s after the newest "
+                                       "row of any broker (a broker that stopped logging "
+                                       "holds no window back longer)", 1.0, min=0, max=3600)
+    min_requests_per_minute: float = _key("A broker/API with fewer requests (scaled to the "
+                                          "window) is ignored in that window", 50.0, min=0,
+                                          max=1e9)
+    min_requests_per_window: int = _key("A broker/API with fewer requests than this in a "
+                                        "window is ignored in it, whatever the window's "
+                                        "length: below 100 requests a TP99 is the slowest "
+                                        "request alone, and one slow request is not a slow "
+                                        "broker", 100, min=0, max=1_000_000_000)
+    threshold_ms: float = _key("Latency TP99 above which a broker/API can be slow", 300.0,
+                               min=1, max=600000)
+    api_threshold_ms: dict = _key("Per-API thresholds overriding threshold_ms, e.g. "
+                                  "{\"Metadata\" = 1000}", {})
+    watched_apis: list = _key("APIs whose latency is judged (JMX names)",
+                              ["Produce", "Fetch", "FetchConsumer", "FetchFollower", "Metadata",
+                               "OffsetCommit", "OffsetFetch", "ListOffsets"])
+    purgatory_apis: list = _key("APIs that wait in Remote time on purpose (fetch.max.wait.ms, "
+                                "rebalances): their Remote time never counts as slowness",
+                                ["Fetch", "FetchConsumer", "FetchFollower", "JoinGroup",
+                                 "SyncGroup"])
+    history_ratio: float = _key("Slow against its own history: latency >= this x its baseline",
+                                3.0, min=1, max=1000)
+    min_history_windows: int = _key("Earlier healthy windows needed before the in-input "
+                                    "baseline is trusted", 6, min=1, max=100000)
+    peer_ratio: float = _key("Slow against its peers: latency >= this x the other brokers' "
+                             "median for the same API and window", 3.0, min=1, max=1000)
+    min_peers: int = _key("Other brokers with traffic needed for the peer comparison", 2,
+                          min=1, max=100000)
+    persistence_windows: int = _key("Windows with a verdict needed (out of "
+                                    "persistence_lookback_windows) to detect", 2, min=1,
+                                    max=1000)
+    persistence_lookback_windows: int = _key("The last this many windows are counted for "
+                                             "persistence", 3, min=1, max=1000)
+    cluster_wide_share: float = _key("More than this share of the brokers with traffic blamed "
+                                     "in one window is one cluster-wide event", 0.5, min=0,
+                                     max=1)
+    cluster_wide_min_brokers: int = _key("Fewest blamed brokers that can make a cluster-wide "
+                                         "event", 2, min=1, max=100000)
+    follower_holdback_floor_ms: float = _key("A follower that leaves its leader waiting this "
+                                             "long (longest gap between its fetches) is late",
+                                             1000.0, min=1, max=600000)
+    follower_ratio: float = _key("A follower late at one leader and seen by no other is blamed "
+                                 "when it is this many times later than the leader's other "
+                                 "followers", 3.0, min=1, max=1000)
+    slow_client_share: float = _key("Slow ResponseSend is blamed on the slow clients when they "
+                                    "are at most this share of the broker's clients", 0.5,
+                                    min=0, max=1)
+    max_named_clients: int = _key("Clients named in a client_slow_read finding", 5, min=1,
+                                  max=1000)
+    client_min_slow_requests: int = _key("A client is slow in a window when at least this "
+                                         "many of its requests of one API were slow to send "
+                                         "(ResponseSend >= the API's threshold): one slow "
+                                         "request is a hiccup (a pause, a retransmit), not a "
+                                         "slow reader", 2, min=1, max=1_000_000)
+    client_slow_request_share: float = _key("A client is slow in a window only when at least "
+                                            "this share of its requests of one API were slow "
+                                            "to send too: a busy client with two slow fetches "
+                                            "among hundreds reads fine", 0.5, min=0, max=1)
+    broker_session_timeout_s: float = _key("The clusters' broker.session.timeout.ms, in "
+                                           "seconds: a broker the controller fences for a "
+                                           "timed-out session went quiet at most this long "
+                                           "before (its outage starts then)", 9.0, min=0.1,
+                                           max=3600)
+    outage_grace_s: float = _key("After a broker that was out (crashed, hung, shut down) is "
+                                 "unfenced, its own and its leaders' slow windows are set "
+                                 "aside this long more while it catches up as a follower "
+                                 "(seen on a rolling restart: the leaders' acks=all writes "
+                                 "waited on the last restarted broker ~30 s after it was "
+                                 "unfenced)", 60.0, min=0, max=3600)
+
+    def __post_init__(self) -> None:
+        if self.persistence_windows > self.persistence_lookback_windows:
+            raise ConfigError(
+                f"slow_broker.persistence_windows ({self.persistence_windows}) must be <= "
+                f"slow_broker.persistence_lookback_windows ({self.persistence_lookback_windows})")
+        for api, ms in self.api_threshold_ms.items():
+            if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0:
+                raise ConfigError(f"slow_broker.api_threshold_ms.{api} must be a positive "
+                                  f"number of milliseconds, got {ms!r}")
+
+    @property
+    def window_ms(self) -> int:
+        return int(self.window_s * 1000)

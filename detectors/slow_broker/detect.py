@@ -1,0 +1,280 @@
+"""The slow-broker detector's order of rules: every rule over each window, then
+attribution, then cluster-wide judgement (`assess_window`), every window of the input
+(`assess_windows`), then persistence (`detect_slow_brokers`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence, TypeVar
+
+from core.findings import Detection
+from detectors.slow_broker.attribution import (
+    attribute,
+    is_cluster_wide,
+    slow_follower_attribution,
+)
+from detectors.slow_broker.clients import judge_clients
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.follower_blame import FollowerView, holdback_view
+from detectors.slow_broker.inputs import (
+    ClientSendWindow,
+    FollowerFetchWindow,
+    IsrShrink,
+    LatencyBaseline,
+    RequestStageWindow,
+)
+from detectors.slow_broker.latency import (
+    dominant_stage,
+    has_enough_traffic,
+    is_over_threshold,
+    is_slow_vs_history,
+    is_slow_vs_peers,
+    is_watched,
+    latency_ms,
+    norm_api,
+    peer_median,
+    threshold_for,
+)
+from detectors.slow_broker.outages import BrokerOutage, out_during
+from detectors.slow_broker.persistence import detections_from
+from detectors.slow_broker.verdicts import (
+    BLAMED_ROLES,
+    ROLE_ORDER,
+    ApiVerdict,
+    BrokerVerdict,
+    Role,
+    SlowBrokerCause,
+    WindowAssessment,
+)
+
+
+def _verdict_rank(v: BrokerVerdict) -> tuple:
+    av = v.api_verdict
+    severity_of_latency = -(av.latency_ms / av.threshold_ms) if av else 0.0
+    return ROLE_ORDER.index(v.attribution.role), severity_of_latency
+
+
+@dataclass
+class _History:
+    """Latencies of each broker/API's earlier non-suspect windows (the in-input baseline)."""
+    healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def baseline(self, broker: int, api: str, external: Mapping[tuple[int, str], float],
+                 config: SlowBrokerSection) -> float | None:
+        key = (broker, norm_api(api))
+        if key in external:
+            return external[key]
+        past = self.healthy.get(key, [])
+        return statistics.median(past) if len(past) >= config.min_history_windows else None
+
+    def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
+        """Keep the window's non-suspect latencies with enough traffic for later windows."""
+        for v in verdicts:
+            if v.enough_traffic and not v.suspect:
+                self.healthy[(v.row.broker, norm_api(v.row.api))].append(v.latency_ms)
+
+
+def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
+               external: Mapping[tuple[int, str], float],
+               config: SlowBrokerSection) -> list[ApiVerdict]:
+    """Rules 1-5 and the dominant stage for each row of one window (the peer rule needs
+    every broker's latency for the API first)."""
+    latency = {id(r): latency_ms(r, config) for r in rows}
+    traffic = {id(r): has_enough_traffic(r, config) for r in rows}
+    by_api: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if traffic[id(r)]:
+            by_api[norm_api(r.api)].append(latency[id(r)])
+    for lats in by_api.values():
+        lats.sort()
+
+    verdicts: list[ApiVerdict] = []
+    for r in rows:
+        lat = latency[id(r)]
+        threshold = threshold_for(r.api, config)
+        baseline = history.baseline(r.broker, r.api, external, config)
+        peers = peer_median(by_api.get(norm_api(r.api), []), lat if traffic[id(r)] else None,
+                            config)
+        stage, share = dominant_stage(r, config)
+        verdicts.append(ApiVerdict(
+            row=r, latency_ms=lat, threshold_ms=threshold, enough_traffic=traffic[id(r)],
+            over_threshold=is_over_threshold(lat, threshold), baseline_ms=baseline,
+            slow_vs_history=is_slow_vs_history(lat, baseline, config), peer_median_ms=peers,
+            slow_vs_peers=is_slow_vs_peers(lat, peers, config), dominant_stage=stage,
+            stage_share=share))
+    return verdicts
+
+
+def broker_verdicts(verdicts: Sequence[ApiVerdict], view: FollowerView,
+                    sends: Sequence[ClientSendWindow],
+                    config: SlowBrokerSection) -> dict[int, BrokerVerdict]:
+    """Rule 6 on every suspect row, and one verdict per broker: the first role in `Role`'s
+    order wins, then the latency furthest over its threshold; slow_apis lists them all."""
+    sends_by_broker: dict[int, list[ClientSendWindow]] = defaultdict(list)
+    for x in sends:
+        sends_by_broker[x.broker].append(x)
+    brokers: dict[int, BrokerVerdict] = {}
+    for v in verdicts:
+        if not v.suspect:
+            continue
+        b = v.row.broker
+        broker_sends = [x for x in sends_by_broker.get(b, ())
+                        if x.api is None or norm_api(x.api) == norm_api(v.row.api)]
+        candidate = BrokerVerdict(b, attribute(v, view, broker_sends, config), v)
+        current = brokers.get(b)
+        slow_apis = (current.slow_apis if current else []) + [v.row.api]
+        if current is None or _verdict_rank(candidate) < _verdict_rank(current):
+            brokers[b] = candidate
+        brokers[b].slow_apis = slow_apis
+    return brokers
+
+
+def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
+    """Give every follower a victim names a culprit verdict of its own, in `brokers`, with
+    the leaders it holds back."""
+    for v in list(brokers.values()):
+        f = v.attribution.blamed_broker
+        if v.attribution.role is not Role.VICTIM or f is None:
+            continue
+        # A follower slow in its own right keeps its own cause; otherwise (not slow, or
+        # only a victim or a client problem itself) it is blamed as the slow follower.
+        blamed = brokers.get(f)
+        if blamed is None or blamed.attribution.role is not Role.CULPRIT:
+            own = blamed
+            blamed = BrokerVerdict(f, slow_follower_attribution(f),
+                                   own.api_verdict if own else None,
+                                   slow_apis=own.slow_apis if own else [])
+            brokers[f] = blamed
+        blamed.held_back_leaders.append(v.broker)
+        blamed.victim_latency_ms = max(blamed.victim_latency_ms, v.api_verdict.latency_ms)
+
+
+# Remote waits that name no follower: while a follower of the leader is out or catching
+# up after a restart, that is whom the leader's acks=all writes wait for.
+_UNNAMED_REMOTE_WAITS = (SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
+                         SlowBrokerCause.REMOTE_WAIT)
+
+
+def set_aside_outages(brokers: dict[int, BrokerVerdict], out: set[int],
+                      view: FollowerView | None = None) -> dict[int, BrokerVerdict]:
+    """Take out of `brokers` the verdicts of brokers that were out in the window, those
+    that blame one, and a leader's Remote waits that name no follower while one of its
+    followers (in `view`; every broker when the view knows none) was out (outages.py);
+    return them. Seen on a rolling restart (rolling-restart-3b): the last broker restarted
+    and caught up while the other two waited on it in Remote, their followers' fetches
+    too regular to name it."""
+    def followers_of(leader: int) -> set[int]:
+        known = set(view.by_leader.get(leader, {})) if view is not None else set()
+        return known or set(out)
+
+    excused = {b: v for b, v in brokers.items()
+               if b in out or v.attribution.blamed_broker in out
+               or (v.attribution.cause in _UNNAMED_REMOTE_WAITS and out & followers_of(b))}
+    for b in excused:
+        del brokers[b]
+    return excused
+
+
+def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStageWindow],
+                  history: _History, external: Mapping[tuple[int, str], float],
+                  view: FollowerView, sends: Sequence[ClientSendWindow],
+                  config: SlowBrokerSection, out: set[int] = frozenset()) -> WindowAssessment:
+    """Apply every rule to one window, then attribute, then set aside what brokers that
+    were out (`out`: restarting, crashed, shut down) explain, then judge cluster-wide; the
+    clients are judged on their own requests beside it (clients.py).
+
+    The order matters: attribution needs the suspect rows of every broker (a follower is
+    blamed by other brokers' rows), and the cluster-wide judgement needs attribution (a
+    slow follower that makes every leader slow is one broker's fault, not the cluster's).
+    """
+    rows = [r for r in rows if is_watched(r.api, config)]
+    verdicts = judge_rows(rows, history, external, config)
+    brokers = broker_verdicts(verdicts, view, sends, config)
+    blame_slow_followers(brokers)
+    excused = set_aside_outages(brokers, out, view)
+    with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
+    blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
+    wide = is_cluster_wide(blamed_set, with_traffic | blamed_set, config)
+    history.remember(verdicts)
+    return WindowAssessment(cluster=cluster, window_start_ms=window_start_ms,
+                            api_verdicts=verdicts, brokers=brokers,
+                            brokers_with_traffic=with_traffic, blamed=blamed_set,
+                            cluster_wide=wide, clients=judge_clients(sends, rows, config),
+                            excused=excused)
+
+
+Windowed = TypeVar("Windowed", RequestStageWindow, FollowerFetchWindow, ClientSendWindow)
+
+
+def by_cluster_window(items: Iterable[Windowed]) -> dict[tuple[str, int], list[Windowed]]:
+    grouped: dict[tuple[str, int], list[Windowed]] = defaultdict(list)
+    for x in items:
+        grouped[(x.cluster, x.window_start_ms)].append(x)
+    return grouped
+
+
+def shrinks_by_cluster_window(isr_shrinks: Iterable[IsrShrink], grid_origin: Mapping[str, int],
+                              window_ms: int) -> dict[tuple[str, int], list[IsrShrink]]:
+    """ISR shrinks placed on each cluster's window grid (any of its window starts fixes
+    it); a cluster without request rows has no grid and its shrinks are dropped."""
+    grouped: dict[tuple[str, int], list[IsrShrink]] = defaultdict(list)
+    for x in isr_shrinks:
+        if x.cluster in grid_origin:
+            offset = (x.event_ms - grid_origin[x.cluster]) % window_ms
+            grouped[(x.cluster, x.event_ms - offset)].append(x)
+    return grouped
+
+
+def assess_windows(rows: Iterable[RequestStageWindow], *,
+                   follower_fetches: Iterable[FollowerFetchWindow] = (),
+                   isr_shrinks: Iterable[IsrShrink] = (),
+                   client_sends: Iterable[ClientSendWindow] = (),
+                   baselines: Iterable[LatencyBaseline] = (),
+                   outages: Sequence[BrokerOutage] = (),
+                   config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
+    """Every window of the input, oldest first, per cluster (see `assess_window`)."""
+    config = config or SlowBrokerSection()
+    window_ms = config.window_ms
+    rows_by_cw = by_cluster_window(rows)
+    fetches_by_cw = by_cluster_window(follower_fetches)
+    grid_origin = {cluster: start for cluster, start in rows_by_cw}
+    shrinks_by_cw = shrinks_by_cluster_window(isr_shrinks, grid_origin, window_ms)
+    sends_by_cw = by_cluster_window(client_sends)
+    external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
+    for b in baselines:
+        external_by_cluster[b.cluster][(b.broker, norm_api(b.api))] = b.p99_ms
+
+    out = []
+    histories: dict[str, _History] = defaultdict(_History)
+    last_seen: dict[str, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
+    for cluster, start in sorted(rows_by_cw):
+        window_rows = rows_by_cw[(cluster, start)]
+        fetches = fetches_by_cw.get((cluster, start), [])
+        logging = {r.broker for r in window_rows} | {f.leader for f in fetches}
+        by_leader = holdback_view(fetches, start, last_seen[cluster], logging, window_ms)
+        for f in fetches:
+            last_seen[cluster][f.leader][f.follower] = start
+        view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()))
+        out.append(assess_window(cluster, start, window_rows, histories[cluster],
+                                 external_by_cluster[cluster], view,
+                                 sends_by_cw.get((cluster, start), []), config,
+                                 out_during(outages, cluster, start, start + window_ms)))
+    return out
+
+
+def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
+                        follower_fetches: Iterable[FollowerFetchWindow] = (),
+                        isr_shrinks: Iterable[IsrShrink] = (),
+                        client_sends: Iterable[ClientSendWindow] = (),
+                        baselines: Iterable[LatencyBaseline] = (),
+                        outages: Sequence[BrokerOutage] = (),
+                        config: SlowBrokerSection | None = None) -> list[Detection]:
+    """slow_broker, cluster_wide_slowness and slow_client detections from the input
+    windows; `outages` (outages.py): when brokers were out (their windows set aside)."""
+    config = config or SlowBrokerSection()
+    assessments = assess_windows(rows, follower_fetches=follower_fetches,
+                                 isr_shrinks=isr_shrinks, client_sends=client_sends,
+                                 baselines=baselines, outages=outages, config=config)
+    return detections_from(assessments, config)

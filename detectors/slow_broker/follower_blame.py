@@ -1,0 +1,167 @@
+"""Which follower holds a leader's acks=all writes back, or whether the leader itself is
+slow to serve replication (the package docstring, "Slow-follower attribution")."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.inputs import FollowerFetchWindow, IsrShrink
+from detectors.slow_broker.latency import MIN_REFERENCE_MS
+
+# How many windows a leader remembers a follower that stopped sending fetches.
+FOLLOWER_MEMORY_WINDOWS = 3
+
+
+@dataclass(frozen=True)
+class FollowerBlame:
+    follower: int | None          # the follower that holds the leader back, if one does
+    leader_at_fault: bool         # every follower waited on here fetches fine elsewhere
+    via: str                      # isr_shrink | fetch_holdback | none
+    holdback_ms: float | None     # the blamed follower's holdback at this leader
+    elsewhere_ms: float | None    # its median holdback at the other leaders it follows
+    candidates: tuple[int, ...] = ()
+
+
+def follower_holdback_ms(f: FollowerFetchWindow) -> float:
+    """How long the leader waited on this follower outside purgatory: its longest silence
+    between fetches, or how slowly it read its responses."""
+    return max(f.max_fetch_gap_ms or 0.0, f.send_p99_ms or 0.0)
+
+
+def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
+                  last_seen: Mapping[int, Mapping[int, int]], leaders_logging: set[int],
+                  window_ms: int) -> dict[int, dict[int, float]]:
+    """holdback[leader][follower] in one window.
+
+    A follower the leader saw in the last FOLLOWER_MEMORY_WINDOWS windows that sent
+    nothing in this one, while the leader logged other requests, stopped fetching: it
+    held the leader back the whole window. (If the leader logged nothing, it is the one
+    that stopped.) The memory is short because replicas move: a follower reassigned away
+    must not stay "missing" for the rest of the input.
+    """
+    view: dict[int, dict[int, float]] = defaultdict(dict)
+    for f in fetches:
+        if f.window_start_ms == window_start_ms:
+            view[f.leader][f.follower] = follower_holdback_ms(f)
+    for leader, followers in last_seen.items():
+        if leader not in leaders_logging:
+            continue
+        for follower, seen_ms in followers.items():
+            if window_start_ms - seen_ms <= FOLLOWER_MEMORY_WINDOWS * window_ms:
+                view[leader].setdefault(follower, float(window_ms))
+    return dict(view)
+
+
+@dataclass(frozen=True)
+class FollowerView:
+    """What the leaders saw of their followers in one window, indexed both ways."""
+    by_leader: Mapping[int, Mapping[int, float]]    # leader -> follower -> holdback ms
+    by_follower: Mapping[int, Mapping[int, float]]  # follower -> leader -> holdback ms
+    shrinks_by_leader: Mapping[int, Sequence[IsrShrink]]
+
+    @classmethod
+    def build(cls, by_leader: Mapping[int, Mapping[int, float]],
+              shrinks: Iterable[IsrShrink] = ()) -> "FollowerView":
+        by_follower: dict[int, dict[int, float]] = defaultdict(dict)
+        for leader, followers in by_leader.items():
+            for follower, ms in followers.items():
+                by_follower[follower][leader] = ms
+        by_shrinker: dict[int, list[IsrShrink]] = defaultdict(list)
+        for x in shrinks:
+            by_shrinker[x.leader].append(x)
+        return cls(dict(by_leader), dict(by_follower), dict(by_shrinker))
+
+
+def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
+    """How often each replica was named out of sync by this leader's shrinks.
+
+    A shrink that leaves the leader alone in the ISR names nobody: a leader that stalled
+    drops all its followers at once when it resumes, which points at the leader.
+    """
+    names: Counter = Counter()
+    for x in shrinks:
+        if tuple(x.isr_after) != (leader,):
+            names.update(r for r in x.out_of_sync if r != leader)
+    return names
+
+
+def holdback_elsewhere(view: FollowerView, follower: int, leader: int) -> float | None:
+    """The follower's median holdback at the other leaders it follows, None if none see it."""
+    seen = [ms for other, ms in view.by_follower.get(follower, {}).items() if other != leader]
+    return statistics.median(seen) if seen else None
+
+
+def stands_out(follower: int, mine: Mapping[int, float], config: SlowBrokerSection) -> bool:
+    """Far later than the leader's other followers (needs at least one other)."""
+    others = [h for g, h in mine.items() if g != follower]
+    if follower not in mine or not others:
+        return False
+    return mine[follower] >= config.follower_ratio * max(statistics.median(others),
+                                                         MIN_REFERENCE_MS)
+
+
+def late_at(follower: int, mine: Mapping[int, float], config: SlowBrokerSection) -> bool:
+    """The leader waited on this follower: past the holdback floor, or long enough to make
+    an acks=all TP99 slow (the latency threshold) while its other followers kept up.
+
+    The second half names a follower frozen in short bursts (0.7 s of every second, seen
+    on the real cluster): its gaps stay under the floor, but at every leader it follows
+    it is the one follower that lags, and without it every leader looked slow at once
+    (a cluster-wide event with no broker named).
+    """
+    h = mine.get(follower)
+    if h is None:
+        return False
+    return h >= config.follower_holdback_floor_ms or (
+        h >= config.threshold_ms and stands_out(follower, mine, config))
+
+
+def late_elsewhere(view: FollowerView, follower: int, leader: int,
+                   config: SlowBrokerSection) -> bool | None:
+    """Is the follower late at the other leaders it follows too (slow everywhere)? Its
+    median holdback there past the floor, or late (`late_at`) at most of them; None when
+    no other leader sees it."""
+    others = {other: view.by_leader.get(other, {})
+              for other in view.by_follower.get(follower, {}) if other != leader}
+    if not others:
+        return None
+    if holdback_elsewhere(view, follower, leader) >= config.follower_holdback_floor_ms:
+        return True
+    return sum(late_at(follower, m, config) for m in others.values()) * 2 > len(others)
+
+
+def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -> FollowerBlame:
+    """The follower that holds back acks=all Produce on `leader` (see the package docstring)."""
+    mine = dict(view.by_leader.get(leader, {}))
+    named = isr_shrink_names(view.shrinks_by_leader.get(leader, ()), leader)
+    floor = config.follower_holdback_floor_ms
+    # Every follower we know of named at once points at the leader, as above.
+    all_named = bool(mine) and set(mine) <= set(named)
+    candidates = sorted(set(named) | {f for f in mine if late_at(f, mine, config)})
+    confirmed, refuted = [], []
+    for f in candidates:
+        elsewhere = holdback_elsewhere(view, f, leader)
+        slow_elsewhere = late_elsewhere(view, f, leader, config)
+        if slow_elsewhere is not None:
+            (confirmed if slow_elsewhere else refuted).append((f, elsewhere))
+        elif (f in named and not all_named) or stands_out(f, mine, config):
+            confirmed.append((f, None))
+    if confirmed:
+        f, elsewhere = max(confirmed, key=lambda c: (mine.get(c[0], 0.0), named[c[0]], -c[0]))
+        via = "+".join(source for source, holds in (("isr_shrink", f in named),
+                                                    ("fetch_holdback", late_at(f, mine, config)))
+                       if holds)
+        return FollowerBlame(follower=f, leader_at_fault=False, via=via,
+                             holdback_ms=mine.get(f), elsewhere_ms=elsewhere,
+                             candidates=tuple(candidates))
+    waited_on_all = bool(mine) and all(h >= floor for h in mine.values())
+    if refuted and waited_on_all:
+        return FollowerBlame(follower=None, leader_at_fault=True, via="fetch_holdback",
+                             holdback_ms=max(mine.values()),
+                             elsewhere_ms=max(e for _, e in refuted), candidates=tuple(candidates))
+    return FollowerBlame(follower=None, leader_at_fault=False, via="none", holdback_ms=None,
+                         elsewhere_ms=None, candidates=tuple(candidates))

@@ -1,0 +1,84 @@
+"""What the slow-broker detector is given: per-window request stages, follower fetches,
+ISR shrinks, per-client send times and optional latency baselines (the package docstring
+says where each comes from)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A request's stages in the order it passes them, and their JMX names.
+STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
+STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",
+               "throttle": "Throttle", "response_queue": "ResponseQueue", "send": "ResponseSend"}
+
+
+@dataclass(frozen=True)
+class RequestStageWindow:
+    cluster: str
+    broker: int
+    api: str
+    window_start_ms: int
+    requests: int
+    total_p99_ms: float
+    request_queue_p99_ms: float = 0.0
+    local_p99_ms: float = 0.0
+    remote_p99_ms: float = 0.0
+    throttle_p99_ms: float = 0.0
+    response_queue_p99_ms: float = 0.0
+    send_p99_ms: float = 0.0
+    total_excl_remote_p99_ms: float | None = None
+
+    def stage_p99(self, stage: str) -> float:
+        return getattr(self, f"{stage}_p99_ms") or 0.0
+
+
+@dataclass(frozen=True)
+class FollowerFetchWindow:
+    cluster: str
+    window_start_ms: int
+    leader: int
+    follower: int
+    requests: int
+    max_fetch_gap_ms: float | None = None
+    send_p99_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class IsrShrink:
+    """A leader's "Shrinking ISR from <before> to <after>" (silver.log_events kind
+    isr_shrink: broker is the leader)."""
+    cluster: str
+    event_ms: int
+    leader: int
+    topic: str
+    partition: int
+    isr_before: tuple[int, ...]
+    isr_after: tuple[int, ...]
+
+    @property
+    def out_of_sync(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.isr_before) - set(self.isr_after)))
+
+
+@dataclass(frozen=True)
+class ClientSendWindow:
+    """One client's requests of one API at one broker in a window. `slow_requests`: how
+    many took the API's threshold or more to send (None: unknown, bounded from the p99);
+    `follower`: a replica's fetches (a broker, not a client: judged by follower_blame)."""
+    cluster: str
+    window_start_ms: int
+    broker: int
+    client_id: str
+    requests: int
+    send_p99_ms: float
+    api: str | None = None
+    slow_requests: int | None = None
+    follower: bool = False
+
+
+@dataclass(frozen=True)
+class LatencyBaseline:
+    cluster: str
+    broker: int
+    api: str
+    p99_ms: float

@@ -1,0 +1,99 @@
+"""A broker that is down or restarting is not a slow broker: when each broker was out.
+
+When a broker dies, its leaders' acks=all writes wait in Remote for it until the
+controller fences it (broker.session.timeout.ms, 9 s by default) and the ISRs drop it;
+when it comes back it reloads its logs and catches up as a follower, and the leaders wait
+on it again until it is in sync. Seen in the matrix (coordinator-failover-3b, live): a kill
+-9 of broker 2 made Produce on the other two brokers wait 9 s, then 0.6 s for two more
+windows while it restarted, and the detector paged "slow follower: broker 2" for a broker
+that was not slow but gone. Operators restart brokers every week; a restart must not page
+as a slow broker.
+
+Signals: the controller's lines on brokers' sessions (silver.log_events, controller log;
+ingest/broker_log.py), as `BrokerStateChange`:
+
+- broker_fenced: its session timed out, so it died or hung at most a session timeout
+  before the line;
+- broker_shutdown: it was granted a controlled shutdown (it leaves now);
+- broker_registered: a new incarnation registered: it restarted (when no fence or shutdown
+  came first, it died at most a session timeout before);
+- broker_unfenced: it caught up with the metadata and is back.
+
+`broker_outages` makes intervals of them: from the first sign (fence or registration
+minus the session timeout, or the shutdown) to the next unfence of that broker plus
+`grace_ms` (the catch-up as a follower and the clients' reconnects); an outage with no
+unfence yet is open. detect.py sets aside, in a window that overlaps an outage of broker
+B, B's own verdict and every verdict that blames B; they neither count for persistence
+nor name B. A broker that is slow without being out keeps every verdict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Iterable, Sequence
+
+
+class BrokerState(StrEnum):
+    FENCED = "broker_fenced"
+    SHUTDOWN = "broker_shutdown"
+    REGISTERED = "broker_registered"
+    UNFENCED = "broker_unfenced"
+
+
+@dataclass(frozen=True)
+class BrokerStateChange:
+    cluster: str
+    broker: int          # the broker the controller's line is about
+    event_ms: int
+    state: BrokerState
+
+
+@dataclass(frozen=True)
+class BrokerOutage:
+    cluster: str
+    broker: int
+    start_ms: int
+    end_ms: int | None   # back (unfenced) plus the grace; None: not back yet
+    how: str             # what began it: broker_fenced, broker_shutdown, broker_registered
+
+    def overlaps(self, start_ms: int, end_ms: int) -> bool:
+        return self.start_ms < end_ms and (self.end_ms is None or self.end_ms > start_ms)
+
+
+def _start_of(c: BrokerStateChange, session_timeout_ms: int) -> int:
+    if c.state is BrokerState.SHUTDOWN:
+        return c.event_ms
+    return c.event_ms - session_timeout_ms
+
+
+def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: int,
+                   grace_ms: int) -> list[BrokerOutage]:
+    """Each broker's outages from the controller's lines (see the module docstring)."""
+    by_broker: dict[tuple[str, int], list[BrokerStateChange]] = defaultdict(list)
+    for c in changes:
+        by_broker[(c.cluster, c.broker)].append(c)
+    out = []
+    for (cluster, broker), cs in sorted(by_broker.items()):
+        cs.sort(key=lambda c: (c.event_ms, c.state is BrokerState.UNFENCED))
+        opened: BrokerStateChange | None = None
+        for c in cs:
+            if c.state is BrokerState.UNFENCED:
+                if opened is not None:
+                    out.append(BrokerOutage(cluster, broker,
+                                            _start_of(opened, session_timeout_ms),
+                                            c.event_ms + grace_ms, str(opened.state)))
+                    opened = None
+            elif opened is None:
+                opened = c
+        if opened is not None:
+            out.append(BrokerOutage(cluster, broker, _start_of(opened, session_timeout_ms),
+                                    None, str(opened.state)))
+    return out
+
+
+def out_during(outages: Sequence[BrokerOutage], cluster: str, start_ms: int,
+               end_ms: int) -> set[int]:
+    """The brokers of the cluster out at some time in [start_ms, end_ms)."""
+    return {o.broker for o in outages if o.cluster == cluster and o.overlaps(start_ms, end_ms)}

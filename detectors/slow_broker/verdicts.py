@@ -1,0 +1,121 @@
+"""The detector's results: causes and roles, every rule's result for a broker/API, whose
+fault a suspect row is, one verdict per broker, and one assessment per window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Mapping
+
+from core.findings import ActionKind, Severity
+from detectors.slow_broker.inputs import RequestStageWindow
+
+
+class SlowBrokerCause(StrEnum):
+    """The `cause` of this detector's findings (alerts and runbooks key on these)."""
+    # The broker itself (move_leadership helps):
+    REQUEST_HANDLERS_SATURATED = "request_handlers_saturated"
+    LOCAL_DISK_OR_PAGE_CACHE = "local_disk_or_page_cache"
+    NETWORK_THREADS_SATURATED = "network_threads_saturated"
+    LEADER_REPLICATION_STALLED = "leader_replication_stalled"
+    # The broker as a follower of other leaders:
+    SLOW_FOLLOWER = "slow_follower"
+    # A leader held back by a follower named in the evidence:
+    REMOTE_PRODUCE_SLOW_FOLLOWER = "remote_produce_slow_follower"
+    # Slow, fault not attributable:
+    REMOTE_PRODUCE_UNKNOWN_FOLLOWER = "remote_produce_unknown_follower"
+    REMOTE_WAIT = "remote_wait"
+    RESPONSE_SEND_SLOW = "response_send_slow"
+    NETWORK_SEND_SLOW = "network_send_slow"
+    SLOW_UNATTRIBUTED = "slow_unattributed"
+    # Not a broker fault:
+    CLIENT_SLOW_READ = "client_slow_read"
+    QUOTA_THROTTLED = "quota_throttled"
+    # Too many brokers at once:
+    CLUSTER_WIDE_SLOWNESS = "cluster_wide_slowness"
+
+
+class Role(StrEnum):
+    # Declared in the order a broker's verdict is chosen when it has several in a window.
+    CULPRIT = "culprit"            # the broker itself is slow (or is the slow follower)
+    UNATTRIBUTED = "unattributed"  # slow, and we cannot tell whose fault it is
+    VICTIM = "victim"              # slow because a follower holds it back
+    QUOTA = "quota"                # slow because clients are throttled
+    CLIENT = "client"              # slow because clients read slowly: no broker finding,
+                                   # the clients are judged on their own (clients.py)
+
+
+ROLE_ORDER = list(Role)
+BLAMED_ROLES = (Role.CULPRIT, Role.UNATTRIBUTED)
+
+
+@dataclass(frozen=True)
+class ApiVerdict:
+    """Every rule's result for one broker/API/window (kept for tests and evidence)."""
+    row: RequestStageWindow
+    latency_ms: float
+    threshold_ms: float
+    enough_traffic: bool
+    over_threshold: bool
+    baseline_ms: float | None
+    slow_vs_history: bool
+    peer_median_ms: float | None
+    slow_vs_peers: bool
+    dominant_stage: str | None
+    stage_share: float
+
+    @property
+    def suspect(self) -> bool:
+        return self.enough_traffic and self.over_threshold and (
+            self.slow_vs_history or self.slow_vs_peers)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    role: Role
+    cause: str
+    blamed_broker: int | None
+    action: ActionKind
+    severity: Severity
+    why: str
+    details: Mapping = field(default_factory=dict)
+
+
+@dataclass
+class BrokerVerdict:
+    broker: int
+    attribution: Attribution
+    api_verdict: ApiVerdict | None         # None for a follower blamed only by its leaders
+    slow_apis: list[str] = field(default_factory=list)
+    held_back_leaders: list[int] = field(default_factory=list)
+    victim_latency_ms: float = 0.0         # the worst Produce latency it caused on a leader
+
+
+@dataclass(frozen=True)
+class ClientVerdict:
+    """A client slow in one window by its own requests (detectors/slow_broker/clients.py):
+    the API with the most slow requests, and what it did at each broker it was seen at."""
+    client_id: str
+    api: str
+    requests: int
+    slow_requests: int
+    send_p99_ms: float
+    threshold_ms: float
+    brokers: tuple[Mapping, ...]   # per broker: requests, slow_requests, send_p99_ms, share
+    apis: tuple[str, ...]          # every API it was slow on
+    excluded_brokers: tuple[int, ...] = ()   # brokers whose own send path was slow
+
+
+@dataclass
+class WindowAssessment:
+    cluster: str
+    window_start_ms: int
+    api_verdicts: list[ApiVerdict]
+    brokers: dict[int, BrokerVerdict]
+    brokers_with_traffic: set[int]
+    blamed: set[int]
+    cluster_wide: bool
+    clients: dict[str, ClientVerdict] = field(default_factory=dict)
+    # Verdicts set aside because the broker, or the follower they blame, was out
+    # (restarting, crashed, shut down: outages.py): broker -> the verdict.
+    excused: dict[int, BrokerVerdict] = field(default_factory=dict)

@@ -1,0 +1,394 @@
+"""The detectors' Spark side: read a time range of the lake and build the rules' inputs.
+
+The rule modules (slow_broker, offset_rewind, compaction_lag, unclean_election) are pure:
+they take lists of small dataclasses. This package, the only detector code that imports
+pyspark, reads [start_ms, end_ms) of the silver and gold tables of one `infra.lake.Lake`,
+does the aggregation in Spark, and collects only the small per-window, per-entity or
+per-event rows. A table that does not exist yet yields an empty input; nothing later than
+end_ms is ever read, so a replay over history sees what a live evaluation at end_ms would
+have seen (given complete data).
+
+One module per detector's inputs, each docstring saying where every input comes from:
+
+- slow_broker.py: stage windows (gold.request_stages_10s, then silver.request_stages),
+  latency baselines (gold.request_stages_1m), follower fetches (silver.request_stages),
+  ISR shrinks (silver.log_events).
+- client_sends.py: the slow-broker and slow-client rules' per-client send times
+  (silver.request_stages).
+- partition_signals.py: offset commits, partition offsets, client offset resets, log
+  truncations, group membership, who committed (OffsetCommit request-log lines), group
+  coordinator loads.
+- elections.py: unclean-election lines and the controllers' unclean-election meter.
+- compaction.py: cleaner gauges, cleaner runs and compacted partitions' sizes (over the
+  growing-partition rule's window, downsampled), compacted topics' configs (fetched by
+  infra.topic_configs).
+- tables.py: the time range and the lake reads they share.
+
+This module holds `DetectorInputs`, everything for one range, and `read_inputs`, which
+runs the reads in parallel chains. It calls each read by its name here, so a bench can
+wrap them to time each (bench/bench_detect_eval.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence, TypeVar
+
+from pyspark.sql import SparkSession
+
+from core.config_keys import ConfigError
+from detectors.compaction_lag import CleanerGauges, CleanerRun, CompactedTopicConfig, PartitionSize
+from detectors.partition_signals import (
+    ClientOffsetReset,
+    CommitRequest,
+    CoordinatorLoad,
+    GroupMembership,
+    LogTruncation,
+    OffsetCommit,
+    PartitionOffsets,
+)
+from detectors.slow_broker import (
+    BrokerOutage,
+    ClientSendWindow,
+    FollowerFetchWindow,
+    IsrShrink,
+    LatencyBaseline,
+    RequestStageWindow,
+)
+from detectors.unclean_election import LeaderEpochSeen, UncleanElection, UncleanElectionMeterTick
+from infra.lake import Lake
+from jobs.detection_config import DetectionConfig
+from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
+from jobs.detector_inputs.compaction import (
+    CLEANER_METRICS,
+    LONG_MAX,
+    SIZE_STEP_S,
+    TopicConfigCache,
+    cleaner_runs_from,
+    compacted_topic_config,
+    compacted_topics,
+    describe_compacted_topics,
+    growth_range,
+    read_cleaner_gauges,
+    read_cleaner_runs,
+    read_partition_sizes,
+)
+from jobs.detector_inputs.elections import (
+    COUNTER_SEED_S,
+    UNCLEAN_METER,
+    dedupe_elections,
+    leader_epochs_from,
+    merge_controller_ticks,
+    read_leader_epochs,
+    read_meter_ticks,
+    topic_ids,
+)
+from jobs.detector_inputs.partition_signals import (
+    COMMIT_KEY,
+    COMMIT_ORDER,
+    COMMIT_SEED_S,
+    client_reset_from_row,
+    commit_request_from_row,
+    coordinator_loads_from,
+    read_commit_requests,
+    read_commits,
+    read_memberships,
+    read_partition_offsets,
+    read_resets,
+    truncations_from,
+)
+from jobs.detector_inputs.slow_broker import (
+    BASELINE_HISTORY_S,
+    FOLLOWER_GAP_SEED_S,
+    ISR_CONFIRM_S,
+    ISR_SEED_S,
+    REQUEST_STAGE_KEYS,
+    BaselineCache,
+    fresh_windows_until,
+    latency_column,
+    outages_from,
+    read_baselines,
+    read_follower_fetches,
+    read_stage_windows,
+    request_stage_rows,
+    shrinks_from_isr_events,
+    stage_window_from_row,
+)
+from jobs.detector_inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
+
+__all__ = [
+    "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
+    "COUNTER_SEED_S", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
+    "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "REQUEST_STAGE_KEYS", "SIZE_STEP_S",
+    "UNCLEAN_METER", "BaselineCache", "DetectorInputs", "TimeRange", "TopicConfigCache",
+    "check_config", "cleaner_runs_from", "client_reset_from_row", "commit_request_from_row",
+    "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
+    "compacted_topics", "dedupe_elections", "describe_compacted_topics",
+    "fresh_windows_until", "growth_range", "latency_column", "leader_epochs_from",
+    "merge_controller_ticks", "read_leader_epochs",
+    "read_baselines", "read_cleaner_gauges", "read_cleaner_runs", "read_client_sends",
+    "read_commits", "read_follower_fetches", "read_inputs", "read_log_events",
+    "read_memberships", "read_meter_ticks", "read_partition_offsets",
+    "read_partition_sizes", "read_resets",
+    "read_stage_windows", "request_stage_rows", "send_candidates", "shrinks_from_isr_events",
+    "stage_window_from_row", "topic_ids", "truncations_from",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DetectorInputs:
+    """Everything the four detectors take, for one range."""
+    stage_windows: list[RequestStageWindow] = field(default_factory=list)
+    baselines: list[LatencyBaseline] = field(default_factory=list)
+    follower_fetches: list[FollowerFetchWindow] = field(default_factory=list)
+    isr_shrinks: list[IsrShrink] = field(default_factory=list)
+    broker_outages: list[BrokerOutage] = field(default_factory=list)
+    client_sends: list[ClientSendWindow] = field(default_factory=list)
+    commits: list[OffsetCommit] = field(default_factory=list)
+    partition_offsets: list[PartitionOffsets] = field(default_factory=list)
+    resets: list[ClientOffsetReset] = field(default_factory=list)
+    memberships: list[GroupMembership] = field(default_factory=list)
+    truncations: list[LogTruncation] = field(default_factory=list)
+    commit_requests: list[CommitRequest] = field(default_factory=list)
+    coordinator_loads: list[CoordinatorLoad] = field(default_factory=list)
+    elections: list[UncleanElection] = field(default_factory=list)
+    leader_epochs: list[LeaderEpochSeen] = field(default_factory=list)
+    meter_ticks: list[UncleanElectionMeterTick] = field(default_factory=list)
+    cleaner_gauges: list[CleanerGauges] = field(default_factory=list)
+    cleaner_runs: list[CleanerRun] = field(default_factory=list)
+    topic_configs: list[CompactedTopicConfig] = field(default_factory=list)
+    partition_sizes: list[PartitionSize] = field(default_factory=list)
+    # Wall seconds of each read (`read_inputs`; reads overlap), logged per evaluation.
+    read_s: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+
+    def counts(self) -> dict[str, int]:
+        """How many of each input (logged per evaluation)."""
+        return {f.name: len(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name != "read_s"}
+
+    def timed(self, name: str, read: Callable[[], T]) -> T:
+        """`read()`, its wall time kept in read_s[name]."""
+        started = time.monotonic()
+        try:
+            return read()
+        finally:
+            self.read_s[name] = round(time.monotonic() - started, 1)
+
+
+def check_config(config: DetectionConfig) -> None:
+    """The detector reads gold.request_stages_10s as slow_broker windows: same length."""
+    if float(config.pipeline.fast_window_s) != float(config.slow_broker.window_s):
+        raise ConfigError(
+            f"{config.source}: key 'slow_broker.window_s' ({config.slow_broker.window_s:g}) must "
+            f"equal 'pipeline.fast_window_s' ({config.pipeline.fast_window_s}): the slow-broker "
+            f"detector reads the windows of gold.request_stages_10s")
+
+
+# --- the parallel read -------------------------------------------------------------------------
+
+def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_ms: int, end_ms: int,
+                topic_configs: Iterable[CompactedTopicConfig] = (), *,
+                parallelism: int = 4,
+                baseline_cache: BaselineCache | None = None) -> DetectorInputs:
+    """Every detector input for [start_ms, end_ms) of one lake.
+
+    The reads form independent chains (stage windows then the client sends they point
+    at; baselines; follower fetches; log events and client resets, then the commits they
+    point at, then those groups' memberships, commit lines and partitions' offsets; meter
+    ticks; cleaner gauges; compacted partitions' sizes beside the cleaner runs, over the
+    growing-partition rule's window). Each read is a few small Spark jobs with driver
+    work (planning, the Delta log) between them, so one after another they leave the
+    cores idle between jobs; `parallelism` chains run at once, each in a thread that
+    inherits the caller's scheduler pool. The result does not depend on `parallelism`
+    (1 reads in order).
+    `baseline_cache` (the detector query's) may answer the baselines from an earlier read.
+    """
+    reading = _Reading(spark, lake, config, TimeRange(start_ms, end_ms), parallelism,
+                       baseline_cache, DetectorInputs(topic_configs=list(topic_configs)))
+    # The longest chain first, so it never waits for a free thread.
+    chains = (_partition_signal_chain, _request_stage_chain, _baseline_chain, _meter_tick_chain,
+              _cleaner_gauge_chain, _compaction_history_chain)
+    _run_all(spark, [functools.partial(chain, reading) for chain in chains], parallelism)
+    return reading.out
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One `read_inputs` call: what its chains read and where they put it."""
+    spark: SparkSession
+    lake: Lake
+    config: DetectionConfig
+    r: TimeRange
+    parallelism: int
+    baseline_cache: BaselineCache | None
+    out: DetectorInputs
+
+    @property
+    def evidence_s(self) -> float:
+        return self.config.offset_rewind.evidence_window_s
+
+    @property
+    def meter_s(self) -> float:
+        return self.config.unclean_election.meter_match_window_s
+
+    def side_by_side(self, *reads: Callable[[], None]) -> None:
+        """Two reads of one chain at once (when parallelism allows)."""
+        _run_all(self.spark, reads, min(self.parallelism, 2))
+
+
+def _request_stage_chain(x: _Reading) -> None:
+    """silver.request_stages once, then the stage windows (and the client sends they point
+    at) beside the follower fetches."""
+    from jobs.silver import release
+
+    spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
+    stages = out.timed("request_stages", lambda: request_stage_rows(
+        spark, lake, r.back(FOLLOWER_GAP_SEED_S)))
+    try:
+        def slow_broker_windows() -> None:
+            out.stage_windows = out.timed("stage_windows", lambda: read_stage_windows(
+                spark, lake, sb, r, x.config.pipeline.fast_watermark_s * 1000, stages))
+            out.client_sends = out.timed("client_sends", lambda: read_client_sends(
+                spark, lake, sb, r, out.stage_windows, stages))
+
+        def follower_fetches() -> None:
+            out.follower_fetches = out.timed("follower_fetches", lambda: (
+                read_follower_fetches(spark, lake, sb, r, stages)))
+
+        x.side_by_side(slow_broker_windows, follower_fetches)
+    finally:
+        if stages is not None:
+            release(stages)
+
+
+def _baseline_chain(x: _Reading) -> None:
+    def read() -> list[LatencyBaseline]:
+        return read_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
+
+    x.out.baselines = x.out.timed("baselines", lambda: (
+        read() if x.baseline_cache is None else x.baseline_cache(x.r.start_ms, read)))
+
+
+def _partition_signal_chain(x: _Reading) -> None:
+    """The longest chain: the log events and the client resets (read side by side), then
+    the commits they point at, then those groups' memberships and commit request lines
+    and partitions' offsets."""
+    found: dict[str, list] = {}
+
+    def log_events() -> None:
+        found["events"] = x.out.timed("log_events", lambda: read_log_events(
+            x.spark, x.lake, x.r.back(max(ISR_SEED_S, x.evidence_s, x.meter_s))))
+
+    def resets() -> None:
+        x.out.resets = x.out.timed("resets", lambda: read_resets(
+            x.spark, x.lake, x.r.back(x.evidence_s)))
+
+    x.side_by_side(log_events, resets)
+    _inputs_from_log_events(x, found["events"])
+    _commits_and_what_they_point_at(x)
+
+
+def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
+    """ISR shrinks, truncations, coordinator loads and elections from the one log-event
+    read."""
+    r, out = x.r, x.out
+    out.isr_shrinks = shrinks_from_isr_events(
+        [e for e in events if e["kind"] in ("isr_shrink", "isr_update", "isr_expand",
+                                            "leader_change")], since_ms=r.start_ms)
+    out.broker_outages = outages_from(events, x.config.slow_broker)
+    out.truncations = truncations_from(events, r.start_ms - int(x.evidence_s * 1000))
+    out.coordinator_loads = coordinator_loads_from(events, r.start_ms - int(x.evidence_s * 1000))
+    election_since = r.start_ms - int(x.meter_s * 1000)
+    topics = topic_ids(events)
+    out.elections = dedupe_elections(
+        [e for e in events
+         if e["kind"] == "unclean_election" and e["ts_ms"] >= election_since], topics)
+    if out.elections:
+        # Is an election line new, or a restarted controller re-logging an old one? The
+        # partition's leader epochs, over the metadata log's replay horizon.
+        tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
+        out.leader_epochs = out.timed("leader_epochs", lambda: read_leader_epochs(
+            x.spark, x.lake, r.back(
+                x.config.unclean_election.replay_lookback_s), tps, topics))
+
+
+def _commits_and_what_they_point_at(x: _Reading) -> None:
+    """The commits of elected, reset or rewound partitions, then (side by side) their
+    groups' memberships and commit request lines and their partitions' offsets."""
+    spark, lake, r, out = x.spark, x.lake, x.r, x.out
+    election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
+    reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
+    out.commits = out.timed("commits", lambda: read_commits(spark, lake, r, election_tps,
+                                                            reset_gtps))
+    offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
+                  | {(e.cluster, e.topic, e.partition) for e in out.resets}
+                  | {(t.cluster, t.topic, t.partition) for t in out.truncations})
+    groups = {(c.cluster, c.group) for c in out.commits}
+
+    def memberships() -> None:
+        out.memberships = out.timed("memberships", lambda: read_memberships(
+            spark, lake, r, groups))
+
+    def partition_offsets() -> None:
+        out.partition_offsets = out.timed("partition_offsets", lambda: (
+            read_partition_offsets(spark, lake, r.back(x.evidence_s), offset_tps)))
+
+    def commit_requests() -> None:
+        out.commit_requests = out.timed("commit_requests", lambda: read_commit_requests(
+            spark, lake, r.back(x.evidence_s), groups))
+
+    x.side_by_side(memberships, commit_requests, partition_offsets)
+
+
+def _meter_tick_chain(x: _Reading) -> None:
+    x.out.meter_ticks = x.out.timed("meter_ticks", lambda: read_meter_ticks(
+        x.spark, x.lake, x.r, int(x.meter_s * 1000)))
+
+
+def _cleaner_gauge_chain(x: _Reading) -> None:
+    x.out.cleaner_gauges = x.out.timed("cleaner_gauges", lambda: read_cleaner_gauges(
+        x.spark, x.lake, x.r))
+
+
+def _compaction_history_chain(x: _Reading) -> None:
+    """The cleaner runs and the compacted partitions' sizes (side by side), over the
+    growing-partition rule's window: longer than the range, so read on their own."""
+    r = growth_range(x.r, x.config.compaction_lag.growth_window_s)
+
+    def runs() -> None:
+        x.out.cleaner_runs = x.out.timed("cleaner_runs", lambda: read_cleaner_runs(
+            x.spark, x.lake, r))
+
+    def sizes() -> None:
+        x.out.partition_sizes = x.out.timed("partition_sizes", lambda: read_partition_sizes(
+            x.spark, x.lake, r, compacted_topics(x.out.topic_configs)))
+
+    x.side_by_side(runs, sizes)
+
+
+def _run_all(spark: SparkSession, tasks: Sequence[Callable[[], None]],
+             parallelism: int) -> None:
+    """Run the tasks, `parallelism` at a time, each thread with the caller's local
+    properties (scheduler pool, job group) and job tags; the first error is raised once
+    all ended."""
+    if parallelism <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            task()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import inheritable_thread_target
+
+    with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="detector-read") as pool:
+        inherit = inheritable_thread_target(spark)
+        futures = [pool.submit(inherit(task)) for task in tasks]
+    for f in futures:
+        f.result()

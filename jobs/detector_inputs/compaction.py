@@ -1,0 +1,215 @@
+"""The compaction-lag detector's inputs: log-cleaner gauges and runs, compacted
+partitions' sizes, and compacted topics' configs.
+
+- `CleanerGauges` <- silver.broker_metrics, the six cleaner gauges pivoted per
+  broker/scrape; the uncleanable counts and bytes are summed over log directories.
+- `CleanerRun` <- silver.log_events kind cleaner_run (end_ms = ts_ms, duration_s =
+  seconds, size_reduction_pct = reduction_pct), over the growing-partition rule's window
+  (`growth_range`), since that rule asks whether a partition was cleaned in it; the
+  broker rules only take the latest run as evidence.
+- `PartitionSize` <- silver.broker_metrics kafka_log_log_size (JMX kafka.log:type=Log,
+  name=Size: bytes of one partition replica, `topic` and `labels.partition`), only for
+  compacted topics (the topic configs below, plus __consumer_offsets, which Kafka always
+  compacts, so it is watched even with no configs). Replicas compact independently: the
+  read keeps the largest replica, so a replica whose broker does not clean shows.
+- `CompactedTopicConfig` <- the watched cluster's topic configs
+  (`infra.topic_configs.describe_topic_configs`, `describe_compacted_topics`), only when
+  the caller gives a client config; cached by `TopicConfigCache`.
+
+The size and run reads span compaction_lag.growth_window_s (2 h by default), far more
+than the detector's 300-s lookback, so they are bounded: sizes are read for the one
+series and the compacted topics only, over the window plus two steps (`growth_range`: the
+rule wants a sample at or before the window's start), and reduced in Spark to one point
+per partition per SIZE_STEP_S (60 s: the largest size any replica had in that minute,
+stamped with the minute's last scrape). At most compacted partitions x (window / 60 s +
+3) rows reach the driver: ~6,200 for __consumer_offsets' 50 partitions over 2 h, whatever
+the scrape interval and the replication factor. Spark still scans the window's
+silver.broker_metrics files (date partitions and ts_ms file statistics skip the rest) at
+every evaluation. Cleaner runs are few (one per cleaned log per pass).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import reduce
+from typing import Any, Callable, Iterable, Mapping
+
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+
+from detectors.compaction_lag import (
+    CONSUMER_OFFSETS,
+    CleanerGauges,
+    CleanerRun,
+    CompactedTopicConfig,
+    PartitionSize,
+)
+from infra.lake import Lake
+from infra.topic_configs import describe_topic_configs
+from jobs.detector_inputs.tables import (
+    TimeRange,
+    broker_metrics,
+    int_or_none,
+    silver_range,
+    sorted_rows,
+    table,
+)
+from schemas.broker_metrics import LOG_SIZE
+
+log = logging.getLogger(__name__)
+
+# broker_metrics series -> (CleanerGauges field, how scrapes of several log dirs combine)
+CLEANER_METRICS = {
+    "kafka_log_logcleanermanager_max_dirty_percent": ("max_dirty_percent", "max"),
+    "kafka_log_logcleanermanager_time_since_last_run_ms": ("time_since_last_run_ms", "max"),
+    "kafka_log_logcleanermanager_uncleanable_partitions_count":
+        ("uncleanable_partitions_count", "sum"),
+    "kafka_log_logcleanermanager_uncleanable_bytes": ("uncleanable_bytes", "sum"),
+    "kafka_log_logcleaner_max_compaction_delay_secs": ("max_compaction_delay_secs", "max"),
+    "kafka_log_logcleaner_deadthreadcount": ("dead_thread_count", "max"),
+}
+LONG_MAX = 2 ** 63 - 1  # max.compaction.lag.ms left at its default: no limit
+SIZE_STEP_S = 60        # one size per compacted partition per this many seconds
+
+
+def read_cleaner_gauges(spark: SparkSession, lake: Lake, r: TimeRange) -> list[CleanerGauges]:
+    df = broker_metrics(spark, lake, r, CLEANER_METRICS)
+    if df is None:
+        return []
+    aggs = []
+    for metric, (name, how) in CLEANER_METRICS.items():
+        value = F.when(F.col("metric") == metric, F.col("value"))
+        aggs.append((F.sum(value) if how == "sum" else F.max(value)).alias(name))
+    rows = df.groupBy("cluster", "broker", "ts_ms").agg(*aggs).collect()
+    out = []
+    for x in sorted_rows(rows, ("cluster", "broker", "ts_ms")):
+        values = {name: x[name] for name, _ in CLEANER_METRICS.values()}
+        for name in ("dead_thread_count", "uncleanable_partitions_count"):
+            values[name] = int_or_none(values[name])
+        out.append(CleanerGauges(cluster=x["cluster"], broker=int(x["broker"]),
+                                 observed_ms=int(x["ts_ms"]), **values))
+    return out
+
+
+def cleaner_runs_from(rows: Iterable[Mapping[str, Any]], since_ms: int) -> list[CleanerRun]:
+    """The cleaner_run lines (silver.log_events rows) at or after since_ms."""
+    return sorted((CleanerRun(cluster=x["cluster"], broker=int(x["broker"]), topic=x["topic"],
+                              partition=int(x["partition"]), end_ms=int(x["ts_ms"]),
+                              duration_s=x.get("seconds"),
+                              size_reduction_pct=x.get("reduction_pct"))
+                   for x in rows
+                   if x["kind"] == "cleaner_run" and int(x["ts_ms"]) >= since_ms
+                   and x.get("topic") and x.get("partition") is not None),
+                  key=lambda c: (c.end_ms, c.cluster, c.broker, c.topic, c.partition))
+
+
+def read_cleaner_runs(spark: SparkSession, lake: Lake, r: TimeRange) -> list[CleanerRun]:
+    """The cleaner_run lines of the range (few: one per cleaned log per pass)."""
+    df = table(spark, lake, "silver", "log_events")
+    if df is None:
+        return []
+    rows = (silver_range(df, r).where(F.col("kind") == "cleaner_run")
+            .select("cluster", "broker", "ts_ms", "kind", "topic", "partition", "seconds",
+                    "reduction_pct").collect())
+    return cleaner_runs_from([x.asDict() for x in rows], r.start_ms)
+
+
+# --- compacted partitions' sizes -------------------------------------------------------------
+
+def growth_range(r: TimeRange, growth_window_s: float,
+                 step_s: float = SIZE_STEP_S) -> TimeRange:
+    """The growing-partition rule's window before r.end_ms, two steps more: the rule wants
+    a sample at or before the window's start, and a step's point is its last scrape."""
+    return TimeRange(r.end_ms - int((growth_window_s + 2 * step_s) * 1000), r.end_ms)
+
+
+def compacted_topics(configs: Iterable[CompactedTopicConfig]) -> dict[str, set[str]]:
+    """cluster -> its compacted topics (those the configs name)."""
+    out: dict[str, set[str]] = {}
+    for c in configs:
+        out.setdefault(c.cluster, set()).add(c.topic)
+    return out
+
+
+def _compacted(topics: Mapping[str, set[str]]) -> Column:
+    """True for rows of a compacted topic: __consumer_offsets, or one the configs name."""
+    per_cluster = [(F.col("cluster") == cluster) & F.col("topic").isin(*sorted(names))
+                   for cluster, names in sorted(topics.items()) if names]
+    return reduce(lambda a, b: a | b, per_cluster, F.col("topic") == CONSUMER_OFFSETS)
+
+
+def read_partition_sizes(spark: SparkSession, lake: Lake, r: TimeRange,
+                         topics: Mapping[str, set[str]],
+                         step_s: float = SIZE_STEP_S) -> list[PartitionSize]:
+    """One size per compacted partition per step of the range: the largest replica's
+    (replicas compact independently; a replica that is not cleaned is the one that
+    grows), at the step's last scrape. `topics`: cluster -> compacted topics
+    (__consumer_offsets is always read)."""
+    df = broker_metrics(spark, lake, r, (LOG_SIZE,))
+    if df is None:
+        return []
+    step_ms = int(step_s * 1000)
+    rows = (df.where(_compacted(topics))
+            .select("cluster", "topic", F.col("labels")["partition"].cast("int").alias("partition"),
+                    "broker", "ts_ms", "value")
+            .where(F.col("partition").isNotNull())
+            .groupBy("cluster", "topic", "partition",
+                     (F.col("ts_ms") - F.col("ts_ms") % step_ms).alias("step_ms"))
+            .agg(F.max("ts_ms").alias("ts_ms"), F.max("value").alias("size_bytes"),
+                 F.max_by("broker", "value").alias("broker"))
+            .collect())
+    return [PartitionSize(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
+                          observed_ms=int(x["ts_ms"]), size_bytes=float(x["size_bytes"]),
+                          broker=int_or_none(x["broker"]))
+            for x in sorted_rows(rows, ("cluster", "topic", "partition", "ts_ms"))]
+
+
+# --- compacted topics' configs -------------------------------------------------------------
+
+def compacted_topic_config(cluster: str, topic: str,
+                           entries: Mapping[str, str | None]) -> CompactedTopicConfig | None:
+    """A topic's effective configs (name -> value) as a CompactedTopicConfig, or None when
+    its cleanup.policy does not include compact."""
+    policy = (entries.get("cleanup.policy") or "").replace(" ", "").split(",")
+    if "compact" not in policy:
+        return None
+    ratio = entries.get("min.cleanable.dirty.ratio")
+    lag = entries.get("max.compaction.lag.ms")
+    lag_ms = int(lag) if lag not in (None, "") else None
+    return CompactedTopicConfig(
+        cluster=cluster, topic=topic,
+        min_cleanable_dirty_ratio=float(ratio) if ratio not in (None, "") else None,
+        max_compaction_lag_ms=None if lag_ms is None or lag_ms >= LONG_MAX else lag_ms)
+
+
+def describe_compacted_topics(admin_config: Any, cluster: str,
+                              timeout_s: float = 15.0) -> list[CompactedTopicConfig]:
+    """The compacted topics of the watched cluster, by topic. `admin_config`: a librdkafka
+    configuration, or an AdminClient a long-running caller keeps (see
+    `infra.topic_configs.describe_topic_configs`)."""
+    out = []
+    for topic, entries in describe_topic_configs(admin_config, cluster, timeout_s).items():
+        c = compacted_topic_config(cluster, topic, entries)
+        if c is not None:
+            out.append(c)
+    return sorted(out, key=lambda c: c.topic)
+
+
+class TopicConfigCache:
+    """Topic configs change rarely: fetch them at most every refresh_s of the caller's
+    clock; keep the last good answer when a fetch fails."""
+
+    def __init__(self, fetch: Callable[[], list[CompactedTopicConfig]], refresh_s: float = 300.0):
+        self.fetch = fetch
+        self.refresh_ms = int(refresh_s * 1000)
+        self._value: list[CompactedTopicConfig] = []
+        self._fetched_ms: int | None = None
+
+    def __call__(self, now_ms: int) -> list[CompactedTopicConfig]:
+        if self._fetched_ms is None or now_ms - self._fetched_ms >= self.refresh_ms:
+            try:
+                self._value = list(self.fetch())
+            except Exception as e:  # noqa: BLE001 - any client error: keep the last answer
+                log.warning("could not describe the watched cluster's topic configs: %s", e)
+            self._fetched_ms = now_ms
+        return self._value

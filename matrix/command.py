@@ -1,0 +1,92 @@
+"""`kmon matrix list | run | replay | doc`: what the command line calls."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from matrix import results
+from matrix.scenarios import by_name, catalog
+
+
+def check_names(action: str, names: list[str] | None) -> None:
+    """ValueError naming what `--scenarios` asked for that does not exist."""
+    from matrix.corpus import recordings
+
+    if names and action == "run":
+        by_name(names)
+    elif names and action == "replay":
+        recordings(names=names)
+
+
+def list_scenarios(out=sys.stdout) -> int:
+    from matrix.corpus import CORPUS_DIR
+
+    recorded = {p.name for p in CORPUS_DIR.iterdir()} if CORPUS_DIR.exists() else set()
+    for s in catalog():
+        mark = "recorded" if s.name in recorded else "-"
+        print(f"{s.name:28s} {s.fault_class:17s} {s.topology.name:8s} {mark:9s} {s.summary}",
+              file=out)
+    return 0
+
+
+def run(config, names: list[str] | None, *, record: bool, port: int, command: str,
+        warmup_s: float | None = None, out=sys.stdout) -> int:
+    from dataclasses import replace
+
+    from matrix.live import MatrixSettings
+
+    from matrix.corpus import CORPUS_DIR
+    from matrix.live import run_matrix
+
+    scenarios = by_name(names)
+    meta = {"recorded_with": command, "commit": results.commit(), "machine": results.machine()}
+    settings = MatrixSettings() if warmup_s is None else replace(MatrixSettings(),
+                                                                  warmup_s=warmup_s)
+    done = run_matrix(config, scenarios, corpus=CORPUS_DIR if record else None, port=port,
+                      settings=settings, meta=meta, out=out)
+    scores = [r.score for r in done]
+    print("\n" + results.console_table(scores), file=out)
+    path = results.write("live", command, [r.to_json() for r in done], scores)
+    print(f"\nresults: {path}", file=out, flush=True)
+    complete = len(done) == len(scenarios)
+    return 0 if complete and all(s.passed for s in scores) else 1
+
+
+def replay(config, names: list[str] | None, *, step_s: float, command: str,
+           corpus: Path | None = None, out=sys.stdout) -> int:
+    from infra.spark_session import build_spark_session
+    from matrix.corpus import CORPUS_DIR, recordings, replay_config, replay_scenario
+
+    recs = recordings(corpus or CORPUS_DIR, names)
+    if not recs:
+        print(f"no recordings in {corpus or CORPUS_DIR}: record some with `kmon matrix run`",
+              file=out)
+        return 1
+    root = config.work_dir / "matrix-replay"
+    spark = build_spark_session(replay_config(config, recs[0], root / recs[0].scenario))
+    rows, scores = [], []
+    try:
+        for i, rec in enumerate(recs, 1):
+            print(f"[{i}/{len(recs)}] {rec.scenario}: {rec.manifest.get('title', '')}",
+                  file=out, flush=True)
+            sc, seen = replay_scenario(spark, config, rec, root / rec.scenario, step_s)
+            scores.append(sc)
+            rows.append({**sc.to_json(), "topology": rec.manifest["topology"]["name"],
+                         "seen": [f"{(t - rec.truth.fault_ms) / 1000:+.0f}s {d['severity']} "
+                                  f"{d['type']} ({d['cause']}) {d['entity']}" for t, d in seen]})
+            print(f"      {'PASS' if sc.passed else 'FAIL'}"
+                  + "".join(f"\n      {x}" for x in sc.failures()), file=out, flush=True)
+    finally:
+        spark.stop()
+    print("\n" + results.console_table(scores), file=out)
+    path = results.write("replay", command, rows, scores)
+    print(f"\nresults: {path}", file=out, flush=True)
+    return 0 if all(s.passed for s in scores) else 1
+
+
+def doc(out=sys.stdout) -> int:
+    results.DOC.write_text(results.render_doc(results.newest("live"), results.newest("replay"),
+                                              catalog()))
+    print(f"wrote {results.DOC}", file=out)
+    return 0

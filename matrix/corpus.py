@@ -1,0 +1,225 @@
+"""A scenario's telemetry as the agents read it, kept small, and its replay.
+
+Recording (`record`) keeps the scenario's time (a short healthy history before the fault
+to the end of its settle time), with a manifest: the scenario, its ground truth, the
+compacted topics' configs, the configuration overrides it ran under and its time range.
+
+- The brokers' own files, as the agents read them: every node's kafka-request.log and its
+  server, controller, state-change and log-cleaner logs, the lines stamped in the time
+  range (with the unstamped lines that continue them), xz-compressed (`raw/node-<id>/`).
+  A replay runs the real request-log and broker-log agents over them, so a parser change
+  is judged on the recorded lines without recording again.
+- The other streams as their agents published them (`landing/<stream>/`, gzipped JSON
+  lines with `ts_ms` in the range): JMX samples, __consumer_offsets commits and group
+  metadata, end offsets, client logs and statistics. Commits and group membership are
+  state, not events: they are kept from further back (`STATE_HISTORY_S`), so the
+  detectors see the commit before a rewind and the group's members. Re-record when one
+  of those agents' output changes.
+
+Replaying (`replay_scenario`) builds a fresh lake from a recording, runs every pipeline
+query once over it and evaluates the detectors every `step_s` of the recorded time, as if
+live: a finding counts from the first evaluation that hands it over. The score uses the
+same ground truth as the live run. Times in a replay are detector time on complete data
+(no pipeline latency), so they are a lower bound of the live ones.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from matrix.fault import finding_dict
+from matrix.score import ScenarioScore, score
+from matrix.truth import GroundTruth
+
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "tests" / "corpus"
+STATE_STREAMS = ("offset_commits", "group_members")
+# Streams the replay rebuilds from the raw broker files with the real agents.
+FROM_RAW = ("request_stages", "log_events", "quarantine")
+REQUEST_LOG = "kafka-request.log"
+BROKER_LOG_FILES = ("server.log", "controller.log", "state-change.log", "log-cleaner.log")
+STATE_HISTORY_S = 600
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Recording:
+    path: Path
+    manifest: dict
+
+    @property
+    def scenario(self) -> str:
+        return self.manifest["scenario"]
+
+    @property
+    def truth(self) -> GroundTruth:
+        return GroundTruth.from_json(self.manifest["truth"])
+
+
+def record(landing: Path, dest: Path, *, scenario: str, title: str, topology: dict,
+           truth: GroundTruth, start_ms: int, end_ms: int, topic_configs: list[dict],
+           overrides: dict, meta: dict, nodes: list[tuple[int, Path]]) -> Path:
+    """Keep [start_ms, end_ms] of the scenario in `dest` (see the module docstring):
+    `nodes` are (node id, log folder) of every node; returns `dest`."""
+    shutil.rmtree(dest, ignore_errors=True)
+    counts = {}
+    for node, log_dir in nodes:
+        for name in (REQUEST_LOG, *BROKER_LOG_FILES):
+            lines = stamped_lines(Path(log_dir), name, start_ms, end_ms)
+            if lines:
+                target = dest / "raw" / f"node-{node}"
+                target.mkdir(parents=True, exist_ok=True)
+                with lzma.open(target / f"{name}.xz", "wb", preset=9) as x:
+                    x.writelines(lines)
+                counts[f"node-{node}/{name}"] = len(lines)
+    for stream_dir in sorted(p for p in Path(landing).iterdir() if p.is_dir()):
+        if stream_dir.name in FROM_RAW:
+            continue
+        since = start_ms - (STATE_HISTORY_S * 1000 if stream_dir.name in STATE_STREAMS else 0)
+        lines = [x for f in sorted(stream_dir.glob("*.jsonl"))
+                 for x in f.read_bytes().splitlines(keepends=True)
+                 if _in_range(x, since, end_ms)]
+        if lines:
+            target = dest / "landing" / stream_dir.name
+            target.mkdir(parents=True, exist_ok=True)
+            with gzip.open(target / f"{stream_dir.name}.jsonl.gz", "wb", compresslevel=9) as g:
+                g.writelines(lines)
+            counts[stream_dir.name] = len(lines)
+    manifest = {"scenario": scenario, "title": title, "topology": topology,
+                "start_ms": start_ms, "end_ms": end_ms, "truth": truth.to_json(),
+                "topic_configs": topic_configs, "config_overrides": overrides,
+                "lines": counts, **meta}
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+    return dest
+
+
+def stamped_lines(log_dir: Path, name: str, start_ms: int, end_ms: int) -> list[bytes]:
+    """The lines of a broker log (its rolled files `<name>.N` first, oldest first) whose
+    log4j stamp ``[yyyy-MM-dd HH:mm:ss,SSS]`` falls in the range, with the unstamped lines
+    that follow them (stack traces, the cleaner's summaries). Stamps are read as UTC, as
+    the agents read the local cluster's logs."""
+    from ingest.log_time import STAMP_RE, stamp_to_ms
+
+    files = sorted(log_dir.glob(f"{name}.[0-9]*"), key=lambda p: -int(p.suffix[1:])
+                   if p.suffix[1:].isdigit() else 0) + [log_dir / name]
+    out, keep = [], False
+    for f in files:
+        if not f.is_file():
+            continue
+        for line in f.read_bytes().splitlines(keepends=True):
+            m = STAMP_RE.match(line[1:24].decode("ascii", "replace")) if line[:1] == b"[" else None
+            if m is not None:
+                try:
+                    keep = start_ms <= stamp_to_ms(m.group(0)) <= end_ms
+                except ValueError:
+                    keep = False
+            if keep:
+                out.append(line if line.endswith(b"\n") else line + b"\n")
+    return out
+
+
+def _in_range(line: bytes, since: int, until: int) -> bool:
+    try:
+        ts = json.loads(line).get("ts_ms")
+    except ValueError:
+        return False   # a torn last line of a file being written
+    return isinstance(ts, int) and since <= ts <= until
+
+
+def recordings(corpus: Path = CORPUS_DIR, names: list[str] | None = None) -> list[Recording]:
+    """Every recording in the corpus (or the named ones), in name order."""
+    found = [Recording(p.parent, json.loads(p.read_text()))
+             for p in sorted(Path(corpus).glob(f"*/{MANIFEST}"))]
+    if names:
+        unknown = set(names) - {r.scenario for r in found}
+        if unknown:
+            raise ValueError(f"no recording of {', '.join(sorted(unknown))} in {corpus}")
+        found = [r for r in found if r.scenario in names]
+    return found
+
+
+def replay_config(config, rec: Recording, root: Path):
+    """The configuration the recording ran under, on a fresh lake at `root`."""
+    from demo.settings import demo_config
+
+    overrides = {k: dict(v) for k, v in rec.manifest.get("config_overrides", {}).items()}
+    overrides.setdefault("spark", {})["storage_root"] = str(root / "lake")
+    return demo_config(config).with_overrides(**overrides)
+
+
+def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float
+                    ) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
+    """One recording through the agents, the pipeline and the detectors; its score and
+    what was seen ((first handed over at, finding in its latest state))."""
+    from detectors.compaction_lag import CompactedTopicConfig
+    from infra.lake import Lake
+    from jobs.detect import evaluate
+    from jobs.pipeline import Pipeline
+
+    shutil.rmtree(root, ignore_errors=True)
+    config = replay_config(config, rec, root)
+    lake = Lake(config.storage_root)
+    for stream_dir in sorted((rec.path / "landing").iterdir()):
+        shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
+    run_file_agents(config, lake, rec, root)
+    Pipeline(spark, lake, config.pipeline).process_available()
+    topic_configs = [CompactedTopicConfig(**c) for c in rec.manifest.get("topic_configs", [])]
+    start, end = rec.manifest["start_ms"], rec.manifest["end_ms"]
+    step = int(step_s * 1000)
+    first: dict[str, int] = {}
+    latest: dict[str, dict] = {}
+    for t in list(range(start + step, end, step)) + [end]:
+        for f in evaluate(spark, lake, config, t, topic_configs=topic_configs):
+            latest[f.finding_id] = finding_dict(f)
+            if f.status.value == "open":
+                first.setdefault(f.finding_id, t)
+    # Commits are kept from STATE_HISTORY_S before the recording (a rewind needs the commit
+    # before it): a rewind of an earlier scenario in that history is found again here, but
+    # live it was handed over during that scenario. What happened before the recording is
+    # not this scenario's.
+    seen = sorted(((t, latest[fid]) for fid, t in first.items()
+                   if latest[fid]["first_seen_ms"] >= start), key=lambda x: x[0])
+    return score(rec.truth, seen), seen
+
+
+def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
+    """The recorded broker files through the real request-log and broker-log agents into
+    the lake's landing folder; returns the lines they handled."""
+    from prometheus_client import CollectorRegistry
+
+    from ingest.supervisor import BrokerHost, build_agents
+    from kmon.monitor import sink_factory
+
+    hosts = []
+    for node_dir in sorted((rec.path / "raw").glob("node-*")):
+        logs = root / "raw" / node_dir.name
+        logs.mkdir(parents=True, exist_ok=True)
+        for name in (REQUEST_LOG, *BROKER_LOG_FILES):
+            packed = node_dir / f"{name}.xz"
+            (logs / name).write_bytes(lzma.decompress(packed.read_bytes())
+                                      if packed.exists() else b"")
+        hosts.append(BrokerHost(int(node_dir.name.split("-")[1]), logs / REQUEST_LOG, logs))
+    agents = [s.agent for s in build_agents(
+        cluster_name=config.watch.cluster, hosts=hosts, offsets_client=None,
+        sink_for=sink_factory(config, lake), state_dir=root / "agent-state",
+        registry=CollectorRegistry())]
+    handled = 0
+    try:
+        for agent in agents:
+            while (n := agent.poll_once()) > 0:
+                handled += n
+        # A broker-log event is complete when the next stamped line comes or its file has
+        # been quiet for the agent's idle flush time: wait that out, then one more pass.
+        time.sleep(2.1)
+        for agent in agents:
+            handled += agent.poll_once()
+    finally:
+        for agent in agents:
+            agent.close()
+    return handled

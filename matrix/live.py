@@ -1,0 +1,207 @@
+"""`kmon matrix run`: scenarios on real clusters, scored live and recorded.
+
+Per topology, one session (demo.runner.LiveDemo's steps): a fresh local cluster of that
+shape, the demo's workload, kmon's Monitor (agents, streaming pipeline, detectors,
+exporter) and a healthy warm-up; then each scenario in turn:
+
+1. wait until no open finding already shows the fault (demo.cause.wait_until_clear);
+2. inject; wait until every expected finding was handed over or `detect_timeout_s`
+   passed; watch `observe_s` more for findings nothing explains; heal; settle;
+3. score every finding first handed over from the start to the end of the settle time
+   against the scenario's ground truth (times are wall times from the fault becoming
+   visible to the finding reaching the exporter); record the scenario's telemetry into
+   the corpus.
+
+A scenario that fails to be caused is scored as such (its error in the results) and the
+session goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from demo.cause import DetectionWatch, wait_until_clear
+from demo.faults.base import FaultRun
+from demo.outcomes import FaultOutcome
+from demo.runner import LiveDemo
+from demo.settings import DemoSettings
+from matrix.corpus import CORPUS_DIR, record
+from matrix.fault import finding_dict
+from matrix.scenarios import Scenario, Topology
+from matrix.score import ScenarioScore, score
+from matrix.truth import GroundTruth
+
+log = logging.getLogger(__name__)
+
+HISTORY_S = 120        # healthy telemetry kept before a fault (the detectors' baselines:
+                       # slow_broker needs min_history_windows, 60 s, of healthy windows)
+HISTORY_GAP_S = 20     # ... starting at least this long after the previous scenario healed
+
+
+@dataclass(frozen=True)
+class MatrixSettings(DemoSettings):
+    detect_timeout_s: float = 150.0   # a finding later than 60 s fails anyway; this
+                                      # measures how late
+    settle_s: float = 90.0            # after heal: late findings still count; then the next
+                                      # scenario's recorded history starts (HISTORY_GAP_S)
+    warmup_s: float = 150.0
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    score: ScenarioScore
+    started_ms: int
+    ended_ms: int
+    notes: dict
+    recording: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {**self.score.to_json(), "topology": self.scenario.topology.name,
+                "summary": self.scenario.summary, "started_ms": self.started_ms,
+                "ended_ms": self.ended_ms, "recording": self.recording, "error": self.error,
+                "notes": self.notes}
+
+
+class MatrixSession(LiveDemo):
+    """One topology's scenarios on one cluster."""
+
+    def __init__(self, config, topology: Topology, scenarios: list[Scenario], *,
+                 settings: MatrixSettings, port: int, corpus: Path | None, meta: dict, out):
+        self.scenarios = scenarios
+        super().__init__(config, settings, port, [s.make() for s in scenarios], keep=False,
+                         out=out)
+        self.topology, self.corpus, self.meta = topology, corpus, meta
+        self.results: list[ScenarioResult] = []
+        self.healed_ms = 0
+
+    def cluster_step(self) -> str:
+        return f"starting a real Kafka cluster (KRaft): {self.topology.describe()}"
+
+    def before_cluster_start(self, cluster) -> None:
+        """A fault that must sit in the cluster's paths (a delaying proxy in front of a
+        broker) is installed before the brokers start."""
+        for f in self.faults:
+            if hasattr(f, "install"):
+                f.install(cluster)
+
+    def tear_down(self) -> None:
+        try:
+            super().tear_down()
+        finally:
+            for f in self.faults:
+                if hasattr(f, "uninstall"):
+                    f.uninstall()
+
+    def run_all(self) -> list[ScenarioResult]:
+        import signal
+
+        self.previous_handlers = {s: signal.signal(s, self.on_signal)
+                                  for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start_cluster()
+            if not self.stop.is_set():
+                self.start_workload()
+                self.start_monitor()
+                self.warm_up()
+                self.healed_ms = self.warm_start_ms
+                for i, (s, fault) in enumerate(zip(self.scenarios, self.faults), 1):
+                    if self.stop.is_set():
+                        break
+                    self.p.note(f"--- scenario {i}/{len(self.scenarios)}: {s.name}: "
+                                f"{s.summary} ---")
+                    self.results.append(self.run_scenario(s, fault))
+                    r = self.results[-1]
+                    self.p.note(f"{s.name}: {'PASS' if r.score.passed else 'FAIL'}"
+                                + "".join(f"\n        {x}" for x in r.score.failures()))
+            return self.results
+        finally:
+            self.tear_down()
+
+    def run_scenario(self, s: Scenario, fault) -> ScenarioResult:
+        st = self.settings
+        wait_until_clear(fault, self.tracker, st, self.stop, self.p)
+        started = int(time.time() * 1000)
+        history_from = max(started - HISTORY_S * 1000, self.healed_ms + HISTORY_GAP_S * 1000)
+        run = FaultRun(s.name, started)
+        outcome = FaultOutcome(s.name, s.summary, started, notes=run.notes)
+        watch = DetectionWatch(fault, outcome, self.tracker, self.monitor, st, self.stop, self.p)
+        error = None
+        try:
+            if fault.runs_until_detected:
+                fault.inject(self.ctx, run, until=watch.done)
+            else:
+                fault.inject(self.ctx, run)
+                watch.restart_clock()
+            while fault.parts and not watch.done():
+                self.stop.wait(1.0)
+            self.p.note(f"watching {fault.observe_s:.0f} s more for unexplained findings")
+            self.stop.wait(fault.observe_s)
+        except Exception as e:  # noqa: BLE001 - score it as not caused, go on
+            log.exception("scenario %s failed", s.name)
+            error = f"{type(e).__name__}: {e}"
+            self.p.note(f"{s.name}: could not be caused: {error}")
+        finally:
+            fault.heal(self.ctx)
+        self.healed_ms = int(time.time() * 1000)
+        self.stop.wait(st.settle_s)
+        ended = int(time.time() * 1000)
+        truth = fault.truth(run, s.name)
+        seen = [(t, finding_dict(self.tracker.latest.get(f.finding_id, f)))
+                for t, f in self.tracker.since(started) if t <= ended]
+        result = ScenarioResult(s, score(truth, seen), started, ended,
+                                {**run.notes, "seen": [f"{(t - truth.fault_ms) / 1000:+.0f}s "
+                                                       f"{d['severity']} {d['type']} "
+                                                       f"({d['cause']}) {d['entity']}"
+                                                       for t, d in seen]}, error=error)
+        if self.corpus is not None and error is None:
+            result.recording = str(self.record(s, truth, history_from, ended))
+        return result
+
+    def record(self, s: Scenario, truth: GroundTruth, start_ms: int, end_ms: int) -> Path:
+        from jobs.detector_inputs import describe_compacted_topics
+
+        configs = describe_compacted_topics({"bootstrap.servers": self.cluster.bootstrap_servers},
+                                            self.config.watch.cluster)
+        dest = record(Path(self.config.storage_root) / "landing", self.corpus / s.name,
+                      scenario=s.name, title=s.summary,
+                      topology=dataclasses.asdict(self.topology), truth=truth,
+                      start_ms=start_ms, end_ms=end_ms,
+                      topic_configs=[dataclasses.asdict(c) for c in configs],
+                      overrides=self.topology.overrides(), meta=self.meta,
+                      nodes=[(n.node_id, n.log_dir) for n in self.cluster.nodes])
+        self.p.note(f"recorded into {dest}")
+        return dest
+
+
+def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPUS_DIR,
+               settings: MatrixSettings | None = None, port: int = 0, meta: dict,
+               out) -> list[ScenarioResult]:
+    """Every scenario, grouped by topology (one cluster each, in catalog order)."""
+    from demo.lock import DemoLock
+    from demo.preflight import preflight
+    from demo.settings import demo_config
+
+    settings = settings or MatrixSettings()
+    results: list[ScenarioResult] = []
+    topologies: dict[str, list[Scenario]] = {}
+    for s in scenarios:
+        topologies.setdefault(s.topology.name, []).append(s)
+    with DemoLock(config.work_dir / "demo.lock"):
+        for name, group in topologies.items():
+            topo = group[0].topology
+            print(f"\n=== topology {name}: {topo.describe()}; {len(group)} scenario(s) ===",
+                  file=out, flush=True)
+            cfg = demo_config(config).with_overrides(**topo.overrides())
+            preflight(cfg, port)
+            session = MatrixSession(cfg, topo, group, settings=settings, port=port,
+                                    corpus=corpus, meta=meta, out=out)
+            results += session.run_all()
+            if session.stop.is_set():
+                break
+    return results

@@ -1,0 +1,150 @@
+"""Matrix results as data (bench/results/matrix-<mode>-<stamp>.json) and the table in
+docs/matrix.md, generated from the newest live and replay results."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from matrix.score import ExpectScore, ScenarioScore, class_table
+from matrix.truth import DETECT_WITHIN_S
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "bench" / "results"
+DOC = REPO / "docs" / "matrix.md"
+
+
+def machine() -> dict:
+    import os
+
+    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore],
+          out_dir: Path = RESULTS_DIR) -> Path:
+    """rows: one dict per scenario (score + what the mode adds)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = out_dir / f"matrix-{mode}-{stamp}.json"
+    path.write_text(json.dumps({"mode": mode, "command": command, "date": stamp,
+                                "commit": commit(), "machine": machine(),
+                                "detect_within_s": DETECT_WITHIN_S,
+                                "classes": class_table(scores), "scenarios": rows},
+                               indent=2, default=str))
+    return path
+
+
+def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
+    """The newest result of every scenario over all runs of this mode, as one run: the
+    scenarios in catalog order of their first appearance, each from its newest run (its
+    command, date and commit kept on the row); None when there is no run."""
+    files = sorted(out_dir.glob(f"matrix-{mode}-*.json"))
+    if not files:
+        return None
+    rows: dict[str, dict] = {}
+    runs = [json.loads(f.read_text()) for f in files]
+    for run in runs:
+        for r in run["scenarios"]:
+            rows[r["scenario"]] = {**r, "run": {k: run.get(k) for k in ("command", "date",
+                                                                         "commit")}}
+    last = runs[-1]
+    scores = [ScenarioScore(r["scenario"], r["fault_class"]) for r in rows.values()]
+    for sc, r in zip(scores, rows.values()):
+        sc.expects = [ExpectScore(**{k: v for k, v in e.items() if k != "passed"})
+                      for e in r["expects"]]
+        sc.unexplained = list(r["unexplained"])
+    return {**last, "scenarios": list(rows.values()), "classes": class_table(scores),
+            "runs": [{k: run.get(k) for k in ("command", "date", "commit")} for run in runs]}
+
+
+def console_table(scores: list[ScenarioScore]) -> str:
+    lines = [f"{'scenario':28s} {'class':17s} {'result':6s} {'time':>6s}  why"]
+    for s in scores:
+        t = f"{s.seconds:.0f}s" if s.seconds is not None else "-"
+        why = "; ".join(s.failures()) or "-"
+        lines.append(f"{s.scenario:28s} {s.fault_class:17s} {'PASS' if s.passed else 'FAIL':6s} "
+                     f"{t:>6s}  {why}")
+    lines.append("")
+    lines.append(f"{'class':17s} {'passed':>9s} {'p50':>6s} {'max':>6s} unexplained")
+    for c in class_table(scores):
+        p50 = f"{c['p50_s']:.0f}s" if c["p50_s"] is not None else "-"
+        mx = f"{c['max_s']:.0f}s" if c["max_s"] is not None else "-"
+        lines.append(f"{c['fault_class']:17s} {c['passed']:>4d}/{c['scenarios']:<4d} {p50:>6s} "
+                     f"{mx:>6s} {c['unexplained']}")
+    return "\n".join(lines)
+
+
+def _md_rows(data: dict) -> list[str]:
+    rows = ["| scenario | class | topology | result | time to detect | of which before the "
+            "first window or event counted | what was wrong |",
+            "|---|---|---|---|---|---|---|"]
+    for r in data["scenarios"]:
+        t = f"{r['seconds']:.0f} s" if r.get("seconds") is not None else "-"
+        firsts = [e.get("seen_from_s") for e in r["expects"] if e.get("seen_from_s") is not None]
+        first = f"{max(0.0, *firsts):.0f} s" if firsts else "-"
+        why = "; ".join(_failures(r)) or "-"
+        rows.append(f"| {r['scenario']} | {r['fault_class']} | {r.get('topology', '-')} | "
+                    f"{'pass' if r['passed'] else 'FAIL'} | {t} | {first} | "
+                    f"{why.replace('|', '/')} |")
+    rows += ["", "| class | passed | p50 | max | unexplained findings |", "|---|---|---|---|---|"]
+    for c in data["classes"]:
+        p50 = f"{c['p50_s']:.0f} s" if c["p50_s"] is not None else "-"
+        mx = f"{c['max_s']:.0f} s" if c["max_s"] is not None else "-"
+        rows.append(f"| {c['fault_class']} | {c['passed']}/{c['scenarios']} | {p50} | {mx} | "
+                    f"{c['unexplained']} |")
+    return rows
+
+
+def _failures(r: dict) -> list[str]:
+    out = []
+    for e in r["expects"]:
+        if not e["found"]:
+            out.append(f"{e['part']}: not found")
+        elif not (e["cause_ok"] and e["severity_ok"]):
+            out.append(f"{e['part']}: got {e['got']}")
+        elif e["seconds"] is None or e["seconds"] > DETECT_WITHIN_S:
+            out.append(f"{e['part']}: {e['seconds']:.0f} s")
+    if r.get("error"):
+        out.append(f"not caused: {r['error']}")
+    return out + [f"unexplained: {u}" for u in r["unexplained"]]
+
+
+def render_doc(live: dict | None, replay: dict | None, scenarios: list) -> str:
+    """docs/matrix.md: the catalog, then the newest live and replay results."""
+    out = ["# The fault matrix", "",
+           "Generated by `kmon matrix doc` from the newest results in bench/results/; do not "
+           "edit by hand.", "",
+           f"Each scenario causes one fault one way on a real local cluster; its ground truth "
+           f"names the findings a correct monitor hands over (type, entity, cause, severity) "
+           f"within {DETECT_WITHIN_S:.0f} s of the fault becoming visible, and any other "
+           f"finding in the scenario's time is unexplained (a false page). "
+           f"`kmon matrix run` runs them live and records each into tests/corpus/; "
+           f"`kmon matrix replay` (and CI) replays the recordings with no cluster.", "",
+           "## Scenarios", "", "| scenario | class | topology | how |", "|---|---|---|---|"]
+    out += [f"| {s.name} | {s.fault_class} | {s.topology.describe()} | {s.summary} |"
+            for s in scenarios]
+    for title, data in (("Live", live), ("Replay of the recorded corpus", replay)):
+        out += ["", f"## {title}", ""]
+        if data is None:
+            out.append("No results yet.")
+            continue
+        out += ["Each scenario's newest result; the runs it comes from "
+                f"({data['machine'].get('cpus')} cores):", ""]
+        out += [f"- `{r['command']}` on {r['date']} (commit {r.get('commit') or '?'})"
+                for r in data.get("runs", [data])]
+        out.append("")
+        out += _md_rows(data)
+    return "\n".join(out) + "\n"
+

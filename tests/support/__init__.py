@@ -1,0 +1,1 @@
+"""Test support: Prometheus/Alertmanager processes, a webhook receiver, kmon processes."""

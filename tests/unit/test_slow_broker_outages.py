@@ -1,0 +1,133 @@
+"""A broker that is out (crashed, shut down, restarting) is not a slow broker: its
+outages from the controller's lines, and the slow-broker windows they set aside. The
+crash is the one the live matrix paged on (coordinator-failover-3b): kill -9 of a
+follower, acks=all Produce on the other leaders waiting 9 s for it until it was fenced."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.findings import AnomalyType
+from detectors.slow_broker import (
+    BrokerOutage,
+    BrokerState,
+    BrokerStateChange,
+    SlowBrokerSection,
+    assess_windows,
+    detect_slow_brokers,
+)
+from detectors.slow_broker.outages import broker_outages, out_during
+from tests.unit.test_detector_slow_broker import (
+    LAST, T0, W, follower_fetches, healthy, replaced, start)
+
+pytestmark = pytest.mark.unit
+
+CONFIG = SlowBrokerSection()
+S = 9_000       # broker.session.timeout.ms
+GRACE = 30_000
+
+
+def change(broker, ms, state, cluster="c1"):
+    return BrokerStateChange(cluster, broker, ms, state)
+
+
+def outages(*changes):
+    return broker_outages(changes, session_timeout_ms=S, grace_ms=GRACE)
+
+
+def test_a_crash_runs_from_a_session_before_the_fence_to_the_unfence_and_the_grace():
+    [o] = outages(change(3, 10_000, BrokerState.FENCED),
+                  change(3, 25_000, BrokerState.REGISTERED),
+                  change(3, 33_000, BrokerState.UNFENCED))
+    assert o == BrokerOutage("c1", 3, 1_000, 63_000, "broker_fenced")
+
+
+def test_a_controlled_shutdown_starts_at_the_grant_and_a_quick_restart_a_session_back():
+    shutdown, quick = outages(
+        change(1, 10_000, BrokerState.SHUTDOWN), change(1, 14_000, BrokerState.REGISTERED),
+        change(1, 15_000, BrokerState.UNFENCED),
+        # restarted within the session timeout: never fenced, registered again
+        change(2, 50_000, BrokerState.REGISTERED), change(2, 51_000, BrokerState.UNFENCED))
+    assert (shutdown.start_ms, shutdown.end_ms, shutdown.how) == (10_000, 45_000,
+                                                                  "broker_shutdown")
+    assert (quick.start_ms, quick.end_ms, quick.how) == (41_000, 81_000, "broker_registered")
+
+
+def test_an_outage_without_an_unfence_is_open_and_an_unfence_alone_is_nothing():
+    [o] = outages(change(2, 5_000, BrokerState.UNFENCED),      # the end of an earlier one
+                  change(2, 70_000, BrokerState.FENCED))
+    assert o.end_ms is None and o.overlaps(10**12, 10**12 + 1)
+    assert out_during([o], "c1", 0, 61_000) == set()
+    assert out_during([o], "c1", 61_000, 71_000) == {2}
+    assert out_during([o], "c2", 61_000, 71_000) == set()
+
+
+def test_two_outages_of_one_broker_stay_two():
+    first, second = outages(change(3, 10_000, BrokerState.FENCED),
+                            change(3, 20_000, BrokerState.UNFENCED),
+                            change(3, 500_000, BrokerState.SHUTDOWN),
+                            change(3, 510_000, BrokerState.UNFENCED))
+    assert (first.start_ms, first.end_ms) == (1_000, 50_000)
+    assert (second.start_ms, second.end_ms) == (500_000, 540_000)
+
+
+# --- the detector ------------------------------------------------------------------------------
+
+CRASH = {LAST - 2, LAST - 1, LAST}
+
+
+def crashed_follower_windows():
+    """Broker 3 dead for the last three windows: no request of its own, no fetch at the
+    other leaders, whose acks=all Produce waits in Remote for it (9 s before the fence,
+    then the restart)."""
+    rows = [r for r in healthy()
+            if not (r.broker == 3 and (r.window_start_ms - T0) // W in CRASH)]
+    for b in (1, 2):
+        rows = replaced(rows, b, "Produce", CRASH, total=9000.0, remote=8980.0)
+    fetches = follower_fetches(CRASH, {(1, 3): None, (2, 3): None, (3, 1): None, (3, 2): None})
+    return rows, fetches
+
+
+def test_leaders_waiting_on_a_dead_follower_blame_it_when_nothing_says_it_was_out():
+    rows, fetches = crashed_follower_windows()
+    found = {d.entity: d.cause for d in detect_slow_brokers(rows, follower_fetches=fetches,
+                                                            config=CONFIG)}
+    assert found["broker:3"] == "slow_follower"
+
+
+def test_a_follower_the_controller_fenced_is_out_not_slow():
+    rows, fetches = crashed_follower_windows()
+    fenced = start(LAST - 2) + S - 1_000        # died just inside the first crash window
+    out = outages(change(3, fenced, BrokerState.FENCED))
+    assert detect_slow_brokers(rows, follower_fetches=fetches, outages=out,
+                               config=CONFIG) == []
+    last = assess_windows(rows, follower_fetches=fetches, outages=out, config=CONFIG)[-1]
+    assert set(last.excused) == {1, 2, 3} and not last.brokers and not last.cluster_wide
+
+
+def test_an_outage_of_another_broker_excuses_nothing_else():
+    """Broker 3 slow in its own right (Local 900 ms) while broker 1 restarts: broker 3 is
+    still found, and broker 1's own windows set aside."""
+    rows = replaced(healthy(), 3, "Produce", CRASH, total=910.0, local=900.0)
+    rows = replaced(rows, 1, "Produce", CRASH, total=2000.0, local=1990.0)
+    out = outages(change(1, start(LAST - 2), BrokerState.SHUTDOWN))
+    found = {d.entity: d.type for d in detect_slow_brokers(rows, outages=out, config=CONFIG)}
+    assert found == {"broker:3": AnomalyType.SLOW_BROKER}
+
+
+def test_remote_waits_naming_no_follower_while_a_follower_restarts_are_set_aside():
+    """Seen on a rolling restart (rolling-restart-3b): the last broker restarted and caught
+    up; the other two leaders' Produce waited 250-700 ms in Remote, their followers'
+    fetches too regular to name one. Without the outage: a cluster-wide page."""
+    rows = healthy()
+    for b in (1, 2):
+        rows = replaced(rows, b, "Produce", CRASH, total=700.0, remote=690.0)
+    fetches = follower_fetches(CRASH, {})
+    before = assess_windows(rows, follower_fetches=fetches, config=CONFIG)[-1]
+    assert {v.attribution.cause for v in before.brokers.values()} == {
+        "remote_produce_unknown_follower"}
+    assert before.cluster_wide
+    out = outages(change(3, start(LAST - 2), BrokerState.SHUTDOWN),
+                  change(3, start(LAST - 1), BrokerState.UNFENCED))
+    assert detect_slow_brokers(rows, follower_fetches=fetches, outages=out,
+                               config=CONFIG) == []
