@@ -1,6 +1,6 @@
 """`kmon demo`: a real local cluster, a workload, four faults caused for real, and the
 capture/replay of their telemetry. Nothing else in kmon imports this package; only the
-command line (kmon/cli.py) starts it.
+command line (cli/main.py) starts it.
 
 - runner.py: the live demo's steps, in order, and its teardown.
 - settings.py: its timings and the configuration it runs under.

@@ -5,7 +5,7 @@
     kmon report --from 1714557600000 --to 1714561200000 --cluster prod-eu
 
 Times are ISO-8601 (no zone means UTC) or epoch milliseconds. Without --out the report
-goes to <work_dir>/reports/. kmon/cli.py wires the command with `add_arguments` and `run`
+goes to <work_dir>/reports/. cli/main.py wires the command with `add_arguments` and `run`
 (the application shell loads the configuration and passes it in).
 """
 

@@ -39,7 +39,7 @@ def demo(tmp_path_factory):
     summary = out_dir / "summary.json"
     env = {**os.environ, "KMON__KMON__WORK_DIR": str(REPO_ROOT / ".kmon")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kmon.cli", "demo", "--short", "--warmup", str(HEALTHY_S),
+        [sys.executable, "-m", "cli", "demo", "--short", "--warmup", str(HEALTHY_S),
          "--exporter-port", "0", "--summary-json", str(summary)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True)

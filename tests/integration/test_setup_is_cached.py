@@ -16,7 +16,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_second_setup_downloads_nothing(tmp_path):
-    kmon = [sys.executable, "-m", "kmon.cli"]
+    kmon = [sys.executable, "-m", "cli"]
     work = load_config().work_dir
     first = subprocess.run(kmon + ["setup"], capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr

@@ -439,7 +439,7 @@ def test_the_command_writes_the_report_and_prints_its_path(incident, tmp_path):
     env = {**os.environ, "KMON__SPARK__STORAGE_ROOT": lake.root,
            "KMON__SPARK__SHUFFLE_PARTITIONS": "2"}
     # its own process and Spark session, as `kmon report` runs; the timeout is a hang guard
-    r = subprocess.run([sys.executable, "-m", "kmon.cli", "report", "--incident", data.incident_id,
+    r = subprocess.run([sys.executable, "-m", "cli", "report", "--incident", data.incident_id,
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 REPO = Path(__file__).resolve().parents[2]
-KMON = [sys.executable, "-m", "kmon.cli"]
+KMON = [sys.executable, "-m", "cli"]
 
 
 def kmon_env(cluster, lake_root: str, watch_cluster: str = "e2e",

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from infra import preflight
-from kmon.cli import build_parser, main
+from cli.main import build_parser, main
 from kmon.log_files import RetriedPy4jCallFilter
 
 

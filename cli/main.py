@@ -505,6 +505,3 @@ def _run_command(args, config) -> int:
         print("kmon: interrupted; everything it started has been stopped", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())
