@@ -55,6 +55,11 @@ class SlowBrokerSection:
     cluster_wide_share: float = _key("More than this share of the brokers with traffic blamed "
                                      "in one window is one cluster-wide event", 0.5, min=0,
                                      max=1)
+    cluster_wide_persistence_windows: int = _key(
+        "Windows with a cluster-wide verdict needed (out of persistence_lookback_windows) to "
+        "detect cluster_wide_slowness: it names no broker and no action, so it pages when it "
+        "holds, not for a host's stall of two windows (seen in the matrix's healthy runs on "
+        "a loaded 2-core host)", 3, min=1, max=1000)
     cluster_wide_min_brokers: int = _key("Fewest blamed brokers that can make a cluster-wide "
                                          "event", 2, min=1, max=100000)
     follower_holdback_floor_ms: float = _key("A follower that leaves its leader waiting this "
@@ -93,6 +98,11 @@ class SlowBrokerSection:
         if self.persistence_windows > self.persistence_lookback_windows:
             raise ConfigError(
                 f"slow_broker.persistence_windows ({self.persistence_windows}) must be <= "
+                f"slow_broker.persistence_lookback_windows ({self.persistence_lookback_windows})")
+        if self.cluster_wide_persistence_windows > self.persistence_lookback_windows:
+            raise ConfigError(
+                f"slow_broker.cluster_wide_persistence_windows "
+                f"({self.cluster_wide_persistence_windows}) must be <= "
                 f"slow_broker.persistence_lookback_windows ({self.persistence_lookback_windows})")
         for api, ms in self.api_threshold_ms.items():
             if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0:

@@ -43,8 +43,8 @@ def flagged_keys(a: WindowAssessment) -> set[Key]:
 def detections_from(assessments: Sequence[WindowAssessment],
                     config: SlowBrokerSection) -> list[Detection]:
     """Apply persistence to assessed windows: at least persistence_windows of the last
-    persistence_lookback_windows must hold a verdict for the same broker (or cluster, or
-    client)."""
+    persistence_lookback_windows must hold a verdict for the same broker (or client);
+    cluster_wide_persistence_windows for the cluster."""
     grid = recent_windows(assessments, config)
     by_cw = {(a.cluster, a.window_start_ms): a for a in assessments}
     detections = []
@@ -55,7 +55,9 @@ def detections_from(assessments: Sequence[WindowAssessment],
             for k in flagged_keys(a):
                 flagged[k].append(a.window_start_ms)
         for k, windows in sorted(flagged.items(), key=lambda kv: tuple(map(str, kv[0]))):
-            if len(windows) < config.persistence_windows:
+            needed = (config.cluster_wide_persistence_windows if k[0] == "cluster"
+                      else config.persistence_windows)
+            if len(windows) < needed:
                 continue
             latest = by_cw[(cluster, max(windows))]
             if k[0] == "cluster":

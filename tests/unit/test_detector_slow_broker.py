@@ -123,6 +123,8 @@ def rules_of(v):
 
 
 FAULT = {LAST - 1, LAST}
+# A cluster-wide slowdown pages once it holds cluster_wide_persistence_windows (3).
+HELD = {LAST - 2, LAST - 1, LAST}
 SLOW_LOCAL = dict(total=910.0, local=900.0)
 PAUSED_PRODUCE_ON_LEADER = dict(total=2600.0, remote=2580.0)
 
@@ -244,13 +246,18 @@ def scenarios():
     # Every follower a little late everywhere (the whole machine starved): nobody stands
     # out, so nobody is named, and the leaders are not victims of anyone.
     everywhere = {(a, b): 700.0 for a in BROKERS for b in BROKERS if a != b}
+    starved = healthy()
+    for leader in (1, 2):
+        starved = replaced(starved, leader, "Produce", HELD, **PAUSED_PRODUCE_ON_LEADER)
+    starved = replaced(starved, 3, "Produce", HELD, total=2700.0, rq=2500.0, remote=150.0,
+                       requests=300)
     yield Scenario(
-        "every_follower_equally_late_names_no_follower", paused,
-        fetches=follower_fetches(FAULT, everywhere),
+        "every_follower_equally_late_names_no_follower", starved,
+        fetches=follower_fetches(HELD, everywhere),
         verdicts={1: (Role.UNATTRIBUTED, "remote_produce_unknown_follower"),
                   2: (Role.UNATTRIBUTED, "remote_produce_unknown_follower"),
                   3: (Role.CULPRIT, "request_handlers_saturated")},
-        cluster_wide=True,
+        cluster_wide=True, first_window=LAST - 2,
         detections={"cluster:c1": (AnomalyType.CLUSTER_WIDE_SLOWNESS, "cluster_wide_slowness",
                                    ActionKind.PAGE_HUMAN, Severity.HIGH)})
 
@@ -291,17 +298,29 @@ def scenarios():
 
     fleet = healthy()
     for b in BROKERS:
-        fleet = replaced(fleet, b, "Produce", FAULT, **SLOW_LOCAL)
+        fleet = replaced(fleet, b, "Produce", HELD, **SLOW_LOCAL)
     yield Scenario(
         "fleet_wide_latency_is_cluster_event", fleet,
         rules={(1, "Produce"): {"enough_traffic": True, "over_threshold": True,
                                 "slow_vs_history": True, "slow_vs_peers": False,
                                 "suspect": True, "stage": "local"}},
         verdicts={b: (Role.CULPRIT, "local_disk_or_page_cache") for b in BROKERS},
-        cluster_wide=True,
+        cluster_wide=True, first_window=LAST - 2,
         detections={"cluster:c1": (AnomalyType.CLUSTER_WIDE_SLOWNESS, "cluster_wide_slowness",
                                    ActionKind.PAGE_HUMAN, Severity.HIGH)},
         evidence={"cluster:c1": {"brokers_blamed": [1, 2, 3], "dominant_stage": "local"}})
+
+    # Seen in the matrix (rolling-restart-3b, a healthy run): every broker's acks=all
+    # Produce over the threshold for two windows, on a 2-core host shared with the
+    # pipeline while the restarted JVMs warmed up. Cluster-wide in each window, but two
+    # windows are a host's stall, not a page: nothing is detected.
+    stall = healthy()
+    for b in BROKERS:
+        stall = replaced(stall, b, "Produce", FAULT, **SLOW_LOCAL)
+    yield Scenario(
+        "a_cluster_wide_stall_of_two_windows_pages_nobody", stall, cluster_wide=True,
+        verdicts={b: (Role.CULPRIT, "local_disk_or_page_cache") for b in BROKERS},
+        detections={})
 
     yield Scenario(
         "low_traffic_broker_ignored",
