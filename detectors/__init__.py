@@ -7,9 +7,12 @@ lifecycle) and `correlation.correlate` (incidents), and writes the findings back
 merge on finding_id. Imports here point only to core/.
 
 - slow_broker/: slow brokers, the stage to blame, slow followers, cluster-wide slowness.
-- offset_rewind.py: committed offsets moving back, automatic and operator resets.
+- offset_rewind.py: committed offsets moving back; its entry point runs offset_reset.py too.
+- offset_reset.py: automatic resets and operators' forward resets of a group's position.
+- offset_rewind_config.py: the [offset_rewind] config section both read.
 - compaction_lag.py: a log cleaner that dies, stalls or falls behind; growing compacted logs.
-- unclean_election.py: unclean leader elections, the lost range, the groups affected.
+- unclean_election.py: unclean leader elections (logged, replayed, meter only), truncations.
+- lost_range.py: an unclean election's lost range and the groups that read into it.
 - correlation.py: one incident from election to truncation to reset to rewind, and from a
   slow follower to the leaders it holds back.
 - partition_signals.py: partition-level inputs shared by the offset and election detectors.

@@ -1,4 +1,4 @@
-"""Offset rewind and offset reset: a consumer group's position moving where it should not.
+"""Offset rewind: a consumer group's committed position moving back where it should not.
 
 Signal. The committed offsets of every group on every partition, in commit order, from
 __consumer_offsets (`OffsetCommit`); the partitions' end and start offsets over time
@@ -55,7 +55,10 @@ Algorithm, per group and partition:
    - commit_reordered: the rewind's commit retries one of the member's that failed (same
      offset, answered with an error), and the next commit (one drop, within
      REORDER_WINDOW_MS) is back at the old position: the retry landed after a newer
-     commit (rewind_cause.py, `retried`). Info: nothing moved back.
+     commit (rewind_cause.py, `retried`); or, with no line needed, the rewind's offset
+     lies between the two commits before it and the next commit is the old position
+     unchanged: a commit sent before the newer one landed after it (`in_flight`). Info:
+     nothing moved back.
    - application_seek: the member that committed the rewind had itself committed a
      higher offset on the partition before (same member id: the same live consumer
      moved its own position back), to a position inside the log (not its start or end,
@@ -71,12 +74,8 @@ Algorithm, per group and partition:
 4. Size: duplicates = messages re-read = min(old, end) - max(new, log start). The old
    position is evidence, not a guess: it is the group's highest commit before the drop.
 
-Resets. Client reset lines (after `pair_reset_events`) become offset_reset findings
-unless benign (reason no_committed_offset: a new group; an application's seek; or an
-unexplained reset of a partition the group had never committed). A reset forward skips messages the group never
-read: skipped = to - from (possible loss); a reset backward re-reads. An empty group's
-forward commit (an operator's reset to latest or to a later offset) is an offset_reset
-too: cause operator_reset_forward.
+Resets (client reset lines, an empty group's forward commits): detectors/offset_reset.py.
+`detect_offset_anomalies` below runs both.
 
 Scoring and actions:
 
@@ -94,13 +93,11 @@ Scoring and actions:
   opens a ticket whose evidence names what to check (the group's members and their
   commits). unknown warning/page_human. A rewind that already recovered no longer
   suggests restoring (action none): there is nothing left to restore.
-- reset: truncation or out-of-range high; unexplained warning; skipped > 0 adds "possible
-  loss" and suggests restore_group_offsets to the pre-reset position when it is still in
-  the log; operator_reset_forward warning/none.
-- Unfixable: a rewind or reset caused by truncation (the old position is gone) pages a
-  human; offsets are never restored past the log end.
+- Unfixable: a rewind caused by truncation (the old position is gone) pages a human;
+  offsets are never restored past the log end.
 
-Config keys ([offset_rewind] section, `OffsetRewindSection`):
+Config keys ([offset_rewind] section, `OffsetRewindSection` in offset_rewind_config.py,
+read by offset_reset.py too):
 
 - evidence_window_s = 120: a client reset line or a truncation this close to the rewind
   (either side), or a coordinator load this long before it, explains it.
@@ -119,10 +116,8 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Iterable, Sequence
 
-from core.config_keys import _key
 from core.findings import (
     ActionKind,
     AnomalyType,
@@ -130,8 +125,13 @@ from core.findings import (
     EntityKind,
     Severity,
     group_partition_entity,
-    partition_entity,
 )
+from detectors.offset_reset import (
+    is_admin_commit,
+    operator_forward_resets,
+    reset_detection,
+)
+from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.partition_signals import (
     ClientOffsetReset,
     CommitRequest,
@@ -142,13 +142,14 @@ from detectors.partition_signals import (
     PartitionOffsets,
     ResetReason,
     ResetTarget,
-    at_or_before,
     by_partition,
+    group_uses_membership,
+    members_at,
     messages_reread,
-    offsets_at,
     offsets_past_log_end,
     pair_reset_events,
     reset_target_of,
+    still_in_log,
 )
 from detectors.rewind_cause import (
     REORDER_WINDOW_MS,
@@ -161,31 +162,8 @@ from detectors.rewind_cause import (
     requests_by_group,
 )
 
-__all__ = ["OffsetRewindSection", "PartitionInputs", "ResetCause", "Rewind", "RewindAssessment",
-           "RewindCause", "assess_rewind", "classify_rewind", "detect_offset_anomalies",
-           "find_rewinds", "rewind_detection", "reset_detection"]
-
-
-@dataclass(frozen=True)
-class OffsetRewindSection:
-    evidence_window_s: float = _key("A client reset line or a truncation this close to a "
-                                    "rewind (either side), or a coordinator load of the "
-                                    "group's partition this long before it, explains it",
-                                    120.0, min=1, max=86400)
-    membership_max_age_s: float = _key("A group membership sample older than this at a commit "
-                                       "counts as unknown", 300.0, min=1, max=86400)
-    min_rewind_messages: int = _key("Ignore rewinds smaller than this many offsets", 1,
-                                    min=1, max=10**12)
-    reset_pair_window_s: float = _key("Longest gap between a Java client's reset-cause line and "
-                                      "its new-position line", 5.0, min=0, max=600)
-
-
-class ResetCause(StrEnum):
-    """The `cause` of offset_reset findings."""
-    AUTO_RESET_AFTER_OUT_OF_RANGE = "auto_reset_after_out_of_range"
-    AUTO_RESET_AFTER_TRUNCATION = "auto_reset_after_truncation"
-    RESET_UNKNOWN_REASON = "reset_unknown_reason"
-    OPERATOR_RESET_FORWARD = "operator_reset_forward"
+__all__ = ["PartitionInputs", "Rewind", "RewindAssessment", "RewindCause", "assess_rewind",
+           "classify_rewind", "detect_offset_anomalies", "find_rewinds", "rewind_detection"]
 
 
 @dataclass(frozen=True)
@@ -197,6 +175,7 @@ class Rewind:
     new_position: int               # the lowest offset committed while the rewind lasted
     drops: int                      # commits that went down while it lasted
     recovered_commit: OffsetCommit | None  # the first commit back at the old position
+    before_previous: OffsetCommit | None = None  # the commit before previous_commit
 
     @property
     def active(self) -> bool:
@@ -234,6 +213,7 @@ def find_rewinds(commits: Sequence[OffsetCommit], min_messages: int = 1) -> list
     rewinds: list[Rewind] = []
     high: int | None = None
     prev: OffsetCommit | None = None
+    before_prev: OffsetCommit | None = None
     current: dict | None = None
     for c in commits:
         if current is not None:
@@ -245,30 +225,12 @@ def find_rewinds(commits: Sequence[OffsetCommit], min_messages: int = 1) -> list
                 current["drops"] += 1
         elif prev is not None and c.offset < prev.offset and high - c.offset >= min_messages:
             current = {"previous_commit": prev, "rewind_commit": c, "old_position": high,
-                       "new_position": c.offset, "drops": 1}
+                       "new_position": c.offset, "drops": 1, "before_previous": before_prev}
         high = c.offset if high is None else max(high, c.offset)
-        prev = c
+        before_prev, prev = prev, c
     if current is not None:
         rewinds.append(Rewind(recovered_commit=None, **current))
     return rewinds
-
-
-def members_at(samples: Sequence[GroupMembership], t_ms: int, max_age_ms: int) -> int | None:
-    """The group's member count at t_ms, from the last sample no older than max_age."""
-    s = at_or_before(samples, t_ms, lambda m: m.observed_ms)
-    if s is None or t_ms - s.observed_ms > max_age_ms:
-        return None
-    return s.member_count
-
-
-def group_uses_membership(samples: Sequence[GroupMembership]) -> bool:
-    """A group that never shows a member commits through assign(): "empty" means nothing."""
-    return any(s.member_count > 0 for s in samples)
-
-
-def is_admin_commit(member_count: int | None, uses_membership: bool) -> bool:
-    """Committed while the group had no members: only an admin tool does that."""
-    return uses_membership and member_count == 0
 
 
 def _closest_event(resets: Sequence[ClientOffsetReset], group: str, t_ms: int, window_ms: int,
@@ -307,27 +269,6 @@ def truncation_near(truncations: Sequence[LogTruncation], t_ms: int,
     return min(near, key=lambda t: (abs(t.event_ms - t_ms), -t.event_ms), default=None)
 
 
-def is_benign_reset(e: ClientOffsetReset, had_commit_before: bool) -> bool:
-    """A new group (or partition) picking its first position (auto.offset.reset's job), or
-    an application's deliberate seek (its commit shows up as a rewind if it goes back)."""
-    if e.reason in (ResetReason.NO_COMMITTED_OFFSET, ResetReason.APPLICATION_SEEK):
-        return True
-    return e.reason is ResetReason.UNKNOWN and not had_commit_before
-
-
-def resolved_target_offset(e: ClientOffsetReset, at: PartitionOffsets | None) -> int | None:
-    """The new position: as logged, else the symbolic target read from the broker offsets."""
-    if e.to_offset is not None:
-        return e.to_offset
-    if at is None:
-        return None
-    if e.target is ResetTarget.LATEST:
-        return at.end_offset
-    if e.target is ResetTarget.EARLIEST:
-        return at.log_start_offset
-    return None
-
-
 def offsets_during_rewind(series: Sequence[PartitionOffsets], r: Rewind,
                           slack_ms: int) -> PartitionOffsets | None:
     """The broker's offsets at the rewind, from a sample taken after the old position was
@@ -337,14 +278,6 @@ def offsets_during_rewind(series: Sequence[PartitionOffsets], r: Rewind,
     usable = [o for o in series if since <= o.observed_ms <= t + slack_ms]
     before = [o for o in usable if o.observed_ms <= t]
     return before[-1] if before else (usable[0] if usable else None)
-
-
-def still_in_log(position: int, at: PartitionOffsets | None) -> bool:
-    """Whether a consumer could still be put back at this position."""
-    if at is None:
-        return False
-    start = at.log_start_offset if at.log_start_offset is not None else 0
-    return start <= position <= at.end_offset
 
 
 # --- assessment ------------------------------------------------------------------------
@@ -361,6 +294,17 @@ def undone_at_once(r: Rewind) -> bool:
     """One drop, and the next commit back at the old position within REORDER_WINDOW_MS."""
     return (r.drops == 1 and r.recovered_commit is not None
             and r.recovered_commit.commit_ms - r.rewind_commit.commit_ms <= REORDER_WINDOW_MS)
+
+
+def sent_between_and_recommitted(r: Rewind) -> bool:
+    """The rewind's offset lies strictly between the two commits before it (a position the
+    consumer passed between them: a commit sent then, in flight while the newer one
+    landed), and the next commit is the old position again, unchanged (the consumer's
+    position had not moved: it re-read nothing). rewind_cause.py, `in_flight`."""
+    b = r.before_previous
+    return (undone_at_once(r) and b is not None
+            and b.offset < r.rewind_commit.offset < r.previous_commit.offset
+            and r.recovered_commit.offset == r.old_position)
 
 
 def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMembership],
@@ -396,7 +340,7 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
         cause=classify_rewind(admin, seek, event, truncation, past_end, member_count,
                               committer, move,
                               reset_target_of(r.new_position, at) is ResetTarget.OFFSET,
-                              undone_at_once(r)),
+                              undone_at_once(r), sent_between_and_recommitted(r)),
         lag_now=None if latest is None else max(0, latest.end_offset - last_offset),
         committer=committer, coordinator_move=move)
 
@@ -430,10 +374,10 @@ _REWIND_WHY = {
                                                      "coordinator moved",
     RewindCause.STALE_PROCESS: "a stale process committed an old position (a member of an older "
                                "generation, or one that had not been committing the partition)",
-    RewindCause.COMMIT_REORDERED: "a retried commit request of the member, with an offset it "
-                                  "had committed before, landed after a newer one; its next "
-                                  "commit put the position back at once (nothing was re-read "
-                                  "on its account)",
+    RewindCause.COMMIT_REORDERED: "a commit request of the member sent before a newer one (a "
+                                  "retry of a failed commit, or one queued across a coordinator "
+                                  "move) landed after it; its next commit put the position back "
+                                  "at once (nothing was re-read on its account)",
     RewindCause.MEMBER_COMMIT: "a member committed an older offset (no reset; whether it sought "
                                "back or was stale is not known)",
     RewindCause.UNKNOWN: "cause unknown (no membership or client evidence)",
@@ -449,6 +393,8 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         "old_position": r.old_position, "new_position": r.new_position,
         "previous_commit_offset": r.previous_commit.offset,
         "previous_commit_ms": r.previous_commit.commit_ms, "rewind_commit_ms": c.commit_ms,
+        "before_previous_offset": (r.before_previous.offset if r.before_previous is not None
+                                   else None),
         "drops": r.drops, "duplicates": a.duplicates, "active": r.active,
         "recovered_ms": None if r.active else r.recovered_commit.commit_ms,
         "member_count": a.member_count, "group_has_members_ever": a.group_has_members_ever,
@@ -490,101 +436,6 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         first_seen_ms=c.commit_ms,
         last_seen_ms=max(c.commit_ms, now_ms) if r.active else r.recovered_commit.commit_ms,
         cause=a.cause, explanation=explanation, suggested_action=action, evidence=evidence)
-
-
-def _last_commit_before(commits: Sequence[OffsetCommit], t_ms: int) -> OffsetCommit | None:
-    return at_or_before(commits, t_ms, lambda c: c.commit_ms)
-
-
-def reset_detection(e: ClientOffsetReset, commits: Sequence[OffsetCommit],
-                    offsets: Sequence[PartitionOffsets]) -> Detection | None:
-    """An offset_reset finding for one client reset line, or None when it is benign."""
-    before = _last_commit_before(commits, e.event_ms) if e.group else None
-    if is_benign_reset(e, before is not None):
-        return None
-    at = offsets_at(offsets, e.event_ms)
-    from_offset = e.from_offset if e.from_offset is not None else (
-        before.offset if before else None)
-    to_offset = resolved_target_offset(e, at)
-    skipped = (to_offset - from_offset
-               if None not in (from_offset, to_offset) and to_offset > from_offset else 0)
-    reread = (messages_reread(from_offset, to_offset, at)
-              if None not in (from_offset, to_offset) and to_offset < from_offset else 0)
-    if e.reason is ResetReason.TRUNCATION:
-        cause, severity = ResetCause.AUTO_RESET_AFTER_TRUNCATION, Severity.HIGH
-    elif e.reason is ResetReason.OUT_OF_RANGE:
-        cause, severity = ResetCause.AUTO_RESET_AFTER_OUT_OF_RANGE, Severity.HIGH
-    else:
-        cause, severity = ResetCause.RESET_UNKNOWN_REASON, Severity.WARNING
-    if skipped > 0:
-        severity = Severity.HIGH
-    truncated = e.reason is ResetReason.TRUNCATION or offsets_past_log_end(
-        from_offset or 0, at) > 0
-    if skipped > 0 and not truncated and still_in_log(from_offset, at):
-        action = ActionKind.RESTORE_GROUP_OFFSETS
-    else:
-        action = ActionKind.PAGE_HUMAN
-    target = e.target if e.target is not ResetTarget.UNKNOWN else (
-        reset_target_of(to_offset, at) if to_offset is not None else ResetTarget.UNKNOWN)
-    if e.group:
-        kind, entity = EntityKind.GROUP, group_partition_entity(e.group, e.topic, e.partition)
-    else:
-        kind, entity = EntityKind.PARTITION, partition_entity(e.topic, e.partition)
-    who = f"Group {e.group}" if e.group else f"Client {e.client_id or '(unknown)'}"
-    if skipped:
-        size = f"skipping {skipped} unread messages (possible loss)"
-    elif reread:
-        size = f"re-reading {reread} messages"
-    else:
-        size = "size unknown" if None in (from_offset, to_offset) else "no messages skipped"
-    explanation = (f"{who} reset its position on {e.topic}-{e.partition} from "
-                   f"{from_offset if from_offset is not None else '?'} to "
-                   f"{to_offset if to_offset is not None else target.value} "
-                   f"({e.reason.value}), {size}.")
-    return Detection(
-        cluster=e.cluster, type=AnomalyType.OFFSET_RESET, severity=severity, entity_kind=kind,
-        entity=entity, first_seen_ms=e.event_ms, last_seen_ms=e.event_ms, cause=cause,
-        explanation=explanation, suggested_action=action,
-        evidence={"group": e.group, "topic": e.topic, "partition": e.partition,
-                  "client_id": e.client_id, "reason": e.reason.value, "target": target.value,
-                  "from_offset": from_offset, "to_offset": to_offset, "skipped": skipped,
-                  "duplicates": reread, "possible_loss": skipped > 0,
-                  "end_offset_at_reset": at.end_offset if at else None,
-                  "log_start_at_reset": at.log_start_offset if at else None,
-                  "restore_to": from_offset if action is ActionKind.RESTORE_GROUP_OFFSETS
-                  else None})
-
-
-def operator_forward_resets(commits: Sequence[OffsetCommit], members: Sequence[GroupMembership],
-                            offsets: Sequence[PartitionOffsets],
-                            config: OffsetRewindSection) -> list[Detection]:
-    """Forward commits made while the group was empty: an operator skipped messages."""
-    out = []
-    uses_membership = group_uses_membership(members)
-    max_age_ms = int(config.membership_max_age_s * 1000)
-    for prev, c in zip(commits, commits[1:]):
-        if c.offset - prev.offset < config.min_rewind_messages:
-            continue
-        if not is_admin_commit(members_at(members, c.commit_ms, max_age_ms), uses_membership):
-            continue
-        at = offsets_at(offsets, c.commit_ms)
-        skipped = c.offset - prev.offset
-        out.append(Detection(
-            cluster=c.cluster, type=AnomalyType.OFFSET_RESET, severity=Severity.WARNING,
-            entity_kind=EntityKind.GROUP,
-            entity=group_partition_entity(c.group, c.topic, c.partition),
-            first_seen_ms=c.commit_ms, last_seen_ms=c.commit_ms,
-            cause=ResetCause.OPERATOR_RESET_FORWARD,
-            explanation=(f"Group {c.group} was moved forward on {c.topic}-{c.partition} from "
-                         f"{prev.offset} to {c.offset} while it had no members (an operator's "
-                         f"reset), skipping {skipped} unread messages."),
-            suggested_action=ActionKind.NONE,
-            evidence={"group": c.group, "topic": c.topic, "partition": c.partition,
-                      "from_offset": prev.offset, "to_offset": c.offset, "skipped": skipped,
-                      "possible_loss": True, "member_count": 0,
-                      "target": reset_target_of(c.offset, at).value,
-                      "commit_ms": c.commit_ms}))
-    return out
 
 
 def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,

@@ -302,3 +302,24 @@ def reset_target_of(position: int, at: PartitionOffsets | None) -> ResetTarget:
     if position >= at.end_offset:
         return ResetTarget.LATEST
     return ResetTarget.OFFSET
+
+
+def members_at(samples: Sequence[GroupMembership], t_ms: int, max_age_ms: int) -> int | None:
+    """The group's member count at t_ms, from the last sample no older than max_age."""
+    s = at_or_before(samples, t_ms, lambda m: m.observed_ms)
+    if s is None or t_ms - s.observed_ms > max_age_ms:
+        return None
+    return s.member_count
+
+
+def group_uses_membership(samples: Sequence[GroupMembership]) -> bool:
+    """A group that never shows a member commits through assign(): "empty" means nothing."""
+    return any(s.member_count > 0 for s in samples)
+
+
+def still_in_log(position: int, at: PartitionOffsets | None) -> bool:
+    """Whether a consumer could still be put back at this position."""
+    if at is None:
+        return False
+    start = at.log_start_offset if at.log_start_offset is not None else 0
+    return start <= position <= at.end_offset

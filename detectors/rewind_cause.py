@@ -45,6 +45,17 @@ the lines of the group before it say:
   nothing re-read. Cause commit_reordered (info): the group's position never moved back.
   (A commit of an offset the member had committed successfully before is no retry: an
   application that seeks back 100 messages, at 100 messages a second, lands on one.)
+- `in_flight` (no line needed): the rewind's offset lies strictly between the two commits
+  before it, and the next commit, within REORDER_WINDOW_MS, is the old position itself,
+  unchanged. The consumer passed that offset between the two commits, so a commit of it
+  was sent then and landed after the newer one; and a consumer that had gone back to it
+  would commit the old position again only by re-reading exactly to it with nothing new
+  since. Seen in the matrix (rolling-restart-3b): when the group's coordinator moved,
+  librdkafka sent the member's queued commits to the new coordinator out of order (17160,
+  then 17152 71 ms later, then 17160 again 0.4 s after, the commit before being 17144); the
+  commit to the old coordinator left no line. A seek lands on a commit it passed or
+  further back, and reads on from there (app-seek-3b: 5000, 5100, 5000, 5110). Cause
+  commit_reordered.
 
 Coordinator moves. A broker that becomes a __consumer_offsets partition's coordinator
 logs "Scheduling loading of metadata from __consumer_offsets-N with epoch E"
@@ -188,19 +199,23 @@ def classify_rewind(admin_commit: bool, seek: object | None, reset_event: object
                     truncation: object | None, past_log_end: int, member_count: int | None,
                     committer: Committer = Committer(),
                     coordinator_move: CoordinatorLoad | None = None,
-                    inside_log: bool = False, undone_at_once: bool = False) -> RewindCause:
+                    inside_log: bool = False, undone_at_once: bool = False,
+                    in_flight: bool = False) -> RewindCause:
     """First match wins; offset_rewind's module docstring says why this order.
     `inside_log`: the new position lay strictly between the log start and end at the
     rewind (known from the broker's offsets): not where an automatic reset puts a
     consumer. `undone_at_once`: one drop, and the next commit back at the old position
-    within REORDER_WINDOW_MS."""
+    within REORDER_WINDOW_MS. `in_flight`: undone at once by a commit of the old position
+    itself, and the rewind's offset lies between the two commits before it (see the
+    module docstring)."""
     if admin_commit:
         return RewindCause.OPERATOR_RESET
     if seek is not None:
         return RewindCause.APPLICATION_SEEK
     if reset_event is not None or truncation is not None or past_log_end > 0:
         return RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
-    if committer.line is not None and committer.retried is not None and undone_at_once:
+    if undone_at_once and (in_flight or (committer.line is not None
+                                         and committer.retried is not None)):
         # Before the coordinator move: a member that resumed from a stale offset reads on
         # from it; one whose next commit is back at once re-read nothing.
         return RewindCause.COMMIT_REORDERED

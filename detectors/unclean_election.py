@@ -5,7 +5,8 @@ Signal.
   change for <tp> ... leader: 1 -> 3, leaderEpoch: 4 -> 5" (3.3+), "Setting new leader
   ... using an unclean election" (3.7+), "Triggering unclean leader election for offline
   partition <tp>" (3.9+)). The adapter de-duplicates the several lines one election
-  writes, keeping the earliest time.
+  writes, keeping the earliest time. Typed (with `LeaderEpochSeen`) in
+  detectors/lost_range.py, whose rules take it.
 - `UncleanElectionMeterTick`: the increase of the controller's
   UncleanLeaderElectionsPerSec meter (Count) between two samples. A ZooKeeper-mode
   controller (Kafka up to 3.9) logs nothing for an unclean election: only this meter
@@ -32,33 +33,9 @@ Algorithm, per logged election:
    (`LeaderEpochSeen`) are the brokers' "starts at leader epoch E" lines and earlier
    election lines. A replayed line still accounts for a meter tick (the replaying
    controller's meter counts it again) but makes no finding.
-1. Lost range [lost_from, lost_until): the offsets the old leader had acknowledged that
-   the new leader never had.
-   - lost_from, the new leader's log end at the election, first match wins: the old
-     leader's own truncation after the election (it truncates to exactly that point when
-     it comes back: the most direct evidence); else the new leader's own "Leader <tp> ...
-     starts at leader epoch <elected> from offset O" (its log end as it took over); else
-     the lowest truncation below a logged high watermark; else the lowest truncation of the partition after the election; else
-     the first end offset observed after the election (an upper bound: new writes may
-     already be in it).
-   - lost_until, the high watermark before the election: the highest "below high
-     watermark M" of the truncation lines; else, when the old leader came back as a
-     follower ("Follower <tp> starts at leader epoch E from offset O", E at least the
-     elected one) with no more than the new leader had (O at most lost_from), that O:
-     its log held nothing the new leader lacked, acknowledged or not, so nothing was lost
-     (its high watermark in the same line is a checkpoint up to 5 s old, so it is not used
-     as a bound); else the last end offset observed before the election (the high
-     watermark consumers could reach). Seen live (unclean-noloss-3b): 500 records written
-     between two 10 s samples of the end offsets, the last sample before the election
-     said 0; the two brokers' start lines said 500 and 500.
-   Each bound's source is in the evidence; a bound we cannot find stays null and the
-   finding says so rather than guessing.
-2. Groups: each group's last commit on the partition at or before the election.
-   inside = lost_from < committed <= lost_until: the group read messages that no longer
-   exist; its position now lies past the new leader's end (OffsetOutOfRange, then a reset
-   per auto.offset.reset) or, once new writes fill those offsets, it silently skips them.
-   beyond = committed > lost_until (lost_until was an underestimate); behind = committed
-   <= lost_from: no error, but the lost messages are lost to it as well.
+1-2. The lost range [lost_from, lost_until) (the offsets the old leader had acknowledged
+   that the new leader never had) and the groups that had read into it:
+   detectors/lost_range.py.
 3. log_truncation findings: every truncation below its high watermark (committed data
    removed). Truncations without a high watermark are routine (a follower dropping an
    uncommitted tail after a leader change) and are only used as evidence above.
@@ -110,12 +87,21 @@ from core.findings import (
     cluster_entity,
     partition_entity,
 )
+from detectors.lost_range import (
+    GroupsOnRange,
+    LeaderEpochSeen,
+    LostRange,
+    UncleanElection,
+    committed_at,
+    lost_range,
+    place_groups,
+    truncations_after,
+)
 from detectors.partition_signals import (
     CLOCK_SKEW_MS,
     LogTruncation,
     OffsetCommit,
     PartitionOffsets,
-    at_or_before,
     by_partition,
 )
 
@@ -154,36 +140,6 @@ class UncleanElectionSection:
 
 
 @dataclass(frozen=True)
-class UncleanElection:
-    cluster: str
-    topic: str
-    partition: int
-    event_ms: int
-    old_leader: int | None = None
-    new_leader: int | None = None
-    leader_epoch: int | None = None
-
-
-@dataclass(frozen=True)
-class LeaderEpochSeen:
-    """The partition was seen at this leader epoch at event_ms: a broker's "starts at
-    leader epoch E" line, or an election line naming the epoch it elected. For a broker's
-    line: `broker` logged it, `leader` is the leader it names (the broker itself when it
-    leads), `log_end` its log end offset then ("from offset O") and `high_watermark` its
-    own high watermark then."""
-    cluster: str
-    topic: str
-    partition: int
-    leader_epoch: int
-    event_ms: int
-    source: str = "leader_change"
-    broker: int | None = None
-    leader: int | None = None
-    log_end: int | None = None
-    high_watermark: int | None = None
-
-
-@dataclass(frozen=True)
 class UncleanElectionMeterTick:
     """The meter's count rose by count_delta between two samples of one controller: the
     elections it counts happened in (previous_ms, observed_ms]. previous_ms is None when
@@ -201,28 +157,6 @@ class UncleanElectionMeterTick:
         before the sample that saw the count move.)"""
         start = self.observed_ms if self.previous_ms is None else self.previous_ms
         return start - window_ms <= event_ms <= self.observed_ms + window_ms
-
-
-@dataclass(frozen=True)
-class LostRange:
-    lost_from: int | None
-    lost_from_source: str
-    lost_until: int | None
-    lost_until_source: str
-
-    @property
-    def messages_lost(self) -> int | None:
-        if self.lost_from is None or self.lost_until is None:
-            return None
-        return max(0, self.lost_until - self.lost_from)
-
-
-@dataclass(frozen=True)
-class GroupsOnRange:
-    inside: list[tuple[str, int]]
-    beyond: list[tuple[str, int]]
-    behind: list[tuple[str, int]]
-    unknown: list[tuple[str, int]]  # the range start is unknown: cannot place them
 
 
 # Lines of one unclean election (every controller logs the change; the active one also
@@ -246,129 +180,6 @@ def replay_evidence(e: UncleanElection, seen: Iterable[LeaderEpochSeen],
         if s.leader_epoch == e.leader_epoch and s.event_ms < e.event_ms - merge_ms:
             return s
     return None
-
-
-def truncations_after(e: UncleanElection, truncations: Sequence[LogTruncation],
-                      window_ms: int) -> list[LogTruncation]:
-    """Truncations of the partition that follow the election within the window."""
-    return [t for t in truncations
-            if e.event_ms - CLOCK_SKEW_MS <= t.event_ms <= e.event_ms + window_ms]
-
-
-def new_leader_start(e: UncleanElection, seen: Sequence[LeaderEpochSeen]
-                     ) -> LeaderEpochSeen | None:
-    """The elected broker's own "Leader <tp> starts at leader epoch <elected>" line."""
-    if e.new_leader is None or e.leader_epoch is None:
-        return None
-    return next((s for s in seen if s.broker == e.new_leader and s.leader == e.new_leader
-                 and s.leader_epoch == e.leader_epoch and s.log_end is not None), None)
-
-
-def last_leader(e: UncleanElection, seen: Sequence[LeaderEpochSeen]) -> int | None:
-    """The partition's leader before the election. A KRaft controller elects uncleanly
-    once the partition is offline, so its line says "leader: -1 -> N"; the last leader
-    any broker's start line names below the elected epoch is the one that had the data."""
-    if e.old_leader is not None and e.old_leader >= 0:
-        return e.old_leader
-    if e.leader_epoch is None:
-        return None
-    before = [s for s in seen if s.leader is not None and s.leader >= 0
-              and s.leader_epoch < e.leader_epoch and s.event_ms <= e.event_ms]
-    return max(before, key=lambda s: (s.leader_epoch, s.event_ms)).leader if before else None
-
-
-def old_leader_back(e: UncleanElection, seen: Sequence[LeaderEpochSeen]
-                    ) -> LeaderEpochSeen | None:
-    """The old leader's first "Follower <tp> starts" line at the elected epoch or later."""
-    old = last_leader(e, seen)
-    if old is None or e.leader_epoch is None:
-        return None
-    back = [s for s in seen if s.broker == old and s.leader != old
-            and s.leader_epoch >= e.leader_epoch and s.log_end is not None
-            and s.event_ms >= e.event_ms - CLOCK_SKEW_MS]
-    return min(back, key=lambda s: s.event_ms, default=None)
-
-
-def lost_range_start(e: UncleanElection, truncations: Sequence[LogTruncation],
-                     offsets: Sequence[PartitionOffsets],
-                     seen: Sequence[LeaderEpochSeen] = ()) -> tuple[int | None, str]:
-    """The new leader's log end at the election; first match wins (see the docstring)."""
-    by_old_leader = [t for t in truncations
-                     if e.old_leader is not None and t.broker == e.old_leader]
-    if by_old_leader:
-        return min(t.truncated_to for t in by_old_leader), "old_leader_truncation"
-    if (start := new_leader_start(e, seen)) is not None:
-        return start.log_end, "new_leader_start"
-    below_hw = [t for t in truncations if t.below_high_watermark]
-    if below_hw:
-        return min(t.truncated_to for t in below_hw), "truncation_below_high_watermark"
-    if truncations:
-        return min(t.truncated_to for t in truncations), "truncation"
-    after = [o for o in offsets if o.observed_ms >= e.event_ms]
-    if after:
-        return after[0].end_offset, "first_end_offset_after_election"
-    return None, "unknown"
-
-
-def lost_range_end(e: UncleanElection, truncations: Sequence[LogTruncation],
-                   offsets: Sequence[PartitionOffsets], seen: Sequence[LeaderEpochSeen] = (),
-                   lost_from: int | None = None, lost_from_source: str = "unknown"
-                   ) -> tuple[int | None, str]:
-    """The high watermark before the election, as far as the evidence reaches.
-    `lost_from` counts for the old leader's log end only when exact (its truncation, or
-    the new leader's start line), not an upper bound."""
-    marks = [t.high_watermark for t in truncations if t.high_watermark is not None]
-    if marks:
-        return max(marks), "truncation_high_watermark"
-    back = old_leader_back(e, seen)
-    exact = lost_from_source in ("old_leader_truncation", "new_leader_start")
-    if back is not None and exact and lost_from is not None and back.log_end <= lost_from:
-        return back.log_end, "old_leader_log_end"
-    before = at_or_before(offsets, e.event_ms - 1, lambda o: o.observed_ms)
-    if before is not None:
-        return before.end_offset, "last_end_offset_before_election"
-    return None, "unknown"
-
-
-def lost_range(e: UncleanElection, truncations: Sequence[LogTruncation],
-               offsets: Sequence[PartitionOffsets],
-               seen: Sequence[LeaderEpochSeen] = ()) -> LostRange:
-    start, start_src = lost_range_start(e, truncations, offsets, seen)
-    end, end_src = lost_range_end(e, truncations, offsets, seen, start, start_src)
-    if start_src == "first_end_offset_after_election" and end is not None and start > end:
-        # Only an upper bound, and new writes to the new leader already carried it past
-        # the old high watermark (seen in the demo: [25515, 25040), "0 messages lost"):
-        # the start is not known until a truncation line tells it.
-        start, start_src = None, "unknown"
-    if end_src == "last_end_offset_before_election" and start is not None and end < start:
-        # A sample is a lower bound of the old high watermark: one below the new leader's
-        # end (written since the sample) bounds nothing, and is not "0 lost".
-        end, end_src = None, "unknown"
-    return LostRange(start, start_src, end, end_src)
-
-
-def committed_at(commits: Sequence[OffsetCommit], t_ms: int) -> dict[str, int]:
-    """Each group's last committed offset at or before t_ms."""
-    out: dict[str, tuple[int, int]] = {}
-    for c in commits:
-        if c.commit_ms <= t_ms and (c.group not in out or c.commit_ms >= out[c.group][0]):
-            out[c.group] = (c.commit_ms, c.offset)
-    return {g: off for g, (_, off) in out.items()}
-
-
-def place_groups(committed: dict[str, int], r: LostRange) -> GroupsOnRange:
-    """Which groups read into the lost range (inside), past it (beyond), or not (behind)."""
-    inside, beyond, behind, unknown = [], [], [], []
-    for group, offset in sorted(committed.items()):
-        if r.lost_from is None:
-            unknown.append((group, offset))
-        elif offset <= r.lost_from:
-            behind.append((group, offset))
-        elif r.lost_until is None or offset <= r.lost_until:
-            inside.append((group, offset))
-        else:
-            beyond.append((group, offset))
-    return GroupsOnRange(inside, beyond, behind, unknown)
 
 
 def unexplained_meter_ticks(ticks: Sequence[UncleanElectionMeterTick],

@@ -11,7 +11,7 @@ from typing import Protocol
 from core.findings import FindingsSection
 from detectors.compaction_lag import CompactionLagSection
 from detectors.correlation import CorrelationSection
-from detectors.offset_rewind import OffsetRewindSection
+from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.slow_broker import SlowBrokerSection
 from detectors.unclean_election import UncleanElectionSection
 from jobs.pipeline_config import PipelineSection

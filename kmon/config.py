@@ -25,7 +25,7 @@ from core.config_keys import ConfigError, _key  # noqa: F401 - ConfigError is re
 from core.findings import FindingsSection
 from detectors.compaction_lag import CompactionLagSection
 from detectors.correlation import CorrelationSection
-from detectors.offset_rewind import OffsetRewindSection
+from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.slow_broker import SlowBrokerSection
 from detectors.unclean_election import UncleanElectionSection
 from infra.jvm_deps import JvmSection

@@ -59,7 +59,8 @@ from detectors.slow_broker import (
     LatencyBaseline,
     RequestStageWindow,
 )
-from detectors.unclean_election import LeaderEpochSeen, UncleanElection, UncleanElectionMeterTick
+from detectors.lost_range import LeaderEpochSeen, UncleanElection
+from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs.client_sends import read_client_sends, send_candidates

@@ -26,12 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from detectors.unclean_election import (
-    ELECTION_MERGE_MS,
-    LeaderEpochSeen,
-    UncleanElection,
-    UncleanElectionMeterTick,
-)
+from detectors.lost_range import LeaderEpochSeen, UncleanElection
+from detectors.unclean_election import ELECTION_MERGE_MS, UncleanElectionMeterTick
 from infra.lake import Lake
 from jobs.detector_inputs.tables import TimeRange, broker_metrics, silver_range, table
 

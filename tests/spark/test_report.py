@@ -20,9 +20,10 @@ from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, Stru
 
 from core.findings import AnomalyType, update_findings
 from detectors.correlation import correlate
+from detectors.lost_range import UncleanElection
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.partition_signals import GroupMembership, OffsetCommit, PartitionOffsets
-from detectors.unclean_election import UncleanElection, detect_unclean_elections
+from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, register_tables
 from jobs.gold import offset_commits_per_minute, offset_lag, stage_percentiles
 from reports import queries

@@ -11,7 +11,7 @@ import pytest
 
 from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Finding, Severity, Status
 from detectors.partition_signals import LogTruncation, OffsetCommit
-from detectors.unclean_election import UncleanElection
+from detectors.lost_range import UncleanElection
 from jobs.detect import (
     ANOMALY_COLUMNS,
     ANOMALY_SCHEMA,

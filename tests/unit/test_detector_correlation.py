@@ -8,6 +8,7 @@ import pytest
 
 from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Severity, update_findings
 from detectors.correlation import CorrelationSection, causal_links, correlate
+from detectors.lost_range import UncleanElection
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.partition_signals import (
     ClientOffsetReset,
@@ -18,7 +19,7 @@ from detectors.partition_signals import (
     ResetReason,
     ResetTarget,
 )
-from detectors.unclean_election import UncleanElection, detect_unclean_elections
+from detectors.unclean_election import detect_unclean_elections
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,7 @@ from core.findings import (
 )
 from detectors.compaction_lag import CompactionLagSection
 from detectors.correlation import CorrelationSection
-from detectors.offset_rewind import OffsetRewindSection
+from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.slow_broker import SlowBrokerSection
 from detectors.unclean_election import UncleanElectionSection
 from kmon.config import ConfigError, _build_section

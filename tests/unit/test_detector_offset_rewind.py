@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from core.findings import ActionKind, AnomalyType, Severity
+from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.offset_rewind import (
-    OffsetRewindSection,
     PartitionInputs,
     assess_rewind,
     detect_offset_anomalies,
@@ -228,6 +228,55 @@ def scenarios():
         rewind={"old_position": 5100, "new_position": 5000, "drops": 1, "active": False,
                 "member_count": 3, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 100,
+                "cause": "application_seek"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "application_seek", Severity.INFO, ActionKind.NONE)})
+
+    # Seen in the live matrix (rolling-restart-3b): the group's coordinator moved and
+    # librdkafka sent the member's queued commits to the new one out of order: 17160, then
+    # 17152 (a position passed between 17144 and 17160: sent before 17160) 71 ms later, then
+    # 17160 again. The commit sent to the old coordinator left no request-log line, so no
+    # failed first try is known; the coordinator move is seen. Nothing was re-read.
+    in_flight = [(0, 17000), (60, 17100), (120, 17128), (123, 17144), (125.5, 17160),
+                 (125.571, 17152), (125.966, 17160), (126.97, 17168)]
+    yield Scenario(
+        "a_commit_sent_before_a_newer_one_and_landing_after_it_is_a_reordered_commit",
+        commits(*in_flight), offsets=ends((120, 17200, 0), (130, 17300, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, *[p for p in in_flight if p != (125.571, 17152)]),
+        loads=[load(125.3)], now_s=140,
+        rewind={"old_position": 17160, "new_position": 17152, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 8,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"before_previous_offset": 17144}})
+
+    # The same coordinator move, but the member resumed from an older commit it had made
+    # (17128, below the commit before the last one) and read on from there: a stale offset.
+    stale = [(0, 17000), (60, 17100), (120, 17128), (123, 17144), (125.5, 17160),
+             (125.571, 17128), (126.5, 17160), (127.5, 17190)]
+    yield Scenario(
+        "a_commit_of_an_older_landed_offset_after_a_coordinator_move_stays_stale",
+        commits(*stale), offsets=ends((120, 17200, 0), (130, 17300, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, *stale), loads=[load(125.3)], now_s=140,
+        rewind={"old_position": 17160, "new_position": 17128, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 32,
+                "cause": "stale_offset_after_coordinator_move"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "stale_offset_after_coordinator_move", Severity.HIGH, ActionKind.NONE)})
+
+    # A short seek (20 messages, less than one commit interval) that reads on past the old
+    # position: the next commit is not the old position unchanged, so it is a seek.
+    short_seek = [(0, 5000), (60, 5050), (61, 5100), (61.3, 5080), (62.3, 5130)]
+    yield Scenario(
+        "a_short_seek_that_reads_on_is_no_reordered_commit",
+        commits(*short_seek), offsets=ends((60, 5200, 0), (70, 5300, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, *short_seek), now_s=80,
+        rewind={"old_position": 5100, "new_position": 5080, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 20,
                 "cause": "application_seek"},
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
             "application_seek", Severity.INFO, ActionKind.NONE)})

@@ -10,17 +10,19 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from core.findings import ActionKind, AnomalyType, Severity
-from detectors.partition_signals import LogTruncation, OffsetCommit, PartitionOffsets
-from detectors.unclean_election import (
+from detectors.lost_range import (
     LeaderEpochSeen,
     UncleanElection,
-    UncleanElectionMeterTick,
-    UncleanElectionSection,
     committed_at,
-    detect_unclean_elections,
     lost_range,
     place_groups,
     truncations_after,
+)
+from detectors.partition_signals import LogTruncation, OffsetCommit, PartitionOffsets
+from detectors.unclean_election import (
+    UncleanElectionMeterTick,
+    UncleanElectionSection,
+    detect_unclean_elections,
     unexplained_meter_ticks,
 )
 

@@ -1,0 +1,22 @@
+"""The [offset_rewind] config section: the keys offset_rewind.py and offset_reset.py read
+(described in offset_rewind.py's docstring)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config_keys import _key
+
+
+@dataclass(frozen=True)
+class OffsetRewindSection:
+    evidence_window_s: float = _key("A client reset line or a truncation this close to a "
+                                    "rewind (either side), or a coordinator load of the "
+                                    "group's partition this long before it, explains it",
+                                    120.0, min=1, max=86400)
+    membership_max_age_s: float = _key("A group membership sample older than this at a commit "
+                                       "counts as unknown", 300.0, min=1, max=86400)
+    min_rewind_messages: int = _key("Ignore rewinds smaller than this many offsets", 1,
+                                    min=1, max=10**12)
+    reset_pair_window_s: float = _key("Longest gap between a Java client's reset-cause line and "
+                                      "its new-position line", 5.0, min=0, max=600)
