@@ -17,6 +17,7 @@ from demo.faults.offset_rewind import OffsetRewinds
 from demo.faults.slow_broker import SlowBroker
 from demo.faults.unclean_election import UncleanElection
 from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.mechanisms.unclean import collateral_expects, collateral_partitions
 from matrix.truth import Expect
 
 # What a broker that is itself slow (or slow as a follower) may be blamed for.
@@ -100,6 +101,7 @@ class ThrottledCleaner(MatrixFault, CompactionLag):
 class LossyUncleanElection(MatrixFault, UncleanElection):
     fault_class = "unclean_election"
     effects = ()
+    collateral: list[str] = []
 
     def expect(self):
         return (Expect(f"election of {self.topic}-0", "unclean_election", f"{self.topic}-0",
@@ -109,5 +111,12 @@ class LossyUncleanElection(MatrixFault, UncleanElection):
         return (Expect("old leader's truncation", "log_truncation", f"{self.topic}-0"),
                 Expect("readers reset", "offset_reset", rf"group:{self.group}/{self.topic}-0"),
                 Expect("readers rewound", "offset_rewind",
-                       rf"group:{self.group}/{self.topic}-0"), COMMITS_RETRIED)
+                       rf"group:{self.group}/{self.topic}-0"), COMMITS_RETRIED,
+                *collateral_expects(self.collateral))
+
+    def inject(self, ctx, run):
+        # Other partitions only on the two brokers it stops go through the same.
+        self.collateral = run.notes["collateral"] = collateral_partitions(
+            ctx, {self.leader, self.follower}, self.topic)
+        super().inject(ctx, run)
 

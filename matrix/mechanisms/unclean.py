@@ -36,7 +36,9 @@ high watermark, so no log_truncation. Explained: what the same two stops do to t
 partitions that live only on those two brokers (the demo's ledger, written all the time
 with unclean election allowed, seen losing 175 records in a live run): their unclean
 elections, truncations and their readers' resets and rewinds are real, and a correct
-monitor reports them. `inject` lists those partitions in run.notes["collateral"].
+monitor reports them. `inject` lists those partitions in run.notes["collateral"]; so do
+`UncleanElection` (the two replicas it stops together) and the demo's
+`LossyUncleanElection` (matrix/mechanisms/demo_faults.py).
 """
 
 from __future__ import annotations
@@ -95,6 +97,26 @@ def _partition(topic: str) -> str:
     return re.escape(f"{topic}-0")
 
 
+def collateral_partitions(ctx: FaultContext, stopped: set[int], own_topic: str) -> list[str]:
+    """The other partitions whose every replica is on the brokers a fault stops together:
+    they go offline and through the same election and truncation as the fault's own."""
+    md = ctx.admin().list_topics(timeout=10)
+    return sorted(f"{name}-{p.id}" for name, t in md.topics.items() if name != own_topic
+                  for p in t.partitions.values() if p.replicas and set(p.replicas) <= stopped)
+
+
+def collateral_expects(collateral: list[str]) -> tuple[Expect, ...]:
+    """What a correct monitor reports about those partitions (real, so explained)."""
+    if not collateral:
+        return ()
+    tps = "|".join(re.escape(tp) for tp in collateral)
+    return (Expect("other partitions on the stopped brokers: elections", "unclean_election",
+                   f"(?:{tps})"),
+            Expect("their truncations", "log_truncation", f"(?:{tps})"),
+            Expect("their readers reset", "offset_reset", f"group:.+/(?:{tps})"),
+            Expect("their readers rewound", "offset_rewind", f"group:.+/(?:{tps})"))
+
+
 class UncleanElection(MatrixFault):
     name = "unclean_election_rf3"
     title = "unclean election of an RF 3 partition (committed records lost)"
@@ -106,6 +128,7 @@ class UncleanElection(MatrixFault):
         self.topic, self.group = topic, group
         self.leader, self.insync, self.stale = leader, insync, stale
         self.leader_only_read = leader_only_read
+        self.collateral: list[str] = []
         self.producer = ProducerSpec(f"{topic}-producer", topic, rate_per_s, acks="all")
         self.consumer = ConsumerSpec(group, (topic,), "earliest")
 
@@ -121,7 +144,8 @@ class UncleanElection(MatrixFault):
         readers = rf"group:{re.escape(self.group)}/{re.escape(self.topic)}-0"
         return (Expect("truncation", "log_truncation", _partition(self.topic)),
                 Expect("readers reset", "offset_reset", readers),
-                Expect("readers rewound", "offset_rewind", readers), COMMITS_RETRIED)
+                Expect("readers rewound", "offset_rewind", readers), COMMITS_RETRIED,
+                *collateral_expects(self.collateral))
 
     def prepare(self, ctx: FaultContext) -> None:
         from confluent_kafka.admin import NewTopic
@@ -167,6 +191,8 @@ class UncleanElection(MatrixFault):
                 >= target, 120, ctx)
         finally:
             reader.close()
+        self.collateral = run.notes["collateral"] = collateral_partitions(
+            ctx, {self.leader, self.insync}, self.topic)
         ctx.say(f"stopping {self.insync} and leader {self.leader}; restarting the stale "
                 f"replica {self.stale}")
         cl.stop_node(self.insync)
@@ -220,22 +246,7 @@ class UncleanNoLoss(MatrixFault):
                        _partition(self.topic), (), ("warning", "info")),)
 
     def explained(self) -> tuple[Expect, ...]:
-        if not self.collateral:
-            return (COMMITS_RETRIED,)
-        tps = "|".join(re.escape(tp) for tp in self.collateral)
-        return (Expect("other partitions on the two stopped brokers: elections",
-                       "unclean_election", f"(?:{tps})"),
-                Expect("their truncations", "log_truncation", f"(?:{tps})"),
-                Expect("their readers reset", "offset_reset", f"group:.+/(?:{tps})"),
-                Expect("their readers rewound", "offset_rewind", f"group:.+/(?:{tps})"),
-                COMMITS_RETRIED)
-
-    def _collateral(self, ctx: FaultContext) -> list[str]:
-        """The other partitions whose every replica is on the two brokers the fault stops."""
-        stopped = {self.leader, self.follower}
-        md = ctx.admin().list_topics(timeout=10)
-        return sorted(f"{name}-{p.id}" for name, t in md.topics.items() if name != self.topic
-                      for p in t.partitions.values() if p.replicas and set(p.replicas) <= stopped)
+        return (COMMITS_RETRIED, *collateral_expects(self.collateral))
 
     def prepare(self, ctx: FaultContext) -> None:
         from confluent_kafka.admin import NewTopic
@@ -260,7 +271,8 @@ class UncleanNoLoss(MatrixFault):
         self._write(ctx)   # acks=all: every record is on both replicas
         wait_replicas_back(ctx, self.topic, [self.leader, self.follower])
         run.notes["end_before"] = end_offset(ctx.bootstrap, self.topic)
-        self.collateral = run.notes["collateral"] = self._collateral(ctx)
+        self.collateral = run.notes["collateral"] = collateral_partitions(
+            ctx, {self.leader, self.follower}, self.topic)
         ctx.say(f"'{self.topic}' ends at {run.notes['end_before']} on both replicas; stopping "
                 f"follower {self.follower}, then leader {self.leader} (no writes)")
         cl.stop_node(self.follower)

@@ -111,3 +111,15 @@ def test_ground_truth():
     assert not any(x.names({"type": "unclean_election", "entity": "ledger-10"})
                    for x in quiet.explained())
     assert not any(x.names(finding | {"severity": "critical"}) for x in quiet.explained())
+    # The RF 3 election and the demo's RF 2 one list theirs the same way.
+    u.collateral = ["orders-4"]
+    assert any(x.names({"type": "log_truncation", "entity": "orders-4"}) for x in u.explained())
+    assert not any(x.names({"type": "log_truncation", "entity": "orders-40"})
+                   for x in u.explained())
+    from matrix.mechanisms.demo_faults import LossyUncleanElection
+    lossy = LossyUncleanElection()
+    assert not any(x.names({"type": "log_truncation", "entity": "orders-4"})
+                   for x in lossy.explained())
+    lossy.collateral = ["orders-4"]
+    assert any(x.names({"type": "offset_reset", "entity": "group:billing/orders-4"})
+               for x in lossy.explained())
