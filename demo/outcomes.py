@@ -35,6 +35,9 @@ class FindingTracker:
     def __init__(self, out=sys.stdout, clock=lambda: int(time.time() * 1000)):
         self.out, self.clock = out, clock
         self.first_seen: dict[str, tuple[int, object]] = {}   # finding_id -> (wall ms, finding)
+        # finding_id -> the clock of the evaluation that first handed it over (it began
+        # then: the rest, to the wall time above, is the evaluation's own time)
+        self.evaluated_ms: dict[str, int] = {}
         self.latest: dict[str, object] = {}
         self.evaluations = 0
         self.lock = threading.Lock()
@@ -47,6 +50,7 @@ class FindingTracker:
                 self.latest[f.finding_id] = f
                 if f.finding_id not in self.first_seen and f.status is Status.OPEN:
                     self.first_seen[f.finding_id] = (wall, f)
+                    self.evaluated_ms[f.finding_id] = now_ms
                     print(f"   >> {finding_line(f)}", file=self.out, flush=True)
 
     def open_findings(self) -> list:

@@ -152,7 +152,8 @@ class MatrixSession(LiveDemo):
         self.stop.wait(st.settle_s)
         ended = int(time.time() * 1000)
         truth = fault.truth(run, s.name)
-        seen = [(t, finding_dict(self.tracker.latest.get(f.finding_id, f)))
+        seen = [(t, {**finding_dict(self.tracker.latest.get(f.finding_id, f)),
+                     "evaluated_ms": self.tracker.evaluated_ms.get(f.finding_id)})
                 for t, f in self.tracker.since(started) if t <= ended]
         result = ScenarioResult(s, score(truth, seen), started, ended,
                                 {**run.notes, "seen": [f"{(t - truth.fault_ms) / 1000:+.0f}s "

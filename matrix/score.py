@@ -26,6 +26,10 @@ class ExpectScore:
     # fault visible -> the finding's first_seen (the start of the first window or event the
     # detector counts): the rest of `seconds` is persistence, pipeline and evaluation time
     seen_from_s: float | None = None
+    # fault visible -> the start of the evaluation that first handed it over (live: its
+    # clock, read once silver had committed): seen_from_s to here is persistence, pipeline
+    # lag and the wait for the next evaluation; here to `seconds` is the evaluation itself
+    evaluated_from_s: float | None = None
     got: str = ""                 # what was found (type cause severity entity), or ""
 
     @property
@@ -98,6 +102,8 @@ def _score_one(e: Expect, fault_ms: int, seen: list[tuple[int, dict]]) -> Expect
     s.seconds = round(max(t - fault_ms, 0) / 1000, 1)
     if f.get("first_seen_ms") is not None:
         s.seen_from_s = round((f["first_seen_ms"] - fault_ms) / 1000, 1)
+    if f.get("evaluated_ms") is not None:
+        s.evaluated_from_s = round(max(f["evaluated_ms"] - fault_ms, 0) / 1000, 1)
     s.got = describe(f)
     return s
 

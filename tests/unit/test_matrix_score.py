@@ -97,3 +97,22 @@ def test_time_to_detect_is_split_at_first_seen():
     f = {**finding("slow_broker", "broker:2", "slow_follower"), "first_seen_ms": T0 + 10_000}
     e = score(TRUTH, [(T0 + 45_000, f)]).expects[0]
     assert (e.seconds, e.seen_from_s) == (45.0, 10.0)
+
+
+def test_time_to_detect_is_split_at_the_evaluation_that_found_it():
+    f = {**finding("slow_broker", "broker:2", "slow_follower"), "first_seen_ms": T0 + 10_000,
+         "evaluated_ms": T0 + 41_500}
+    e = score(TRUTH, [(T0 + 45_000, f)]).expects[0]
+    assert (e.seen_from_s, e.evaluated_from_s, e.seconds) == (10.0, 41.5, 45.0)
+    assert score(TRUTH, [(T0 + 45_000, finding("slow_broker", "broker:2", "slow_follower"))]
+                 ).expects[0].evaluated_from_s is None
+
+
+def test_the_doc_table_shows_the_split():
+    from matrix.results import _md_rows
+    f = {**finding("slow_broker", "broker:2", "slow_follower"), "first_seen_ms": T0 + 10_000,
+         "evaluated_ms": T0 + 41_500}
+    s = score(TRUTH, [(T0 + 45_000, f)])
+    row = next(r for r in _md_rows({"scenarios": [{**s.to_json(), "topology": "3b-1c"}],
+                                    "classes": class_table([s])}) if "3b-1c" in r)
+    assert "| 45 s | 10 s | 42 s |" in row
