@@ -18,7 +18,9 @@ compacted topics' configs, the configuration overrides it ran under and its time
 
 Replaying (`replay_scenario`) builds a fresh lake from a recording, runs every pipeline
 query once over it and evaluates the detectors every `step_s` of the recorded time, as if
-live: a finding counts from the first evaluation that hands it over. The score uses the
+live (each evaluation starting from the last one's findings, as the detector query does;
+nothing is written to gold.anomalies): a finding counts from the first evaluation that
+hands it over. The score uses the
 same ground truth as the live run. Times in a replay are detector time on complete data
 (no pipeline latency), so they are a lower bound of the live ones.
 """
@@ -157,9 +159,11 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float
                     ) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
     """One recording through the agents, the pipeline and the detectors; its score and
     what was seen ((first handed over at, finding in its latest state))."""
+    from core.findings import Status
     from detectors.compaction_lag import CompactedTopicConfig
     from infra.lake import Lake
-    from jobs.detect import evaluate
+    from jobs.detect import assess
+    from jobs.detector_inputs import BaselineCache
     from jobs.pipeline import Pipeline
 
     shutil.rmtree(root, ignore_errors=True)
@@ -174,10 +178,17 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float
     step = int(step_s * 1000)
     first: dict[str, int] = {}
     latest: dict[str, dict] = {}
+    # As the live detector query evaluates: each evaluation starts from the last one's
+    # findings and its slow-broker baselines; what it hands over counts (the live query
+    # writes gold.anomalies after handing over, and nothing here reads the table back).
+    previous: list = []
+    baselines = BaselineCache()
     for t in list(range(start + step, end, step)) + [end]:
-        for f in evaluate(spark, lake, config, t, topic_configs=topic_configs):
+        previous = assess(spark, lake, config, t, topic_configs=topic_configs,
+                          previous=previous, baseline_cache=baselines).findings
+        for f in previous:
             latest[f.finding_id] = finding_dict(f)
-            if f.status.value == "open":
+            if f.status is Status.OPEN:
                 first.setdefault(f.finding_id, t)
     # Commits are kept from STATE_HISTORY_S before the recording (a rewind needs the commit
     # before it): a rewind of an earlier scenario in that history is found again here, but

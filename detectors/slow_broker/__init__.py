@@ -171,12 +171,15 @@ cluster_wide_share = 0.5, cluster_wide_persistence_windows = 3, cluster_wide_min
 follower_holdback_floor_ms = 1000,
 follower_ratio = 3.0, slow_client_share = 0.5, max_named_clients = 5,
 client_min_slow_requests = 2, client_slow_request_share = 0.5,
-broker_session_timeout_s = 9, outage_grace_s = 60.
+broker_session_timeout_s = 9, outage_grace_s = 60, leadership_grace_s = 30.
 
 A broker that was out (crashed, hung past its session, shut down, restarting) is not
 slow: in the windows of its outage, its own verdict, those that blame it and its leaders'
 Remote waits that name no follower are set aside (outages.py, from the controller's
-fencing, registration and unfencing lines).
+fencing, registration and unfencing lines). A broker that has just become leader of a
+partition waits in Remote for its new followers to find it: for leadership_grace_s (30)
+after its "Leader ... starts" line, its Remote waits that name no follower are set aside
+too (handovers.py).
 
 Input: pass closed windows only (an open window's p99 is of a partial population), at
 least persistence_lookback_windows of them, and min_history_windows more when no
@@ -191,6 +194,7 @@ Modules, in the order the detector uses them:
 - follower_blame.py: the follower that holds a leader's acks=all writes back.
 - attribution.py: rule 6, whose fault a suspect row is.
 - outages.py: when each broker was out; its windows are set aside.
+- handovers.py: when a broker became leader; its unnamed Remote waits are set aside.
 - clients.py: the clients slow by their own requests, and their findings.
 - verdicts.py: causes, roles, and the rules' results kept for tests and evidence.
 - detect.py: `detect_slow_brokers`, which applies the rules in order per window.
@@ -217,6 +221,7 @@ from detectors.slow_broker.latency import (
     median_without,
     threshold_for,
 )
+from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.outages import BrokerOutage, BrokerState, BrokerStateChange
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.verdicts import Role
@@ -231,6 +236,7 @@ __all__ = [
     "FollowerView",
     "IsrShrink",
     "LatencyBaseline",
+    "LeadershipGain",
     "RequestStageWindow",
     "Role",
     "SlowBrokerSection",

@@ -94,6 +94,14 @@ class SlowBrokerSection:
                                  "waited on the last restarted broker ~30 s after it was "
                                  "unfenced)", 60.0, min=0, max=3600)
 
+    leadership_grace_s: float = _key("After a broker becomes leader of a partition (its own "
+                                     "'Leader ... starts at leader epoch' line), its Remote "
+                                     "waits that name no follower are set aside this long: "
+                                     "its new followers first have to find it and fetch "
+                                     "(seen after the controller's preferred-leader election "
+                                     "on a rolling restart: 1.5 s TP99 for two windows)",
+                                     30.0, min=0, max=3600)
+
     def __post_init__(self) -> None:
         if self.persistence_windows > self.persistence_lookback_windows:
             raise ConfigError(

@@ -37,6 +37,7 @@ from detectors.slow_broker.latency import (
     peer_median,
     threshold_for,
 )
+from detectors.slow_broker.handovers import LeadershipGain, new_leaders_during
 from detectors.slow_broker.outages import BrokerOutage, out_during
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.verdicts import (
@@ -177,12 +178,25 @@ def set_aside_outages(brokers: dict[int, BrokerVerdict], out: set[int],
     return excused
 
 
+def set_aside_handovers(brokers: dict[int, BrokerVerdict],
+                        new_leaders: set[int]) -> dict[int, BrokerVerdict]:
+    """Take out of `brokers` the Remote waits naming no follower of brokers that had just
+    become leaders (handovers.py); return them."""
+    excused = {b: v for b, v in brokers.items()
+               if b in new_leaders and v.attribution.cause in _UNNAMED_REMOTE_WAITS}
+    for b in excused:
+        del brokers[b]
+    return excused
+
+
 def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStageWindow],
                   history: _History, external: Mapping[tuple[int, str], float],
                   view: FollowerView, sends: Sequence[ClientSendWindow],
-                  config: SlowBrokerSection, out: set[int] = frozenset()) -> WindowAssessment:
+                  config: SlowBrokerSection, out: set[int] = frozenset(),
+                  new_leaders: set[int] = frozenset()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
-    were out (`out`: restarting, crashed, shut down) explain, then judge cluster-wide; the
+    were out (`out`: restarting, crashed, shut down) explain and the Remote waits of
+    brokers that had just become leaders (`new_leaders`), then judge cluster-wide; the
     clients are judged on their own requests beside it (clients.py).
 
     The order matters: attribution needs the suspect rows of every broker (a follower is
@@ -194,6 +208,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     brokers = broker_verdicts(verdicts, view, sends, config)
     blame_slow_followers(brokers)
     excused = set_aside_outages(brokers, out, view)
+    excused.update(set_aside_handovers(brokers, set(new_leaders)))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     wide = is_cluster_wide(blamed_set, with_traffic | blamed_set, config)
@@ -233,6 +248,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    client_sends: Iterable[ClientSendWindow] = (),
                    baselines: Iterable[LatencyBaseline] = (),
                    outages: Sequence[BrokerOutage] = (),
+                   leadership_gains: Sequence[LeadershipGain] = (),
                    config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
     """Every window of the input, oldest first, per cluster (see `assess_window`)."""
     config = config or SlowBrokerSection()
@@ -260,7 +276,10 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         out.append(assess_window(cluster, start, window_rows, histories[cluster],
                                  external_by_cluster[cluster], view,
                                  sends_by_cw.get((cluster, start), []), config,
-                                 out_during(outages, cluster, start, start + window_ms)))
+                                 out_during(outages, cluster, start, start + window_ms),
+                                 new_leaders_during(leadership_gains, cluster, start,
+                                                    start + window_ms,
+                                                    int(config.leadership_grace_s * 1000))))
     return out
 
 
@@ -270,11 +289,14 @@ def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
                         client_sends: Iterable[ClientSendWindow] = (),
                         baselines: Iterable[LatencyBaseline] = (),
                         outages: Sequence[BrokerOutage] = (),
+                        leadership_gains: Sequence[LeadershipGain] = (),
                         config: SlowBrokerSection | None = None) -> list[Detection]:
     """slow_broker, cluster_wide_slowness and slow_client detections from the input
-    windows; `outages` (outages.py): when brokers were out (their windows set aside)."""
+    windows; `outages` (outages.py): when brokers were out (their windows set aside);
+    `leadership_gains` (handovers.py): when brokers became leaders."""
     config = config or SlowBrokerSection()
     assessments = assess_windows(rows, follower_fetches=follower_fetches,
                                  isr_shrinks=isr_shrinks, client_sends=client_sends,
-                                 baselines=baselines, outages=outages, config=config)
+                                 baselines=baselines, outages=outages,
+                                 leadership_gains=leadership_gains, config=config)
     return detections_from(assessments, config)

@@ -57,6 +57,7 @@ from detectors.slow_broker import (
     FollowerFetchWindow,
     IsrShrink,
     LatencyBaseline,
+    LeadershipGain,
     RequestStageWindow,
 )
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
@@ -111,6 +112,7 @@ from jobs.detector_inputs.slow_broker import (
     BaselineCache,
     fresh_windows_until,
     latency_column,
+    leadership_gains_from,
     outages_from,
     read_baselines,
     read_follower_fetches,
@@ -130,6 +132,7 @@ __all__ = [
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
     "compacted_topics", "dedupe_elections", "describe_compacted_topics",
     "fresh_windows_until", "growth_range", "latency_column", "leader_epochs_from",
+    "leadership_gains_from",
     "merge_controller_ticks", "read_leader_epochs",
     "read_baselines", "read_cleaner_gauges", "read_cleaner_runs", "read_client_sends",
     "read_commits", "read_follower_fetches", "read_inputs", "read_log_events",
@@ -152,6 +155,7 @@ class DetectorInputs:
     follower_fetches: list[FollowerFetchWindow] = field(default_factory=list)
     isr_shrinks: list[IsrShrink] = field(default_factory=list)
     broker_outages: list[BrokerOutage] = field(default_factory=list)
+    leadership_gains: list[LeadershipGain] = field(default_factory=list)
     client_sends: list[ClientSendWindow] = field(default_factory=list)
     commits: list[OffsetCommit] = field(default_factory=list)
     partition_offsets: list[PartitionOffsets] = field(default_factory=list)
@@ -305,6 +309,8 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
         [e for e in events if e["kind"] in ("isr_shrink", "isr_update", "isr_expand",
                                             "leader_change")], since_ms=r.start_ms)
     out.broker_outages = outages_from(events, x.config.slow_broker)
+    out.leadership_gains = leadership_gains_from(
+        events, r.start_ms - int(x.config.slow_broker.leadership_grace_s * 1000))
     out.truncations = truncations_from(events, r.start_ms - int(x.evidence_s * 1000))
     out.coordinator_loads = coordinator_loads_from(events, r.start_ms - int(x.evidence_s * 1000))
     election_since = r.start_ms - int(x.meter_s * 1000)

@@ -56,6 +56,7 @@ from detectors.slow_broker import (
     RequestStageWindow,
     SlowBrokerSection,
 )
+from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.outages import broker_outages
 from infra.lake import Lake
 from jobs.detector_inputs.tables import TimeRange, gold_windows, in_range, silver_range, table
@@ -284,6 +285,21 @@ def read_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSec
 
 
 # --- ISR shrinks (from silver.log_events) --------------------------------------------------------
+
+def leadership_gains_from(events: Iterable[Mapping[str, Any]], since_ms: int
+                          ) -> list[LeadershipGain]:
+    """When brokers became leaders: each "[Broker id=B] Leader <tp> ... starts at leader
+    epoch" line a broker logged about itself (kind leader_change, new_leader = broker) at
+    or after since_ms (detectors/slow_broker/handovers.py)."""
+    return sorted((LeadershipGain(e["cluster"], int(e["broker"]), int(e["ts_ms"]), e["topic"],
+                                  int(e["partition"]))
+                   for e in events
+                   if e["kind"] == "leader_change" and e.get("new_leader") is not None
+                   and e["new_leader"] == e["broker"] and (e.get("leader_epoch") or 0) > 0
+                   and e["ts_ms"] >= since_ms
+                   and e.get("topic") is not None and e.get("partition") is not None),
+                  key=lambda g: g.event_ms)
+
 
 def outages_from(events: Iterable[Mapping[str, Any]], config: SlowBrokerSection
                  ) -> list[BrokerOutage]:

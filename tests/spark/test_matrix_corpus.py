@@ -22,18 +22,7 @@ STEP_S = 20.0
 RECORDINGS = recordings()
 
 # scenario -> what goes wrong today (issue 23 is open until this is empty)
-KNOWN_FAILING: dict[str, str] = {
-    "rolling-restart-3b": (
-        "when the analytics group's coordinator moved (09:18:09), librdkafka sent the member's "
-        "queued commits to the new coordinator out of order (17160, then 17152 66 ms later, "
-        "then 17160 again 0.6 s after): nothing was re-read, but with no failed first try in "
-        "the request log the commit_reordered rule does not apply, and the seen coordinator "
-        "move makes it a high stale_offset_after_coordinator_move rewind (clicks-2, -3, -5); "
-        "and broker 3, restarted last, waits in Remote on its followers beyond the outage "
-        "grace (remote_produce_unknown_follower). Fix: tell a dip undone at once by the same "
-        "member from a re-read without a failed try; follow a restarted broker until it is "
-        "back in every ISR"),
-}
+KNOWN_FAILING: dict[str, str] = {}
 
 
 def _params():

@@ -1,0 +1,79 @@
+"""A broker that has just become leader waits on its new followers: its Remote waits that
+name no follower are set aside for leadership_grace_s (detectors/slow_broker/handovers.py).
+The case is the one the matrix paged on (rolling-restart-3b): the controller's
+preferred-leader election gave broker 3 back 18 partitions and its acks=all Produce TP99
+was 1,548 ms, then 843 ms, all Remote, no follower late enough to name."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.findings import AnomalyType
+from detectors.slow_broker import LeadershipGain, SlowBrokerSection, detect_slow_brokers
+from detectors.slow_broker.handovers import new_leaders_during
+from jobs.detector_inputs import leadership_gains_from
+from tests.unit.test_detector_slow_broker import (
+    FAULT, LAST, follower_fetches, healthy, replaced, start)
+
+pytestmark = pytest.mark.unit
+
+CONFIG = SlowBrokerSection()
+
+
+def gain(broker, ms, cluster="c1"):
+    return LeadershipGain(cluster, broker, ms, "orders", 4)
+
+
+def new_leader_waiting(stages):
+    rows = replaced(healthy(), 3, "Produce", FAULT, **stages)
+    return rows, follower_fetches(FAULT, {})
+
+
+def test_a_new_leaders_remote_wait_naming_no_follower_is_no_slow_broker():
+    rows, fetches = new_leader_waiting(dict(total=1548.0, remote=1375.0))
+    before = detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
+    assert [(d.entity, d.cause) for d in before] == [
+        ("broker:3", "remote_produce_unknown_follower")]
+    took_over = [gain(3, start(LAST - 1) + 2_000)]
+    assert detect_slow_brokers(rows, follower_fetches=fetches, leadership_gains=took_over,
+                               config=CONFIG) == []
+
+
+def test_after_the_grace_or_on_another_broker_it_is_judged_as_usual():
+    rows, fetches = new_leader_waiting(dict(total=1548.0, remote=1375.0))
+    long_ago = [gain(3, start(LAST - 1) - 31_000)]
+    other = [gain(2, start(LAST - 1) + 2_000)]
+    other_cluster = [gain(3, start(LAST - 1) + 2_000, cluster="c2")]
+    for gains in (long_ago, other, other_cluster):
+        found = detect_slow_brokers(rows, follower_fetches=fetches, leadership_gains=gains,
+                                    config=CONFIG)
+        assert [d.entity for d in found] == ["broker:3"], gains
+
+
+def test_a_new_leader_slow_in_its_own_stages_is_still_a_slow_broker():
+    rows, fetches = new_leader_waiting(dict(total=910.0, local=900.0))
+    found = detect_slow_brokers(rows, follower_fetches=fetches,
+                                leadership_gains=[gain(3, start(LAST - 1))], config=CONFIG)
+    assert [(d.entity, d.type) for d in found] == [("broker:3", AnomalyType.SLOW_BROKER)]
+
+
+def test_windows_overlapping_the_grace_name_the_new_leader():
+    g = [gain(3, 100_000)]
+    assert new_leaders_during(g, "c1", 90_000, 100_000, 30_000) == set()
+    assert new_leaders_during(g, "c1", 95_000, 105_000, 30_000) == {3}
+    assert new_leaders_during(g, "c1", 125_000, 135_000, 30_000) == {3}
+    assert new_leaders_during(g, "c1", 130_000, 140_000, 30_000) == set()
+
+
+def test_gains_are_a_brokers_own_leader_lines_of_moved_partitions():
+    def line(broker, new_leader, epoch, ts=1_000, kind="leader_change"):
+        return {"cluster": "c1", "broker": broker, "ts_ms": ts, "kind": kind,
+                "topic": "orders", "partition": 4, "new_leader": new_leader,
+                "leader_epoch": epoch}
+    events = [line(3, 3, 7),            # broker 3 took orders-4 over: a gain
+              line(1, 3, 7),            # broker 1, a follower, names the new leader
+              line(3, 3, 0),            # a new partition's first leader: nothing moved
+              line(3, 3, 8, ts=10),     # before the range
+              line(3, 3, 9, kind="isr_update")]
+    assert leadership_gains_from(events, since_ms=500) == [
+        LeadershipGain("c1", 3, 1_000, "orders", 4)]
