@@ -126,10 +126,28 @@ def offsets_at(bootstrap: str, topic: str, partitions: int, ts_ms: int) -> dict[
         c.close()
 
 
-def group_state(admin, group: str):
-    """(member count, coordinator broker id) of a group."""
-    desc = admin.describe_consumer_groups([group])[group].result(10)
-    return len(desc.members), desc.coordinator.id
+# Answers while a group's coordinator moves (its broker crashed and is not yet fenced, or
+# the new one is still loading the group): ask again.
+COORDINATOR_MOVING = ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
+                      "COORDINATOR_LOAD_IN_PROGRESS")
+
+
+def group_state(admin, group: str, retry_s: float = 30.0):
+    """(member count, coordinator broker id) of a group, asking again for up to retry_s
+    while its coordinator is moving (seen in CI: NOT_COORDINATOR 6 s after a kill -9 of
+    the coordinator, before the controller had fenced it)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(10)
+            return len(desc.members), desc.coordinator.id
+        except KafkaException as e:
+            code = e.args[0].name() if e.args and hasattr(e.args[0], "name") else ""
+            if code not in COORDINATOR_MOVING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def wait_group_empty(ctx: FaultContext, group: str, timeout_s: float = 60) -> bool:

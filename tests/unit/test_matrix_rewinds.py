@@ -3,6 +3,8 @@ the ground truth each states (no cluster)."""
 
 from __future__ import annotations
 
+import pytest
+
 from matrix.mechanisms.rewind_clients import (
     coordinator_partition, java_string_hash, killable, reset_direction, seek_back_targets)
 from matrix.mechanisms.rewinds import (
@@ -94,3 +96,33 @@ def test_coordinator_failover_expects_nothing_and_explains_only_rewinds_after_th
     assert e.matches(moved)
     assert not e.matches({**moved, "cause": "member_commit"})
     assert not e.matches({**moved, "type": "unclean_election", "entity": "orders-0"})
+
+
+def test_group_state_asks_again_while_the_coordinator_moves():
+    """Seen in CI: describe 6 s after a kill -9 of the coordinator answered NOT_COORDINATOR
+    (the broker not fenced yet). The admin here is a stand-in for the answers, not Kafka."""
+    from concurrent.futures import Future
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from matrix.mechanisms import rewind_clients
+
+    class Desc:
+        members = [1, 2]
+
+        class coordinator:
+            id = 2
+
+    answers = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)), Desc()]
+
+    class Admin:
+        def describe_consumer_groups(self, groups):
+            f = Future()
+            a = answers.pop(0)
+            f.set_exception(a) if isinstance(a, Exception) else f.set_result(a)
+            return {groups[0]: f}
+
+    assert rewind_clients.group_state(Admin(), "g", retry_s=5) == (2, 2)
+    answers[:] = [KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))]
+    with pytest.raises(KafkaException):
+        rewind_clients.group_state(Admin(), "g", retry_s=5)
