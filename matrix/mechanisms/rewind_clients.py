@@ -135,7 +135,7 @@ COORDINATOR_MOVING = ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
 def group_state(admin, group: str, retry_s: float = 30.0):
     """(member count, coordinator broker id) of a group, asking again for up to retry_s
     while its coordinator is moving (seen in CI: NOT_COORDINATOR 6 s after a kill -9 of
-    the coordinator, before the controller had fenced it)."""
+    the coordinator, before the controller had fenced it; seen here: no answer in 10 s)."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + retry_s
@@ -143,9 +143,11 @@ def group_state(admin, group: str, retry_s: float = 30.0):
         try:
             desc = admin.describe_consumer_groups([group])[group].result(10)
             return len(desc.members), desc.coordinator.id
-        except KafkaException as e:
-            code = e.args[0].name() if e.args and hasattr(e.args[0], "name") else ""
-            if code not in COORDINATOR_MOVING or time.monotonic() > deadline:
+        except (KafkaException, TimeoutError) as e:
+            # TimeoutError: no answer in 10 s (the request went to the dead broker)
+            code = (e.args[0].name() if isinstance(e, KafkaException) and e.args
+                    and hasattr(e.args[0], "name") else "TIMEOUT")
+            if code not in (*COORDINATOR_MOVING, "TIMEOUT") or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
 

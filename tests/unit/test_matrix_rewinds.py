@@ -113,7 +113,7 @@ def test_group_state_asks_again_while_the_coordinator_moves():
         class coordinator:
             id = 2
 
-    answers = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)), Desc()]
+    answers = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)), TimeoutError(), Desc()]
 
     class Admin:
         def describe_consumer_groups(self, groups):
