@@ -170,9 +170,14 @@ def set_aside_outages(brokers: dict[int, BrokerVerdict], out: set[int],
         known = set(view.by_leader.get(leader, {})) if view is not None else set()
         return known or set(out)
 
-    excused = {b: v for b, v in brokers.items()
-               if b in out or v.attribution.blamed_broker in out
-               or (v.attribution.cause in _UNNAMED_REMOTE_WAITS and out & followers_of(b))}
+    return _take_out(brokers, lambda b, v: (
+        b in out or v.attribution.blamed_broker in out
+        or (v.attribution.cause in _UNNAMED_REMOTE_WAITS and bool(out & followers_of(b)))))
+
+
+def _take_out(brokers: dict[int, BrokerVerdict], excuse) -> dict[int, BrokerVerdict]:
+    """Remove from `brokers` the verdicts `excuse(broker, verdict)` is true of; return them."""
+    excused = {b: v for b, v in brokers.items() if excuse(b, v)}
     for b in excused:
         del brokers[b]
     return excused
@@ -182,11 +187,8 @@ def set_aside_handovers(brokers: dict[int, BrokerVerdict],
                         new_leaders: set[int]) -> dict[int, BrokerVerdict]:
     """Take out of `brokers` the Remote waits naming no follower of brokers that had just
     become leaders (handovers.py); return them."""
-    excused = {b: v for b, v in brokers.items()
-               if b in new_leaders and v.attribution.cause in _UNNAMED_REMOTE_WAITS}
-    for b in excused:
-        del brokers[b]
-    return excused
+    return _take_out(brokers, lambda b, v: (
+        b in new_leaders and v.attribution.cause in _UNNAMED_REMOTE_WAITS))
 
 
 def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStageWindow],

@@ -284,7 +284,7 @@ def read_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSec
         send_p99_ms=float(x["send_p99"] or 0.0)) for x in rows]
 
 
-# --- ISR shrinks (from silver.log_events) --------------------------------------------------------
+# --- leadership gains, outages, ISR shrinks (from silver.log_events) -----------------------------
 
 def leadership_gains_from(events: Iterable[Mapping[str, Any]], since_ms: int
                           ) -> list[LeadershipGain]:
