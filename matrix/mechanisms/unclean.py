@@ -48,6 +48,7 @@ import re
 from demo.faults.base import FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
 from demo.workload import ConsumerSpec, ProducerSpec
 from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.mechanisms.cluster_ops import wait_healthy
 from matrix.mechanisms.compaction import stop_producer
 from matrix.truth import Expect
 
@@ -86,6 +87,15 @@ def check_quorum_survives(cluster, stopped: set[int]) -> None:
 def wait_replicas_back(ctx: FaultContext, topic: str, replicas: list[int]) -> bool:
     return wait_for(f"{replicas} back in the ISR of {topic}",
                     lambda: leader_and_isr(ctx.admin(), topic)[1] == sorted(replicas), 120, ctx)
+
+
+def wait_whole_again(ctx: FaultContext, topic: str, replicas: list[int]) -> bool:
+    """A heal's last step: the fault's replicas back in its topic's ISR, then every other
+    ISR full too (the restarted brokers also follow __consumer_offsets and the workload's
+    topics, and catch up on them later; seen in CI: __consumer_offsets still [1, 3] when the
+    next check ran)."""
+    own = wait_replicas_back(ctx, topic, replicas)
+    return wait_healthy(ctx, "every ISR full after the unclean election") and own
 
 
 def replica_bytes(node, topic: str, partition: int = 0) -> int:
@@ -222,7 +232,7 @@ class UncleanElection(MatrixFault):
         # The topic stays (as the demo's ledger does): deleting it while any client still
         # knows it lets that client's next metadata request create it again, with the
         # broker's defaults (seen: ledger-quiet back with 3 partitions).
-        wait_replicas_back(ctx, self.topic, self.replicas)
+        wait_whole_again(ctx, self.topic, self.replicas)
 
 
 def _alive(cluster, node_id: int) -> bool:
@@ -298,4 +308,4 @@ class UncleanNoLoss(MatrixFault):
         for b in (self.leader, self.follower):
             if not _alive(ctx.cluster, b):
                 ctx.cluster.restart(b)
-        wait_replicas_back(ctx, self.topic, [self.leader, self.follower])
+        wait_whole_again(ctx, self.topic, [self.leader, self.follower])
