@@ -1,0 +1,78 @@
+"""Where the test run's time goes: seconds per test file and per tier, from the JUnit XML
+every `./kmonw test` leaves in .kmon/test-results.xml (pyproject's pytest addopts).
+
+Run: .kmon/venv/bin/python bench/ci_durations.py [--xml .kmon/test-results.xml] [--top 25]
+     [--label fresh-clone]
+
+Prints the tiers (unit, spark, integration) and the slowest files, and writes the same as
+data to bench/results/ci-durations-<utc stamp>.json. A file's time is the sum of its tests'
+times as pytest reports them (setup, call and teardown, so a module-scoped cluster counts
+in its first test); the run's wall time is pytest's own total. CI must stay under 45
+minutes on 2 cores: this is how to see which part to make cheaper.
+
+Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import socket
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def durations(xml_path: Path) -> dict:
+    root = ET.parse(xml_path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        raise ValueError(f"{xml_path}: no <testsuite> element (not pytest's JUnit XML?)")
+    by_file: dict[str, float] = defaultdict(float)
+    tests: dict[str, int] = defaultdict(int)
+    for case in suite.iter("testcase"):
+        name = (case.get("classname") or "").replace(".", "/") + ".py"
+        by_file[name] += float(case.get("time") or 0)
+        tests[name] += 1
+    tiers: dict[str, float] = defaultdict(float)
+    for name, s in by_file.items():
+        parts = name.split("/")
+        tiers[parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"] += s
+    return {"wall_s": float(suite.get("time") or 0), "tests": int(suite.get("tests") or 0),
+            "failures": int(suite.get("failures") or 0) + int(suite.get("errors") or 0),
+            "tiers": dict(sorted(tiers.items(), key=lambda x: -x[1])),
+            "files": [{"file": f, "tests": tests[f], "seconds": round(s, 1)}
+                      for f, s in sorted(by_file.items(), key=lambda x: -x[1])]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--xml", type=Path, default=ROOT / ".kmon" / "test-results.xml")
+    ap.add_argument("--top", type=int, default=25, help="files to print (default 25)")
+    ap.add_argument("--label", default="", help="what run this was, kept in the result")
+    args = ap.parse_args(argv)
+    if not args.xml.is_file():
+        print(f"no JUnit XML at {args.xml}: run ./kmonw test first", file=sys.stderr)
+        return 2
+    d = durations(args.xml)
+    print(f"{d['tests']} tests, {d['failures']} failed, {d['wall_s'] / 60:.1f} min wall")
+    for tier, s in d["tiers"].items():
+        print(f"  {tier:12s} {s / 60:6.1f} min")
+    print("slowest files:")
+    for f in d["files"][:args.top]:
+        print(f"  {f['seconds']:7.1f} s  {f['tests']:4d} tests  {f['file']}")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = ROOT / "bench" / "results" / f"ci-durations-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"label": args.label, "host": socket.gethostname(),
+                               "stamp": stamp, **d}, indent=2))
+    print(f"written: {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
