@@ -232,7 +232,7 @@ class Rebalances(_Healthy):
             ctx.sleep(self.interval_s)
         self._stop_members()
         # Each extra member is handed an assignment at every rebalance it takes part in.
-        run.notes["extra_member_assignments"] = sum(m.assignments for m in self.joined)
+        run.notes["extra_member_assignments"] = {m.client_id: m.assignments for m in self.joined}
         run.notes["extra_member_messages"] = sum(m.messages for m in self.joined)
 
     def _stop_members(self) -> None:

@@ -126,11 +126,15 @@ def group_generations(bootstrap: str, group: str) -> list[int]:
 
 def test_rebalances(ctx):
     fault = healthy.Rebalances(group="hr-group", topic="hr-topic", own_topic=True,
-                               interval_s=2.5, duration_s=10)
+                               interval_s=5, duration_s=20)
     r = run(ctx, fault)
     events = [e[1] for e in r.notes["events"]]
     assert events == ["join", "join", "leave", "leave"], events
-    assert r.notes["extra_member_assignments"] >= 4
+    # Every extra member was handed partitions. How many times depends on whether two
+    # membership changes fall into one rebalance (CI once saw 2 in all at a 2.5-s pace).
+    assigned = r.notes["extra_member_assignments"]
+    assert sorted(assigned) == ["hr-group-extra-0", "hr-group-extra-1"], assigned
+    assert all(n >= 1 for n in assigned.values()), assigned
     gens = group_generations(ctx.bootstrap, "hr-group")
     # The first member's join, two joins, two leaves, the first member leaving in heal.
     assert max(gens) >= 5, gens
