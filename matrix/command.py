@@ -56,7 +56,8 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
 def replay(config, names: list[str] | None, *, step_s: float, command: str,
            corpus: Path | None = None, out=sys.stdout) -> int:
     from infra.spark_session import build_spark_session
-    from matrix.corpus import CORPUS_DIR, recordings, replay_config, replay_scenario
+    from matrix.corpus import (CORPUS_DIR, EmptyLakes, recordings, replay_config,
+                               replay_scenario)
 
     recs = recordings(corpus or CORPUS_DIR, names)
     if not recs:
@@ -65,12 +66,14 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
         return 1
     root = config.work_dir / "matrix-replay"
     spark = build_spark_session(replay_config(config, recs[0], root / recs[0].scenario))
+    empty_lakes = EmptyLakes(spark, root / "empty-lakes")
     rows, scores = [], []
     try:
         for i, rec in enumerate(recs, 1):
             print(f"[{i}/{len(recs)}] {rec.scenario}: {rec.manifest.get('title', '')}",
                   file=out, flush=True)
-            sc, seen = replay_scenario(spark, config, rec, root / rec.scenario, step_s)
+            sc, seen = replay_scenario(spark, config, rec, root / rec.scenario, step_s,
+                                       empty_lakes)
             scores.append(sc)
             rows.append({**sc.to_json(), "topology": rec.manifest["topology"]["name"],
                          "seen": [f"{(t - rec.truth.fault_ms) / 1000:+.0f}s {d['severity']} "

@@ -16,13 +16,25 @@ from __future__ import annotations
 
 import pytest
 
-from matrix.corpus import recordings, replay_scenario
+from matrix.corpus import EmptyLakes, recordings, replay_scenario
 
 STEP_S = 20.0
 RECORDINGS = recordings()
 
 # scenario -> what goes wrong today (issue 23 is open until this is empty)
-KNOWN_FAILING: dict[str, str] = {}
+KNOWN_FAILING: dict[str, str] = {
+    "delayed-broker-5b": (
+        "not found: every leader's acks=all Produce waits 1.0-1.6 s in Remote on follower 2, "
+        "but the delay cuts the producers' request rate below min_requests_per_window (100 "
+        "a window), so no Produce window has enough traffic to judge and nothing blames "
+        "broker 2"),
+    "freeze-short-5b": (
+        "not found: on this 5-broker cluster (8 JVMs on 2 cores) leader 1's Produce TP99 "
+        "was already 330-360 ms before the fault, so its 790-900 ms Remote wait during "
+        "the freeze is not slow against its history and follower 2 is never blamed; "
+        "broker 2's own Fetch queue time is over 300 ms in one window only (live, with "
+        "the warm-up's longer history, it was found in 39 s)"),
+}
 
 
 def _params():
@@ -37,9 +49,15 @@ def test_the_corpus_has_recordings():
     assert set(KNOWN_FAILING) <= {r.scenario for r in RECORDINGS}
 
 
+@pytest.fixture(scope="module")
+def empty_lakes(spark, tmp_path_factory):
+    return EmptyLakes(spark, tmp_path_factory.mktemp("empty-lakes"))
+
+
 @pytest.mark.parametrize("rec", list(_params()))
-def test_recorded_scenario_passes(rec, spark, kmon_config, tmp_path):
-    score, seen = replay_scenario(spark, kmon_config, rec, tmp_path / rec.scenario, STEP_S)
+def test_recorded_scenario_passes(rec, spark, kmon_config, empty_lakes, tmp_path):
+    score, seen = replay_scenario(spark, kmon_config, rec, tmp_path / rec.scenario, STEP_S,
+                                  empty_lakes)
     assert score.passed, "\n".join(score.failures() + ["seen:"] + [
         f"  {(t - rec.truth.fault_ms) / 1000:+.0f}s {d['severity']} {d['type']} ({d['cause']}) "
         f"{d['entity']}" for t, d in seen])
