@@ -143,6 +143,9 @@ class LocalCluster:
         self.routes = routes or Routes()
         self.owner_bound = owner_bound
         self.log_roll_mb = log_roll_mb
+        # The shape start() lays out; a saved state below describes the cluster as it was
+        # laid out last, which may be another shape under the same name.
+        self.requested_shape = (self.size, self.controllers, self.dedicated_controllers)
         self.home = config.work_dir / "clusters" / self.name
         self.state_file = self.home / "cluster.json"
         self.nodes: list[Node] = []
@@ -200,6 +203,9 @@ class LocalCluster:
 
     # ---- layout --------------------------------------------------------------------
     def _layout(self) -> None:
+        """A fresh layout of the requested shape (not the saved one: a cluster of the same
+        name laid out before with another shape is replaced)."""
+        self.size, self.controllers, self.dedicated_controllers = self.requested_shape
         roles = node_roles(self.size, self.controllers, self.dedicated_controllers)
         per_node = 4 if self.routes.needs_replication_listener else 3
         ports = allocate_ports(len(roles), per_node, self.config.local_cluster.base_port)

@@ -75,6 +75,21 @@ def test_dedicated_controllers_and_state_reload(tmp_path):
     assert [n.node_id for n in again.broker_nodes] == [1, 2]
 
 
+def test_a_new_layout_takes_the_requested_shape_not_the_one_saved_under_the_name(tmp_path):
+    # The live matrix ran its 3-broker + dedicated-controller topology on the 5-broker
+    # layout of the topology before it: the saved state of the same name won.
+    _laid_out(tmp_path, brokers=5, controllers=3)
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     local_cluster={"base_port": 0, "brokers": 3,
+                                                    "controllers": 0, "dedicated_controllers": 1})
+    cluster = LocalCluster(config, name="layout")
+    assert len(cluster.nodes) == 5          # what is there now, until it is laid out again
+    cluster._layout()
+    assert [n.node_id for n in cluster.broker_nodes] == [1, 2, 3]
+    assert cluster.controller_ids() == [4]
+    assert [n.node_id for n in LocalCluster(config, name="layout").nodes] == [1, 2, 3, 4]
+
+
 def test_advertised_port_and_replication_listener_for_a_proxied_broker(tmp_path):
     from infra.cluster_layout import Routes
 
