@@ -28,6 +28,14 @@ class SlowBrokerSection:
                                         "length: below 100 requests a TP99 is the slowest "
                                         "request alone, and one slow request is not a slow "
                                         "broker", 100, min=0, max=1_000_000_000)
+    low_traffic_pool_windows: int = _key(
+        "A broker/API window with too few requests to judge alone, over its threshold, is "
+        "judged with the consecutive windows before it that were over the threshold too, "
+        "up to this many windows in all, once they hold enough requests together (the "
+        "least of their TP99s is a lower bound of the pooled TP99). Clients wait for their "
+        "answers, so a slow broker cuts its own request rate: leaders held back 1-1.6 s by "
+        "a delayed follower served too few Produce requests a window to be judged. "
+        "1 = every window alone", 6, min=1, max=1000)
     threshold_ms: float = _key("Latency TP99 above which a broker/API can be slow", 300.0,
                                min=1, max=600000)
     api_threshold_ms: dict = _key("Per-API thresholds overriding threshold_ms, e.g. "

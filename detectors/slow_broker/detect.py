@@ -35,6 +35,7 @@ from detectors.slow_broker.latency import (
     latency_ms,
     norm_api,
     peer_median,
+    pooled_traffic,
     threshold_for,
 )
 from detectors.slow_broker.handovers import LeadershipGain, new_leaders_during
@@ -59,8 +60,27 @@ def _verdict_rank(v: BrokerVerdict) -> tuple:
 
 @dataclass
 class _History:
-    """Latencies of each broker/API's earlier non-suspect windows (the in-input baseline)."""
+    """Latencies of each broker/API's earlier non-suspect windows (the in-input baseline),
+    and every earlier window's requests and latency (for pooling low-traffic windows)."""
     healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    windows: dict[tuple[int, str], dict[int, tuple[int, float]]] = field(
+        default_factory=lambda: defaultdict(dict))
+
+    def earlier(self, row: RequestStageWindow, config: SlowBrokerSection
+                ) -> list[tuple[int, float] | None]:
+        """(requests, latency) of the row's broker/API in the windows just before it,
+        newest first (None: no row then), as many as a pool can use."""
+        seen = self.windows.get((row.broker, norm_api(row.api)), {})
+        return [seen.get(row.window_start_ms - k * config.window_ms)
+                for k in range(1, config.low_traffic_pool_windows)]
+
+    def note(self, row: RequestStageWindow, latency: float, config: SlowBrokerSection) -> None:
+        seen = self.windows[(row.broker, norm_api(row.api))]
+        seen[row.window_start_ms] = (row.requests, latency)
+        for start in [s for s in seen
+                      if s <= row.window_start_ms - config.low_traffic_pool_windows
+                      * config.window_ms]:
+            del seen[start]
 
     def baseline(self, broker: int, api: str, external: Mapping[tuple[int, str], float],
                  config: SlowBrokerSection) -> float | None:
@@ -71,9 +91,10 @@ class _History:
         return statistics.median(past) if len(past) >= config.min_history_windows else None
 
     def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
-        """Keep the window's non-suspect latencies with enough traffic for later windows."""
+        """Keep the window's non-suspect latencies with enough traffic of their own for
+        later windows."""
         for v in verdicts:
-            if v.enough_traffic and not v.suspect:
+            if v.enough_traffic and v.pooled_windows == 1 and not v.suspect:
                 self.healthy[(v.row.broker, norm_api(v.row.api))].append(v.latency_ms)
 
 
@@ -84,6 +105,12 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
     every broker's latency for the API first)."""
     latency = {id(r): latency_ms(r, config) for r in rows}
     traffic = {id(r): has_enough_traffic(r, config) for r in rows}
+    # Too few requests alone: judged with the windows before it (latency.pooled_traffic).
+    pooled = {id(r): pool for r in rows if not traffic[id(r)] and (pool := pooled_traffic(
+        r.requests, latency[id(r)], threshold_for(r.api, config), history.earlier(r, config),
+        config))}
+    for r in rows:
+        history.note(r, latency[id(r)], config)
     by_api: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         if traffic[id(r)]:
@@ -93,18 +120,21 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
 
     verdicts: list[ApiVerdict] = []
     for r in rows:
-        lat = latency[id(r)]
+        windows, requests, lat = pooled.get(id(r), (1, None, latency[id(r)]))
         threshold = threshold_for(r.api, config)
         baseline = history.baseline(r.broker, r.api, external, config)
+        # A pooled row is compared with its peers too (their own windows' median), but
+        # stays out of their medians: its latency is a bound over several windows.
         peers = peer_median(by_api.get(norm_api(r.api), []), lat if traffic[id(r)] else None,
                             config)
         stage, share = dominant_stage(r, config)
         verdicts.append(ApiVerdict(
-            row=r, latency_ms=lat, threshold_ms=threshold, enough_traffic=traffic[id(r)],
+            row=r, latency_ms=lat, threshold_ms=threshold,
+            enough_traffic=traffic[id(r)] or id(r) in pooled,
             over_threshold=is_over_threshold(lat, threshold), baseline_ms=baseline,
             slow_vs_history=is_slow_vs_history(lat, baseline, config), peer_median_ms=peers,
             slow_vs_peers=is_slow_vs_peers(lat, peers, config), dominant_stage=stage,
-            stage_share=share))
+            stage_share=share, pooled_windows=windows, pooled_requests=requests))
     return verdicts
 
 

@@ -39,6 +39,7 @@ def _api_evidence(v: ApiVerdict | None) -> dict:
             "stage_share": _round(v.stage_share), "latency_ms": _round(v.latency_ms),
             "total_p99_ms": _round(v.row.total_p99_ms), "threshold_ms": _round(v.threshold_ms),
             "requests": v.row.requests, "baseline_ms": _round(v.baseline_ms),
+            "pooled_windows": v.pooled_windows, "pooled_requests": v.pooled_requests,
             "peer_median_ms": _round(v.peer_median_ms),
             "stage_p99s_ms": {s: _round(v.row.stage_p99(s)) for s in STAGES},
             "rules": {"enough_traffic": v.enough_traffic, "over_threshold": v.over_threshold,
@@ -47,6 +48,9 @@ def _api_evidence(v: ApiVerdict | None) -> dict:
 
 def _describe_latency(v: ApiVerdict) -> str:
     parts = [f"{v.row.api} TP99 {v.latency_ms:,.0f} ms over the {v.threshold_ms:,.0f} ms threshold"]
+    if v.pooled_windows > 1:
+        parts.append(f" in each of its last {v.pooled_windows} windows ({v.pooled_requests:,} "
+                     f"requests together)")
     ratios = []
     if v.baseline_ms:
         ratios.append(f"{v.latency_ms / max(v.baseline_ms, MIN_REFERENCE_MS):.1f}x its usual")

@@ -49,8 +49,41 @@ def has_enough_traffic(row: RequestStageWindow, config: SlowBrokerSection) -> bo
     """Enough requests in the window for a p99 to mean something: the per-minute rate
     scaled to the window, and at least min_requests_per_window (with fewer than 100, the
     TP99 is the window's slowest request)."""
-    return (row.requests >= config.min_requests_per_minute * config.window_s / 60.0
-            and row.requests >= config.min_requests_per_window)
+    return enough_requests(row.requests, 1, config)
+
+
+def enough_requests(requests: int, windows: int, config: SlowBrokerSection) -> bool:
+    """`has_enough_traffic` for `requests` over `windows` consecutive windows."""
+    return (requests >= config.min_requests_per_minute * windows * config.window_s / 60.0
+            and requests >= config.min_requests_per_window)
+
+
+def pooled_traffic(requests: int, latency: float, threshold: float,
+                   earlier: Sequence[tuple[int, float] | None],
+                   config: SlowBrokerSection) -> tuple[int, int, float] | None:
+    """A window with too few requests to judge alone, pooled with the windows before it.
+
+    `earlier`: (requests, latency) of the same broker/API in the windows just before,
+    newest first, None where it had no row. Pools this window (over `threshold`) with
+    the consecutive earlier ones over the threshold too, up to low_traffic_pool_windows
+    in all, until they hold enough requests together; returns (windows, requests, the
+    least latency of the pool), or None when they never do.
+
+    The least latency is a lower bound of the pooled TP99: at least 1% of every window's
+    requests took its own TP99 or longer, so at least 1% of the pool took the least of
+    them or longer. A broker is judged on real requests, never on one slow one: a window
+    under the threshold, or with no row, ends the pool.
+    """
+    if latency <= threshold:
+        return None
+    windows, total, least = 1, requests, latency
+    for prior in earlier[:config.low_traffic_pool_windows - 1]:
+        if enough_requests(total, windows, config):
+            break
+        if prior is None or prior[1] <= threshold:
+            return None
+        windows, total, least = windows + 1, total + prior[0], min(least, prior[1])
+    return (windows, total, least) if enough_requests(total, windows, config) else None
 
 
 def threshold_for(api: str, config: SlowBrokerSection) -> float:

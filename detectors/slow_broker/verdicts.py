@@ -63,6 +63,10 @@ class ApiVerdict:
     slow_vs_peers: bool
     dominant_stage: str | None
     stage_share: float
+    # Windows judged together (latency.py pooled_traffic): 1 = this window alone; more =
+    # it had too few requests alone and `latency_ms` is the least TP99 of the pool.
+    pooled_windows: int = 1
+    pooled_requests: int | None = None
 
     @property
     def suspect(self) -> bool:

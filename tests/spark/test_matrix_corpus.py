@@ -23,11 +23,6 @@ RECORDINGS = recordings()
 
 # scenario -> what goes wrong today (issue 23 is open until this is empty)
 KNOWN_FAILING: dict[str, str] = {
-    "delayed-broker-5b": (
-        "not found: every leader's acks=all Produce waits 1.0-1.6 s in Remote on follower 2, "
-        "but the delay cuts the producers' request rate below min_requests_per_window (100 "
-        "a window), so no Produce window has enough traffic to judge and nothing blames "
-        "broker 2"),
     "freeze-short-5b": (
         "not found: on this 5-broker cluster (8 JVMs on 2 cores) leader 1's Produce TP99 "
         "was already 330-360 ms before the fault, so its 790-900 ms Remote wait during "

@@ -243,6 +243,35 @@ def scenarios():
         evidence={"broker:1": {"slow_follower": "broker:3", "follower_evidence": "fetch_holdback",
                                "follower_holdback_ms": 720.0}})
 
+    # Every byte to and from broker 3 delayed 250 ms (the live matrix's delayed-broker-5b):
+    # its fetches reach each leader ~500 ms apart, and the leaders' acks=all writes wait
+    # 1.2 s on it. The producers wait for their answers, so the leaders serve 40 Produce
+    # requests a window, too few to judge one window alone: three windows over the
+    # threshold in a row are judged together, and broker 3 is named.
+    starving = {LAST - 3, LAST - 2, *FAULT}
+    delayed = healthy()
+    for leader in (1, 2):
+        delayed = replaced(delayed, leader, "Produce", starving, total=1200.0, remote=1180.0,
+                           requests=40)
+    yield Scenario(
+        "delayed_follower_that_starves_its_leaders_traffic_is_named", delayed,
+        fetches=follower_fetches(starving, {(1, 3): 500.0, (2, 3): 510.0}),
+        rules={(1, "Produce"): {"enough_traffic": True, "over_threshold": True,
+                                "slow_vs_history": True, "slow_vs_peers": False,
+                                "suspect": True, "stage": "remote"}},
+        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
+                  2: (Role.VICTIM, "remote_produce_slow_follower"),
+                  3: (Role.CULPRIT, "slow_follower")},
+        detections={
+            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                         Severity.WARNING),
+            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                         Severity.WARNING),
+            "broker:3": (AnomalyType.SLOW_BROKER, "slow_follower", ActionKind.PAGE_HUMAN,
+                         Severity.HIGH)},
+        evidence={"broker:1": {"slow_follower": "broker:3", "pooled_windows": 3,
+                               "pooled_requests": 120, "requests": 40}})
+
     # Every follower a little late everywhere (the whole machine starved): nobody stands
     # out, so nobody is named, and the leaders are not victims of anyone.
     everywhere = {(a, b): 700.0 for a in BROKERS for b in BROKERS if a != b}
@@ -561,3 +590,27 @@ def test_median_without_one_value_matches_the_obvious_way(values):
         rest.remove(v)
         expected = statistics.median(rest) if rest else None
         assert median_without(sorted(values), v) == expected
+
+
+@pytest.mark.parametrize("earlier,expected", [
+    # 40 a window: three windows make the 100 (min_requests_per_window).
+    ([(40, 900.0), (40, 700.0), (40, 800.0)], (3, 120, 700.0)),
+    # A window under the threshold ends the pool before it has enough.
+    ([(40, 900.0), (40, 250.0), (40, 800.0)], None),
+    # So does a window with no row (no request at all).
+    ([(40, 900.0), None, (40, 800.0)], None),
+    # Enough already with the first earlier window: the older ones are not looked at.
+    ([(70, 350.0), (40, 301.0)], (2, 110, 350.0)),
+    # 10 a window never make 100 within low_traffic_pool_windows (6).
+    ([(10, 900.0)] * 8, None),
+])
+def test_low_traffic_windows_are_pooled_only_while_each_is_over_the_threshold(earlier, expected):
+    from detectors.slow_broker.latency import pooled_traffic
+
+    assert pooled_traffic(40, 1000.0, 300.0, earlier, CONFIG) == expected
+
+
+def test_a_window_under_the_threshold_is_never_pooled():
+    from detectors.slow_broker.latency import pooled_traffic
+
+    assert pooled_traffic(40, 290.0, 300.0, [(400, 900.0)], CONFIG) is None
