@@ -49,7 +49,12 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    is the slowest request alone: 20 commits a window at 104 ms, one of them at 377 ms
    in two windows of three, is one slow commit each time, not a slow broker (scenario
    one_slow_request_among_twenty_is_not_a_slow_broker in
-   tests/unit/test_detector_slow_broker.py).
+   tests/unit/test_detector_slow_broker.py). But clients wait for their answers, so a
+   slow broker cuts its own request rate: a window too quiet alone, over the threshold,
+   is judged with the consecutive windows before it that were over the threshold too
+   (at most low_traffic_pool_windows), once they hold enough requests together, at the
+   least of their TP99s (a lower bound of the pooled TP99: latency.pooled_traffic;
+   scenario delayed_follower_that_starves_its_leaders_traffic_is_named).
 2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
    (`purgatory_apis`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms

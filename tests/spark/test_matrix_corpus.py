@@ -24,11 +24,11 @@ RECORDINGS = recordings()
 # scenario -> what goes wrong today (issue 23 is open until this is empty)
 KNOWN_FAILING: dict[str, str] = {
     "freeze-short-5b": (
-        "not found: on this 5-broker cluster (8 JVMs on 2 cores) leader 1's Produce TP99 "
-        "was already 330-360 ms before the fault, so its 790-900 ms Remote wait during "
-        "the freeze is not slow against its history and follower 2 is never blamed; "
-        "broker 2's own Fetch queue time is over 300 ms in one window only (live, with "
-        "the warm-up's longer history, it was found in 39 s)"),
+        "not found: on this 5-broker cluster (5 broker JVMs and kmon on 2 cores) leader 1's "
+        "Produce TP99 was already 330-360 ms before the fault, so its 790-900 ms Remote "
+        "wait during the freeze is not slow against its history and follower 2 is never "
+        "blamed; broker 2's own Fetch queue time is over 300 ms in one window only (live, "
+        "with the warm-up's longer history, it was found in 39 s)"),
 }
 
 
