@@ -56,9 +56,9 @@ Algorithm, per group and partition:
      offset, answered with an error), and the next commit (one drop, within
      REORDER_WINDOW_MS) is back at the old position: the retry landed after a newer
      commit (rewind_cause.py, `retried`); or, with no line needed, the rewind's offset
-     lies between the two commits before it and the next commit is the old position
-     unchanged: a commit sent before the newer one landed after it (`in_flight`). Info:
-     nothing moved back.
+     lies between the last two positions committed before it and the next commit is the
+     old position unchanged: a commit sent before the newer one landed after it
+     (`in_flight`). Info: nothing moved back.
    - application_seek: the member that committed the rewind had itself committed a
      higher offset on the partition before (same member id: the same live consumer
      moved its own position back), to a position inside the log (not its start or end,
@@ -175,7 +175,9 @@ class Rewind:
     new_position: int               # the lowest offset committed while the rewind lasted
     drops: int                      # commits that went down while it lasted
     recovered_commit: OffsetCommit | None  # the first commit back at the old position
-    before_previous: OffsetCommit | None = None  # the commit before previous_commit
+    # The last commit of another offset before previous_commit (an idle consumer commits
+    # the same offset again and again: the position it held before those).
+    before_previous: OffsetCommit | None = None
 
     @property
     def active(self) -> bool:
@@ -227,7 +229,9 @@ def find_rewinds(commits: Sequence[OffsetCommit], min_messages: int = 1) -> list
             current = {"previous_commit": prev, "rewind_commit": c, "old_position": high,
                        "new_position": c.offset, "drops": 1, "before_previous": before_prev}
         high = c.offset if high is None else max(high, c.offset)
-        before_prev, prev = prev, c
+        if prev is not None and c.offset != prev.offset:
+            before_prev = prev     # the position before the one the member holds now
+        prev = c
     if current is not None:
         rewinds.append(Rewind(recovered_commit=None, **current))
     return rewinds
@@ -297,10 +301,10 @@ def undone_at_once(r: Rewind) -> bool:
 
 
 def sent_between_and_recommitted(r: Rewind) -> bool:
-    """The rewind's offset lies strictly between the two commits before it (a position the
-    consumer passed between them: a commit sent then, in flight while the newer one
-    landed), and the next commit is the old position again, unchanged (the consumer's
-    position had not moved: it re-read nothing). rewind_cause.py, `in_flight`."""
+    """The rewind's offset lies strictly between the last two positions committed before
+    it (a position the consumer passed between them: a commit sent then, in flight while
+    the newer one landed), and the next commit is the old position again, unchanged (the
+    consumer's position had not moved: it re-read nothing). rewind_cause.py, `in_flight`."""
     b = r.before_previous
     return (undone_at_once(r) and b is not None
             and b.offset < r.rewind_commit.offset < r.previous_commit.offset

@@ -45,15 +45,19 @@ the lines of the group before it say:
   nothing re-read. Cause commit_reordered (info): the group's position never moved back.
   (A commit of an offset the member had committed successfully before is no retry: an
   application that seeks back 100 messages, at 100 messages a second, lands on one.)
-- `in_flight` (no line needed): the rewind's offset lies strictly between the two commits
-  before it, and the next commit, within REORDER_WINDOW_MS, is the old position itself,
-  unchanged. The consumer passed that offset between the two commits, so a commit of it
-  was sent then and landed after the newer one; and a consumer that had gone back to it
-  would commit the old position again only by re-reading exactly to it with nothing new
-  since. Seen in the matrix (rolling-restart-3b): when the group's coordinator moved,
-  librdkafka sent the member's queued commits to the new coordinator out of order (17160,
-  then 17152 71 ms later, then 17160 again 0.4 s after, the commit before being 17144); the
-  commit to the old coordinator left no line. A seek lands on a commit it passed or
+- `in_flight` (no line needed): the rewind's offset lies strictly between the last two
+  positions committed before it (an idle consumer commits one position many times: the
+  one before those), and the next commit, within REORDER_WINDOW_MS, is the old position
+  itself, unchanged. The consumer passed that offset between the two positions, so a
+  commit of it was sent then and landed after the newer one; and a consumer that had
+  gone back to it would commit the old position again only by re-reading exactly to it
+  with nothing new since. Seen in the matrix (rolling-restart-3b): when the group's
+  coordinator moved, librdkafka sent the member's queued commits to the new coordinator
+  out of order (17160, then 17152 71 ms later, then 17160 again 0.4 s after, the commit
+  before being 17144); the commit to the old coordinator left no line. And
+  (unclean-rf3-dc) with its coordinator down for 28 s, an idle member committed 1249
+  eight times after 1225, then 1241 (sent while the coordinator was down), then 1249
+  again 25 ms later. A seek lands on a commit it passed or
   further back, and reads on from there (app-seek-3b: 5000, 5100, 5000, 5110). Cause
   commit_reordered.
 

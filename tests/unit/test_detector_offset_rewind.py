@@ -252,6 +252,26 @@ def scenarios():
             "commit_reordered", Severity.INFO, ActionKind.NONE)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"before_previous_offset": 17144}})
 
+    # Seen in the live matrix (unclean-rf3-dc): the group's coordinator was down 28 s; the
+    # idle member then committed 1249 again and again, then 1241 (a position it passed
+    # between 1225 and 1249, sent while the coordinator was down), then 1249 25 ms later.
+    # The two commits just before the drop are both 1249: the position before them is
+    # the one that counts. Nothing was re-read.
+    idle = [(0, 1169), (1, 1177), (2, 1193), (3, 1209), (5, 1217), (6, 1225),
+            *[(34 + k * 0.2, 1249) for k in range(8)], (35.66, 1241), (35.685, 1249),
+            (35.71, 1249)]
+    yield Scenario(
+        "an_idle_members_late_commit_of_a_position_it_passed_is_a_reordered_commit",
+        commits(*idle), offsets=ends((30, 1300, 0), (40, 1300, 0)), members=ACTIVE,
+        loads=[load(33)], now_s=50,
+        rewind={"old_position": 1249, "new_position": 1241, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 8,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"before_previous_offset": 1225}})
+
     # The same coordinator move, but the member resumed from an older commit it had made
     # (17128, below the commit before the last one) and read on from there: a stale offset.
     stale = [(0, 17000), (60, 17100), (120, 17128), (123, 17144), (125.5, 17160),
