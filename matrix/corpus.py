@@ -229,6 +229,7 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float,
                     first.setdefault(f.finding_id, t)
     finally:
         frozen.release()
+        forget_lake(spark)
     # Commits are kept from STATE_HISTORY_S before the recording (a rewind needs the commit
     # before it): a rewind of an earlier scenario in that history is found again here, but
     # live it was handed over during that scenario. What happened before the recording is
@@ -236,6 +237,15 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float,
     seen = sorted(((t, latest[fid]) for fid, t in first.items()
                    if latest[fid]["first_seen_ms"] >= start), key=lambda x: x[0])
     return score(rec.truth, seen), seen
+
+
+def forget_lake(spark) -> None:
+    """Drop what the JVM keeps of a replay's lake once it is scored: Spark's cached
+    tables and Delta's snapshot of every table it opened (Delta keeps them per path, and
+    every replay's lake is at a new path). Without this, CI's one Spark session ran out
+    of its 2 GB heap at the 22nd of 24 replays."""
+    spark.catalog.clearCache()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 def run_file_agents(config, lake, rec: Recording, root: Path) -> int:

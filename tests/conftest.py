@@ -34,7 +34,9 @@ def pytest_collection_modifyitems(config, items):
 def kmon_config(tmp_path_factory):
     """The repository's default configuration with the lake in a temporary folder."""
     lake = tmp_path_factory.mktemp("lake")
-    return load_config().with_overrides(spark={"storage_root": str(lake), "shuffle_partitions": 2})
+    # 4g: one session serves every Spark test, two dozen corpus replays among them.
+    return load_config().with_overrides(spark={"storage_root": str(lake), "shuffle_partitions": 2,
+                                               "driver_memory": "4g"})
 
 
 @pytest.fixture(scope="session")
