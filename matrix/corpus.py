@@ -170,8 +170,9 @@ class EmptyLakes:
         self._made: dict[tuple, Path] = {}
 
     def copy_into(self, pipeline, dest: str) -> None:
-        """Copy the empty lake of `pipeline`'s layout to `dest` (a lake root, not there
-        yet), making that empty lake first if this is the layout's first use."""
+        """Copy the empty lake of `pipeline`'s layout into `dest` (a lake root that may
+        already hold landing files), making that empty lake first if this is the
+        layout's first use."""
         from infra.lake import Lake
         from jobs.pipeline import Pipeline
 
