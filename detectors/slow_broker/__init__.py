@@ -75,9 +75,16 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
 4. slow_vs_history: latency >= history_ratio (3) x the broker's own baseline for the API.
 5. slow_vs_peers: latency >= peer_ratio (3) x the median of the other brokers' latency
    for the same API in the same window (at least min_peers of them with traffic).
-   suspect = 1 and 3 and (4 or 5). History catches a fleet-wide rise (every broker above
-   its own past); peers catch a broker that has always been slow. A cluster that always
-   runs at 320 ms is neither, however close to the threshold.
+   4b. follower_corroborated: an acks=all write (Produce, OffsetCommit, TxnOffsetCommit)
+   with Remote its dominant stage whose leader waits on a follower that is late at the
+   other leaders it follows too (attribution.corroborated_by_follower), and latency >=
+   corroborated_history_ratio (1.5) x its baseline. When the culprit is a follower of
+   most leaders, the peers wait on it as well, and its earlier lags raised the leaders'
+   baselines: the other leaders' fetch data is a second sign, so the history bar is lower.
+   suspect = 1 and 3 and (4 or 4b or 5). History catches a fleet-wide rise (every broker
+   above its own past); peers catch a broker that has always been slow. A cluster that
+   always runs at 320 ms with no follower to blame is neither, however close to the
+   threshold; one that runs over it because one follower always lags names that follower.
 6. attribution of a suspect row: the dominant stage is the one with the largest p99
    share (Remote left out for purgatory APIs):
    - request_queue -> request_handlers_saturated; local -> local_disk_or_page_cache;
@@ -170,7 +177,8 @@ window_s = 10, min_requests_per_minute = 50, min_requests_per_window = 100,
 threshold_ms = 300, api_threshold_ms = {},
 watched_apis = [Produce, Fetch, FetchConsumer, FetchFollower, Metadata, OffsetCommit,
 OffsetFetch, ListOffsets], purgatory_apis = [Fetch, FetchConsumer, FetchFollower,
-JoinGroup, SyncGroup], history_ratio = 3.0, min_history_windows = 6, peer_ratio = 3.0,
+JoinGroup, SyncGroup], history_ratio = 3.0, corroborated_history_ratio = 1.5,
+min_history_windows = 6, peer_ratio = 3.0,
 min_peers = 2, persistence_windows = 2, persistence_lookback_windows = 3,
 cluster_wide_share = 0.5, cluster_wide_persistence_windows = 3, cluster_wide_min_brokers = 2,
 follower_holdback_floor_ms = 1000,

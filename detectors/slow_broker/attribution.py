@@ -4,13 +4,15 @@ once to be any one broker's fault."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from core.findings import ActionKind, Severity, broker_entity
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.follower_blame import FollowerView, blame_follower
+from detectors.slow_broker.follower_blame import (FollowerView, blame_follower,
+                                                  late_elsewhere)
 from detectors.slow_broker.inputs import ClientSendWindow
-from detectors.slow_broker.latency import norm_api
+from detectors.slow_broker.latency import MIN_REFERENCE_MS, norm_api
 from detectors.slow_broker.verdicts import ApiVerdict, Attribution, Role, SlowBrokerCause
 
 
@@ -88,6 +90,39 @@ def attribute_produce_remote(broker: int, view: FollowerView,
     return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER, None,
                        ActionKind.PAGE_HUMAN, Severity.WARNING,
                        "acks=all writes wait for followers, but no follower stands out", details)
+
+
+def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
+                             config: SlowBrokerSection) -> list[ApiVerdict]:
+    """Rule 4b: an acks=all write over the threshold (enough traffic, Remote its dominant
+    stage) that is slow neither against its history nor its peers is still a suspect when
+    the follower it waits on is late at the other leaders it follows too, and its latency
+    is at least corroborated_history_ratio (1.5) x its baseline.
+
+    The history and peer tests ask "is this unusual?", and both fail when the culprit is a
+    follower of most leaders: the peers wait on it too, and the follower's lags before the
+    fault raised the leader's healthy baseline (freeze-short-5b: broker 2 of 5 frozen 0.7 s
+    of every second; leader 1's Produce TP99 was 290-370 ms before, 760-910 ms during, 2.2-
+    2.9x, under history_ratio, while broker 2 held back both leaders it followed by 670-850
+    ms). The other leaders' fetch data is a second, independent sign, so the bar for the
+    first is lower. A baseline is still needed: on the same cluster broker 2 lagged 400 ms
+    at both its leaders for 20 s at a time with no fault (a loaded 2-core host), leader 1
+    at 460-560 ms, 1.1x its usual: without a baseline to compare, the first windows of a
+    replay were flagged. Returns the verdicts, the corroborated ones replaced."""
+    out = []
+    for v in verdicts:
+        if (not v.suspect and v.enough_traffic and v.over_threshold
+                and v.dominant_stage == "remote"
+                and norm_api(v.row.api) in REPLICATED_WRITE_APIS
+                and v.baseline_ms is not None
+                and v.latency_ms >= config.corroborated_history_ratio * max(v.baseline_ms,
+                                                                            MIN_REFERENCE_MS)):
+            blame = blame_follower(v.row.broker, view, config)
+            if blame.follower is not None and late_elsewhere(
+                    view, blame.follower, v.row.broker, config):
+                v = dataclasses.replace(v, follower_corroborated=True)
+        out.append(v)
+    return out
 
 
 def attribute(v: ApiVerdict, view: FollowerView, sends: Sequence[ClientSendWindow],

@@ -49,6 +49,10 @@ class SlowBrokerSection:
                                  "SyncGroup"])
     history_ratio: float = _key("Slow against its own history: latency >= this x its baseline",
                                 3.0, min=1, max=1000)
+    corroborated_history_ratio: float = _key(
+        "An acks=all write waiting on a follower that is late at the other leaders it follows "
+        "too is slow against its history from this x its baseline (rule 4b)", 1.5, min=1,
+        max=1000)
     min_history_windows: int = _key("Earlier healthy windows needed before the in-input "
                                     "baseline is trusted", 6, min=1, max=100000)
     peer_ratio: float = _key("Slow against its peers: latency >= this x the other brokers' "

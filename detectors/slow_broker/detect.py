@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Sequence, TypeVar
 from core.findings import Detection
 from detectors.slow_broker.attribution import (
     attribute,
+    corroborated_by_follower,
     is_cluster_wide,
     slow_follower_attribution,
 )
@@ -236,7 +237,8 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     slow follower that makes every leader slow is one broker's fault, not the cluster's).
     """
     rows = [r for r in rows if is_watched(r.api, config)]
-    verdicts = judge_rows(rows, history, external, config)
+    verdicts = corroborated_by_follower(judge_rows(rows, history, external, config), view,
+                                        config)
     brokers = broker_verdicts(verdicts, view, sends, config)
     blame_slow_followers(brokers)
     excused = set_aside_outages(brokers, out, view)

@@ -43,7 +43,8 @@ def _api_evidence(v: ApiVerdict | None) -> dict:
             "peer_median_ms": _round(v.peer_median_ms),
             "stage_p99s_ms": {s: _round(v.row.stage_p99(s)) for s in STAGES},
             "rules": {"enough_traffic": v.enough_traffic, "over_threshold": v.over_threshold,
-                      "slow_vs_history": v.slow_vs_history, "slow_vs_peers": v.slow_vs_peers}}
+                      "slow_vs_history": v.slow_vs_history, "slow_vs_peers": v.slow_vs_peers,
+                      "follower_corroborated": v.follower_corroborated}}
 
 
 def _describe_latency(v: ApiVerdict) -> str:
@@ -58,6 +59,8 @@ def _describe_latency(v: ApiVerdict) -> str:
         ratios.append(f"{v.latency_ms / max(v.peer_median_ms, MIN_REFERENCE_MS):.1f}x its peers")
     if ratios:
         parts.append(f" ({', '.join(ratios)})")
+    if v.follower_corroborated and not (v.slow_vs_history or v.slow_vs_peers):
+        parts.append(", waiting on a follower that every leader it follows waits on")
     if v.dominant_stage:
         parts.append(f", mostly {STAGE_NAMES[v.dominant_stage]} ({v.stage_share:.0%})")
     return "".join(parts)

@@ -67,11 +67,15 @@ class ApiVerdict:
     # it had too few requests alone and `latency_ms` is the least TP99 of the pool.
     pooled_windows: int = 1
     pooled_requests: int | None = None
+    # Rule 4b (attribution.py corroborated_by_follower): an acks=all write over the
+    # threshold, waiting in Remote on a follower that is late at the other leaders it
+    # follows too; set after rules 1-5, once every leader's view of its followers is known.
+    follower_corroborated: bool = False
 
     @property
     def suspect(self) -> bool:
         return self.enough_traffic and self.over_threshold and (
-            self.slow_vs_history or self.slow_vs_peers)
+            self.slow_vs_history or self.slow_vs_peers or self.follower_corroborated)
 
 
 @dataclass(frozen=True)
