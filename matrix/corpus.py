@@ -16,8 +16,8 @@ compacted topics' configs, the configuration overrides it ran under and its time
   detectors see the commit before a rewind and the group's members. Re-record when one
   of those agents' output changes.
 
-Replaying (`replay_scenario`) builds a fresh lake from a recording, runs every pipeline
-query once over it and evaluates the detectors every `step_s` of the recorded time, as if
+Replaying (`prepare_replay` then `score_replay`; `replay_all` for many) builds a fresh lake from a recording,
+runs every pipeline query once over it and evaluates the detectors every `step_s` of the recorded time, as if
 live (each evaluation starting from the last one's findings, as the detector query does;
 nothing is written to gold.anomalies): a finding counts from the first evaluation that
 hands it over. The score uses the
@@ -32,8 +32,10 @@ import json
 import lzma
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from matrix.fault import finding_dict
 from matrix.score import ScenarioScore, score
@@ -185,18 +187,22 @@ class EmptyLakes:
         shutil.copytree(self._made[key], dest, dirs_exist_ok=True)
 
 
-def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float,
-                    empty_lakes: EmptyLakes | None = None,
-                    ) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
-    """One recording through the agents, the pipeline and the detectors; its score and
-    what was seen ((first handed over at, finding in its latest state)). With
-    `empty_lakes`, the lake starts as a copy of an empty one of the same layout."""
-    from core.findings import Status
-    from detectors.compaction_lag import CompactedTopicConfig
+@dataclass(frozen=True)
+class PreparedReplay:
+    """A recording's lake after its agents and its pipeline ran: ready to be scored."""
+    rec: Recording
+    config: object
+    lake_root: str
+
+
+def prepare_replay(spark, config, rec: Recording, root: Path,
+                   empty_lakes: EmptyLakes | None = None) -> PreparedReplay:
+    """A fresh lake at `root` from the recording: the landing streams copied, the recorded
+    broker files through the real agents, every pipeline query run once over it. With
+    `empty_lakes`, the lake starts as a copy of an empty one of the same layout. Pipelines
+    of one Spark session must not run at once (their queries share names): prepare one
+    recording at a time."""
     from infra.lake import Lake
-    from jobs.detect import assess
-    from jobs.detector_inputs import BaselineCache
-    from jobs.detector_inputs.tables import FrozenLake
     from jobs.pipeline import Pipeline
 
     shutil.rmtree(root, ignore_errors=True)
@@ -209,17 +215,34 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float,
         empty_lakes.copy_into(pipeline, lake.root)
     run_file_agents(config, lake, rec, root)
     pipeline.process_available()
+    return PreparedReplay(rec, config, lake.root)
+
+
+def score_replay(spark, prepared: PreparedReplay, step_s: float
+                 ) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
+    """The detectors evaluated every `step_s` of the recorded time over a prepared lake;
+    its score and what was seen ((first handed over at, finding in its latest state)).
+    Safe beside the preparation of another recording in the same session."""
+    from core.findings import Status
+    from detectors.compaction_lag import CompactedTopicConfig
+    from jobs.detect import DETECT_POOL, assess
+    from jobs.detector_inputs import BaselineCache
+    from jobs.detector_inputs.tables import FrozenLake
+
+    rec, config = prepared.rec, prepared.config
     topic_configs = [CompactedTopicConfig(**c) for c in rec.manifest.get("topic_configs", [])]
     start, end = rec.manifest["start_ms"], rec.manifest["end_ms"]
     step = int(step_s * 1000)
     first: dict[str, int] = {}
     latest: dict[str, dict] = {}
     # As the live detector query evaluates: each evaluation starts from the last one's
-    # findings and its slow-broker baselines; what it hands over counts (the live query
-    # writes gold.anomalies after handing over, and nothing here reads the table back).
+    # findings and its slow-broker baselines, in the detector's own scheduler pool; what
+    # it hands over counts (the live query writes gold.anomalies after handing over, and
+    # nothing here reads the table back).
     previous: list = []
     baselines = BaselineCache()
-    frozen = FrozenLake(lake.root)   # nothing writes the lake from here on
+    frozen = FrozenLake(prepared.lake_root)   # nothing writes the lake from here on
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
     try:
         for t in list(range(start + step, end, step)) + [end]:
             previous = assess(spark, frozen, config, t, topic_configs=topic_configs,
@@ -229,8 +252,9 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float,
                 if f.status is Status.OPEN:
                     first.setdefault(f.finding_id, t)
     finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
         frozen.release()
-        forget_lake(spark)
+        forget_lake(spark, prepared.lake_root)
     # Commits are kept from STATE_HISTORY_S before the recording (a rewind needs the commit
     # before it): a rewind of an earlier scenario in that history is found again here, but
     # live it was handed over during that scenario. What happened before the recording is
@@ -240,13 +264,41 @@ def replay_scenario(spark, config, rec: Recording, root: Path, step_s: float,
     return score(rec.truth, seen), seen
 
 
-def forget_lake(spark) -> None:
-    """Drop what the JVM keeps of a replay's lake once it is scored: Spark's cached
-    tables and Delta's snapshot of every table it opened (Delta keeps them per path, and
-    every replay's lake is at a new path). Without this, CI's one Spark session ran out
-    of its 2 GB heap at the 22nd of 24 replays."""
-    spark.catalog.clearCache()
-    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+def replay_all(spark, config, recs: list[Recording], root: Path, step_s: float,
+               empty_lakes: EmptyLakes | None = None,
+               ) -> Iterator[tuple[Recording, tuple[ScenarioScore, list] | Exception]]:
+    """Every recording, in order, with its score and what was seen (`score_replay`), or the
+    exception its replay raised (the others still run). The next recording is prepared (agents, pipeline) in a second thread while this one is scored:
+    scoring is many small Spark jobs with the driver busy between them, preparing is
+    Python agents then a few large jobs, so overlapped in one session (fair scheduling)
+    they keep both cores busy. Each replay's lake is at root/<scenario>."""
+    if not recs:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-prepare") as ahead:
+        def prepare(rec: Recording) -> Future:
+            return ahead.submit(prepare_replay, spark, config, rec, root / rec.scenario,
+                                empty_lakes)
+
+        pending: Future | None = prepare(recs[0])
+        for i, rec in enumerate(recs):
+            this, pending = pending, (prepare(recs[i + 1]) if i + 1 < len(recs) else None)
+            try:
+                outcome: tuple | Exception = score_replay(spark, this.result(), step_s)
+            except Exception as e:  # noqa: BLE001 - reported with its recording
+                outcome = e
+            yield rec, outcome
+
+
+def forget_lake(spark, lake_root: str) -> None:
+    """Drop what the JVM keeps of a replay's lake once it is scored: Delta's snapshot of
+    every table of it (Delta keeps one per table path, and every replay's lake is at a
+    new path; the scored frames are unpersisted by FrozenLake.release). Without this, CI's
+    one Spark session ran out of its 2 GB heap at the 22nd of 24 replays. Only this lake's
+    paths: another recording may be in preparation beside it."""
+    jvm = spark._jvm
+    for log_dir in sorted(Path(lake_root).glob("**/_delta_log")):
+        jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
+            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(str(log_dir.parent)))
 
 
 def run_file_agents(config, lake, rec: Recording, root: Path) -> int:

@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import pytest
 
-from matrix.corpus import EmptyLakes, recordings, replay_scenario
+from matrix.corpus import EmptyLakes, recordings, replay_all
 
 STEP_S = 20.0
 RECORDINGS = recordings()
 
-# scenario -> what goes wrong today (issue 23 is open until this is empty)
-KNOWN_FAILING: dict[str, str] = {
-    "freeze-short-5b": (
-        "not found: on this 5-broker cluster (5 broker JVMs and kmon on 2 cores) leader 1's "
-        "Produce TP99 was already 330-360 ms before the fault, so its 790-900 ms Remote "
-        "wait during the freeze is not slow against its history and follower 2 is never "
-        "blamed; broker 2's own Fetch queue time is over 300 ms in one window only (live, "
-        "with the warm-up's longer history, it was found in 39 s)"),
-}
+# scenario -> what goes wrong today (a strict xfail: fixing it makes this test say so)
+KNOWN_FAILING: dict[str, str] = {}
 
 
 def _params():
@@ -45,14 +38,34 @@ def test_the_corpus_has_recordings():
 
 
 @pytest.fixture(scope="module")
-def empty_lakes(spark, tmp_path_factory):
-    return EmptyLakes(spark, tmp_path_factory.mktemp("empty-lakes"))
+def replayed(request, spark, kmon_config, tmp_path_factory):
+    """scenario -> (score, seen), or the exception its replay raised: the recordings this
+    run selected, replayed in order with the next one prepared while one is scored
+    (`replay_all`). Each test waits for its own recording only."""
+    selected = [item.callspec.params["rec"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_recorded_scenario_passes"
+                and hasattr(item, "callspec")]
+    root = tmp_path_factory.mktemp("replays")
+    replays = replay_all(spark, kmon_config, selected, root, STEP_S,
+                         EmptyLakes(spark, root / "empty-lakes"))
+    done: dict = {}
+
+    def get(rec):
+        while rec.scenario not in done:
+            r, outcome = next(replays)
+            done[r.scenario] = outcome
+        return done[rec.scenario]
+
+    yield get
+    replays.close()
 
 
 @pytest.mark.parametrize("rec", list(_params()))
-def test_recorded_scenario_passes(rec, spark, kmon_config, empty_lakes, tmp_path):
-    score, seen = replay_scenario(spark, kmon_config, rec, tmp_path / rec.scenario, STEP_S,
-                                  empty_lakes)
+def test_recorded_scenario_passes(rec, replayed):
+    outcome = replayed(rec)
+    if isinstance(outcome, Exception):
+        raise outcome
+    score, seen = outcome
     assert score.passed, "\n".join(score.failures() + ["seen:"] + [
         f"  {(t - rec.truth.fault_ms) / 1000:+.0f}s {d['severity']} {d['type']} ({d['cause']}) "
         f"{d['entity']}" for t, d in seen])
