@@ -295,6 +295,28 @@ def test_exemplars_are_capped_accounted_and_each_one_is_an_input_record():
         assert e["window_id"] == w["id"] and e["id"].startswith(f"syn:1:{INODE}:")
 
 
+def test_a_purgatory_api_is_judged_by_its_time_outside_remote_and_acks_all_by_its_total():
+    # A consumer long-poll waits 500 ms in Remote for data by design: no slow exemplar.
+    # One that spends 400 ms outside Remote (a queue, a disk) is one; so is an acks=all
+    # Produce waiting 400 ms on its followers (Remote is real latency there).
+    long_polls = [record(1_000 + i, api="Fetch", total=501.0, remote_ms=500.0,
+                         correlation_id=i) for i in range(10)]
+    queued = record(1_100, api="Fetch", total=420.0, remote_ms=10.0, request_queue_ms=400.0,
+                    correlation_id=10)
+    held = record(1_200, total=400.0, remote_ms=390.0, correlation_id=11)
+    out = run(numbered(long_polls + [queued, held]), sample_every=1_000_000, slowest=1)
+    windows = {w["key"]: w for w in stream(out, "request_windows")}
+    assert windows["Fetch:consumer"]["over_threshold"] == 1
+    assert windows["Produce:acks=-1"]["over_threshold"] == 1
+    by_reason = defaultdict(set)
+    for e in stream(out, "request_exemplars"):
+        for reason in e["exemplar_reasons"]:
+            by_reason[reason].add(e["correlation_id"])
+    assert by_reason["slow"] == {10, 11}
+    # The slowest Fetch is the one slow outside Remote, not a 501 ms long-poll.
+    assert by_reason["slowest"] == {10, 11}
+
+
 def test_exemplar_choice_is_deterministic_and_does_not_depend_on_order():
     recs = exemplar_recs()
     pairs = numbered(recs)
