@@ -128,6 +128,27 @@ FAULT = {LAST - 1, LAST}
 HELD = {LAST - 2, LAST - 1, LAST}
 SLOW_LOCAL = dict(total=910.0, local=900.0)
 PAUSED_PRODUCE_ON_LEADER = dict(total=2600.0, remote=2580.0)
+# Leaders 1 and 2 wait on follower 3: they are its victims, it is named the slow follower.
+FOLLOWER_3_NAMED = {1: (Role.VICTIM, "remote_produce_slow_follower"),
+                    2: (Role.VICTIM, "remote_produce_slow_follower"),
+                    3: (Role.CULPRIT, "slow_follower")}
+FOLLOWER_3_NAMED_DETECTIONS = {
+    "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                 Severity.WARNING),
+    "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
+                 Severity.WARNING),
+    "broker:3": (AnomalyType.SLOW_BROKER, "slow_follower", ActionKind.PAGE_HUMAN,
+                 Severity.HIGH)}
+
+
+def over_the_threshold_before_the_fault():
+    """Leaders 1 and 2 at 340 ms acks=all Produce TP99 (Remote) in every window, 820 ms in
+    the fault's: 2.4x their usual, under history_ratio."""
+    rows = healthy()
+    for leader in (1, 2):
+        rows = replaced(rows, leader, "Produce", set(range(LAST + 1)), total=340.0, remote=330.0)
+        rows = replaced(rows, leader, "Produce", FAULT, total=820.0, remote=800.0)
+    return rows
 
 
 def scenarios():
@@ -260,16 +281,7 @@ def scenarios():
         rules={(1, "Produce"): {"enough_traffic": True, "over_threshold": True,
                                 "slow_vs_history": True, "slow_vs_peers": False,
                                 "suspect": True, "stage": "remote"}},
-        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
-                  2: (Role.VICTIM, "remote_produce_slow_follower"),
-                  3: (Role.CULPRIT, "slow_follower")},
-        detections={
-            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:3": (AnomalyType.SLOW_BROKER, "slow_follower", ActionKind.PAGE_HUMAN,
-                         Severity.HIGH)},
+        verdicts=FOLLOWER_3_NAMED, detections=FOLLOWER_3_NAMED_DETECTIONS,
         evidence={"broker:1": {"slow_follower": "broker:3", "pooled_windows": 3,
                                "pooled_requests": 120, "requests": 40}})
 
@@ -278,11 +290,7 @@ def scenarios():
     # matrix): slow neither against their history (3x) nor their peers (they all wait on
     # 3), but 3 is late at every leader it follows: the follower evidence makes them
     # suspects (rule 4b), and 3 is named.
-    over_before = healthy()
-    for leader in (1, 2):
-        over_before = replaced(over_before, leader, "Produce", set(range(LAST + 1)), total=340.0,
-                               remote=330.0)
-        over_before = replaced(over_before, leader, "Produce", FAULT, total=820.0, remote=800.0)
+    over_before = over_the_threshold_before_the_fault()
     yield Scenario(
         "follower_late_everywhere_names_it_when_its_leaders_usual_latency_is_over_the_threshold",
         over_before, fetches=follower_fetches(FAULT, {(1, 3): 700.0, (2, 3): 680.0}),
@@ -290,16 +298,7 @@ def scenarios():
                                 "slow_vs_history": False, "slow_vs_peers": False,
                                 "follower_corroborated": True, "suspect": True,
                                 "stage": "remote"}},
-        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
-                  2: (Role.VICTIM, "remote_produce_slow_follower"),
-                  3: (Role.CULPRIT, "slow_follower")},
-        detections={
-            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:3": (AnomalyType.SLOW_BROKER, "slow_follower", ActionKind.PAGE_HUMAN,
-                         Severity.HIGH)},
+        verdicts=FOLLOWER_3_NAMED, detections=FOLLOWER_3_NAMED_DETECTIONS,
         evidence={"broker:1": {"slow_follower": "broker:3", "follower_evidence": "fetch_holdback",
                                "follower_holdback_ms": 700.0}})
 
@@ -307,11 +306,7 @@ def scenarios():
     # rise (3 is refuted at leader 1: it fetches fine elsewhere), so a 2.4x rise over a
     # usual latency already over the threshold stays below history_ratio, the two leaders
     # are each other's peers, and nothing is flagged.
-    one_leader = healthy()
-    for leader in (1, 2):
-        one_leader = replaced(one_leader, leader, "Produce", set(range(LAST + 1)), total=340.0,
-                              remote=330.0)
-        one_leader = replaced(one_leader, leader, "Produce", FAULT, total=820.0, remote=800.0)
+    one_leader = over_the_threshold_before_the_fault()
     yield Scenario(
         "follower_late_at_one_leader_only_corroborates_nothing", one_leader,
         fetches=follower_fetches(FAULT, {(1, 3): 700.0}),
@@ -348,16 +343,7 @@ def scenarios():
                       if not (window_of(f) in FAULT and 3 in (f.leader, f.follower))]
     yield Scenario(
         "silent_paused_follower_is_blamed_by_its_leaders", silent, fetches=silent_fetches,
-        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
-                  2: (Role.VICTIM, "remote_produce_slow_follower"),
-                  3: (Role.CULPRIT, "slow_follower")},
-        detections={
-            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:3": (AnomalyType.SLOW_BROKER, "slow_follower", ActionKind.PAGE_HUMAN,
-                         Severity.HIGH)},
+        verdicts=FOLLOWER_3_NAMED, detections=FOLLOWER_3_NAMED_DETECTIONS,
         evidence={"broker:3": {"held_back_leaders": [1, 2], "api": "Produce", "stage": "remote",
                                "stage_observed_on": "held_back_leaders"},
                   "broker:1": {"follower_holdback_ms": float(W)}})
@@ -492,16 +478,7 @@ def scenarios():
         shrinks=[IsrShrink("c1", start(w) + 4000, leader, "orders", p, (1, 2, 3),
                            (1, 2))
                  for w in FAULT for leader in (1, 2) for p in (0, 1)],
-        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
-                  2: (Role.VICTIM, "remote_produce_slow_follower"),
-                  3: (Role.CULPRIT, "slow_follower")},
-        detections={
-            "broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:2": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower", ActionKind.NONE,
-                         Severity.WARNING),
-            "broker:3": (AnomalyType.SLOW_BROKER, "slow_follower", ActionKind.PAGE_HUMAN,
-                         Severity.HIGH)},
+        verdicts=FOLLOWER_3_NAMED, detections=FOLLOWER_3_NAMED_DETECTIONS,
         evidence={"broker:1": {"follower_evidence": "isr_shrink", "slow_follower": "broker:3"}})
 
     yield Scenario(
