@@ -47,11 +47,14 @@ Algorithm, per group and partition:
      after every leader change, which removes nothing a consumer read), or an old
      position past the end offset (the position no longer existed).
    - commit_reordered (next paragraph but one), then
-   - stale_offset_after_coordinator_move: only with a seen coordinator change: a
-     coordinator load of the group's __consumer_offsets partition (epoch above 0) within
-     `evidence_window_s` before the rewind. A coordinator that served stale state after
-     moving makes its members resume from, and commit, an old offset. Checked before the
-     committer's identity because such members look like either of the next two.
+   - stale_offset_after_coordinator_move: only with a seen coordinator change that lost
+     commits: a coordinator load of the group's __consumer_offsets partition (epoch above
+     0) within `evidence_window_s` before the rewind, and that partition truncated below
+     its high watermark or elected uncleanly within `evidence_window_s` of the load. A
+     coordinator that served stale state after moving makes its members resume from, and
+     commit, an old offset; a clean move serves every answered commit (the new leader
+     was in sync), so a move alone is no cause. Checked before the committer's identity
+     because such members look like either of the next two.
    - commit_reordered: the rewind's commit retries one of the member's that failed (same
      offset, answered with an error), and the next commit (one drop, within
      REORDER_WINDOW_MS) is back at the old position: the retry landed after a newer
@@ -100,7 +103,8 @@ Config keys ([offset_rewind] section, `OffsetRewindSection` in offset_rewind_con
 read by offset_reset.py too):
 
 - evidence_window_s = 120: a client reset line or a truncation this close to the rewind
-  (either side), or a coordinator load this long before it, explains it.
+  (either side), or a coordinator load this long before it (with a loss of its
+  __consumer_offsets partition this close to the load), explains it.
 - membership_max_age_s = 300: a membership sample older than this at the commit counts
   as unknown.
 - min_rewind_messages = 1: drops smaller than this are ignored.
@@ -131,6 +135,7 @@ from detectors.offset_reset import (
     operator_forward_resets,
     reset_detection,
 )
+from detectors.lost_range import UncleanElection
 from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.partition_signals import (
     ClientOffsetReset,
@@ -153,12 +158,15 @@ from detectors.partition_signals import (
 )
 from detectors.rewind_cause import (
     REORDER_WINDOW_MS,
+    OFFSETS_TOPIC,
     Committer,
+    OffsetsLoss,
     RewindCause,
     classify_rewind,
     committer_of,
     coordinator_move_before,
     group_has_members,
+    loss_at_move,
     requests_by_group,
 )
 
@@ -201,6 +209,7 @@ class RewindAssessment:
     lag_now: int | None
     committer: Committer = Committer()          # who committed it (request log)
     coordinator_move: CoordinatorLoad | None = None
+    offsets_loss: OffsetsLoss | None = None     # what the move lost (its evidence)
 
 
 # --- rules -----------------------------------------------------------------------------
@@ -315,10 +324,13 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
                   config: OffsetRewindSection,
                   last_commit: OffsetCommit | None = None,
                   group_lines: Sequence[CommitRequest] = (),
-                  coordinator_loads: Sequence[CoordinatorLoad] = ()) -> RewindAssessment:
+                  coordinator_loads: Sequence[CoordinatorLoad] = (),
+                  offsets_losses: Sequence[OffsetsLoss] = ()) -> RewindAssessment:
     """Every rule applied to one rewind; `last_commit` is the group's latest commit on the
     partition (for the lag now), by default the last one the rewind saw; `group_lines` the
-    group's OffsetCommit request-log lines (every partition), in time order."""
+    group's OffsetCommit request-log lines (every partition), in time order;
+    `offsets_losses` the __consumer_offsets partitions' losses (a coordinator move
+    explains a rewind only with one)."""
     t = r.rewind_commit.commit_ms
     window_ms = int(config.evidence_window_s * 1000)
     member_count = members_at(members, t, int(config.membership_max_age_s * 1000))
@@ -328,7 +340,8 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
         admin = is_admin_commit(member_count, uses_membership)
     else:  # the line says who: a member, or nobody (only an empty group takes that)
         admin = uses_membership and committer.line.memberless
-    move = coordinator_move_before(coordinator_loads, r.rewind_commit, window_ms)
+    move = coordinator_move_before(coordinator_loads, r.rewind_commit, window_ms,
+                                  offsets_losses)
     seek = seek_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     event = reset_event_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     truncation = truncation_near(inputs.truncations, t, window_ms)
@@ -346,7 +359,8 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
                               reset_target_of(r.new_position, at) is ResetTarget.OFFSET,
                               undone_at_once(r), sent_between_and_recommitted(r)),
         lag_now=None if latest is None else max(0, latest.end_offset - last_offset),
-        committer=committer, coordinator_move=move)
+        committer=committer, coordinator_move=move,
+        offsets_loss=None if move is None else loss_at_move(offsets_losses, move, window_ms))
 
 
 def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKind]:
@@ -375,7 +389,7 @@ _REWIND_WHY = {
     RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE: "an automatic reset after the position fell "
                                                "out of range",
     RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE: "an old offset committed after the group's "
-                                                     "coordinator moved",
+                                                     "coordinator moved and lost commits",
     RewindCause.STALE_PROCESS: "a stale process committed an old position (a member of an older "
                                "generation, or one that had not been committing the partition)",
     RewindCause.COMMIT_REORDERED: "a commit request of the member sent before a newer one (a "
@@ -417,6 +431,10 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         evidence["coordinator_load"] = {"event_ms": m.event_ms, "broker": m.broker,
                                         "offsets_partition": m.offsets_partition,
                                         "leader_epoch": m.leader_epoch}
+    if a.offsets_loss is not None:
+        evidence["offsets_loss"] = {"event_ms": a.offsets_loss.event_ms,
+                                    "kind": a.offsets_loss.kind,
+                                    "offsets_partition": a.offsets_loss.offsets_partition}
     event = a.seek if a.cause is RewindCause.APPLICATION_SEEK and a.seek else a.reset_event
     if event is not None:
         evidence["reset_event"] = {"event_ms": event.event_ms, "client_id": event.client_id,
@@ -442,6 +460,17 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         cause=a.cause, explanation=explanation, suggested_action=action, evidence=evidence)
 
 
+def offsets_losses(truncations: Iterable[LogTruncation],
+                   elections: Iterable[UncleanElection]) -> list[OffsetsLoss]:
+    """Where __consumer_offsets lost committed offsets: truncations below the high
+    watermark and unclean elections of its partitions."""
+    out = [OffsetsLoss(t.cluster, t.partition, t.event_ms, "truncation") for t in truncations
+           if t.topic == OFFSETS_TOPIC and t.below_high_watermark]
+    out += [OffsetsLoss(e.cluster, e.partition, e.event_ms, "unclean_election")
+            for e in elections if e.topic == OFFSETS_TOPIC]
+    return sorted(out, key=lambda x: x.event_ms)
+
+
 def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
                             offsets: Iterable[PartitionOffsets] = (),
                             resets: Iterable[ClientOffsetReset] = (),
@@ -449,6 +478,7 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
                             truncations: Iterable[LogTruncation] = (),
                             commit_requests: Iterable[CommitRequest] = (),
                             coordinator_loads: Iterable[CoordinatorLoad] = (),
+                            elections: Iterable[UncleanElection] = (),
                             now_ms: int,
                             config: OffsetRewindSection | None = None) -> list[Detection]:
     """offset_rewind and offset_reset detections for everything in the input.
@@ -474,6 +504,7 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
         cs.sort(key=lambda c: c.commit_ms)
     lines_by_group = requests_by_group(commit_requests)
     loads = sorted(coordinator_loads, key=lambda x: x.event_ms)
+    losses = offsets_losses(truncations, elections)
 
     detections: list[Detection] = []
     for tp, events in resets_by_tp.items():
@@ -495,7 +526,7 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
             continue
         latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1],
                                group_lines=lines_by_group.get((cluster, group), []),
-                               coordinator_loads=loads)
+                               coordinator_loads=loads, offsets_losses=losses)
         d = rewind_detection(latest, now_ms)
         detections.append(dataclasses.replace(
             d, evidence={**d.evidence, "rewinds_seen": len(rewinds)}))

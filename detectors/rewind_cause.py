@@ -188,15 +188,48 @@ def group_has_members(uses_membership: bool, group_lines: Sequence[CommitRequest
     return uses_membership or any(x.from_member for x in group_lines)
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+@dataclass(frozen=True)
+class OffsetsLoss:
+    """Committed offsets lost from a __consumer_offsets partition: its truncation below
+    the high watermark, or its unclean election (both seen in silver.log_events)."""
+    cluster: str
+    offsets_partition: int
+    event_ms: int
+    kind: str   # "truncation" or "unclean_election"
+
+
 def coordinator_move_before(loads: Sequence[CoordinatorLoad], c: OffsetCommit,
-                            window_ms: int) -> CoordinatorLoad | None:
-    """The latest move of the group's coordinator within window_ms before the commit."""
+                            window_ms: int,
+                            losses: Sequence[OffsetsLoss] = ()) -> CoordinatorLoad | None:
+    """The latest move of the group's coordinator within window_ms before the commit that
+    lost committed offsets: its __consumer_offsets partition was truncated below the high
+    watermark, or elected uncleanly, within window_ms of the move (either side: the old
+    leader logs its truncation only when it comes back). A clean move loses nothing: an
+    offset commit is answered only once the partition's in-sync replicas have it, and
+    the new coordinator loads the state from that log, so it serves every commit the old
+    one answered. A move alone explains no rewind (seen in CI: a preferred-leader
+    rebalance moved the coordinator of a group 100 s before a stale process committed
+    over it)."""
     if c.source_partition is None:
         return None
     near = [x for x in loads
             if x.cluster == c.cluster and x.offsets_partition == c.source_partition
-            and x.is_move and c.commit_ms - window_ms <= x.event_ms <= c.commit_ms]
+            and x.is_move and c.commit_ms - window_ms <= x.event_ms <= c.commit_ms
+            and loss_at_move(losses, x, window_ms) is not None]
     return max(near, key=lambda x: x.event_ms, default=None)
+
+
+def loss_at_move(losses: Sequence[OffsetsLoss], move: CoordinatorLoad,
+                 window_ms: int) -> OffsetsLoss | None:
+    """The loss of the moved coordinator's __consumer_offsets partition closest to the
+    move, within window_ms on either side."""
+    near = [x for x in losses
+            if x.cluster == move.cluster and x.offsets_partition == move.offsets_partition
+            and abs(x.event_ms - move.event_ms) <= window_ms]
+    return min(near, key=lambda x: abs(x.event_ms - move.event_ms), default=None)
 
 
 def classify_rewind(admin_commit: bool, seek: object | None, reset_event: object | None,

@@ -15,8 +15,9 @@ One minute of a three-broker cluster, from T0:
 - who committed: group g-seek's one member (its OffsetCommit lines in the request log)
   commits orders-1 back below its own earlier commits, inside the log (an application
   seek); group g-moved, whose coordinator partition __consumer_offsets-9 broker 2 loaded
-  at epoch 1 just before, commits orders-2 back (a coordinator move; broker 1's epoch-0
-  load of __consumer_offsets-8 is a first leader, no move).
+  at epoch 1 just before (and broker 1, the old coordinator, later truncated below its
+  high watermark: the move lost commits), commits orders-2 back (a coordinator move;
+  broker 1's epoch-0 load of __consumer_offsets-8 is a first leader, no move).
 """
 
 from __future__ import annotations
@@ -158,6 +159,9 @@ def log_event_records() -> list[dict]:
                           "(kafka.cluster.Partition)"),
             (T0 + 32_300, "INFO [Partition orders-0 broker=1] ISR updated to 1,2  and version "
                           "updated to 2 (kafka.cluster.Partition)"),
+            (T0 + 30_000, "WARN [UnifiedLog partition=__consumer_offsets-9, dir=/data] "
+                          "Truncating __consumer_offsets-9 to offset 40 below high watermark 52 "
+                          "(org.apache.kafka.storage.internals.log.UnifiedLog)"),
             (T0 + 32_400, "INFO [GroupCoordinator id=1] Scheduling loading of metadata from "
                           "__consumer_offsets-8 with epoch 0 "
                           "(org.apache.kafka.coordinator.common.runtime.CoordinatorRuntime)")],
@@ -420,6 +424,8 @@ def test_the_request_log_and_coordinator_loads_tell_why_a_group_went_back(findin
         "stale_offset_after_coordinator_move", "high", "restore_group_offsets")
     assert moved.evidence["coordinator_load"] == {"event_ms": T0 + 13_000, "broker": 2,
                                                   "offsets_partition": 9, "leader_epoch": 1}
+    assert moved.evidence["offsets_loss"] == {"event_ms": T0 + 30_000, "kind": "truncation",
+                                              "offsets_partition": 9}
 
 
 def test_unclean_election_and_its_effects_are_one_incident(findings_a):

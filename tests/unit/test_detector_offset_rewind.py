@@ -14,6 +14,7 @@ from detectors.offset_rewind import (
     assess_rewind,
     detect_offset_anomalies,
     find_rewinds,
+    offsets_losses,
 )
 from detectors.partition_signals import (
     ClientOffsetReset,
@@ -56,6 +57,13 @@ def lines(member, generation, *pairs, client="billing-1", group="billing", parti
 
 def load(t, offsets_partition=7, epoch=2, broker=3):
     return CoordinatorLoad("c1", broker, offsets_partition, at(t), epoch)
+
+
+def offsets_lost(t, offsets_partition=7, broker=1):
+    """The old coordinator, back, truncates its __consumer_offsets partition below the
+    high watermark: commits were lost in the move."""
+    return LogTruncation("c1", broker, "__consumer_offsets", offsets_partition, at(t),
+                         truncated_to=40, high_watermark=52)
 
 
 def ends(*triples):
@@ -272,14 +280,17 @@ def scenarios():
             "commit_reordered", Severity.INFO, ActionKind.NONE)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"before_previous_offset": 1225}})
 
-    # The same coordinator move, but the member resumed from an older commit it had made
-    # (17128, below the commit before the last one) and read on from there: a stale offset.
+    # The same coordinator move, but it lost commits (the old coordinator truncated its
+    # __consumer_offsets partition below the high watermark when it came back) and the
+    # member resumed from an older commit it had made (17128, below the commit before the
+    # last one) and read on from there: a stale offset.
     stale = [(0, 17000), (60, 17100), (120, 17128), (123, 17144), (125.5, 17160),
              (125.571, 17128), (126.5, 17160), (127.5, 17190)]
     yield Scenario(
         "a_commit_of_an_older_landed_offset_after_a_coordinator_move_stays_stale",
         commits(*stale), offsets=ends((120, 17200, 0), (130, 17300, 0)), members=ACTIVE,
-        requests=lines("m-live", 3, *stale), loads=[load(125.3)], now_s=140,
+        requests=lines("m-live", 3, *stale), loads=[load(125.3)],
+        truncations=[offsets_lost(129)], now_s=140,
         rewind={"old_position": 17160, "new_position": 17128, "drops": 1, "active": False,
                 "member_count": 3, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 32,
@@ -332,7 +343,9 @@ def scenarios():
             "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
 
     # The group's coordinator moved (broker 3 loaded __consumer_offsets-7 at epoch 2) 10 s
-    # before the member committed an old offset: the only case that cause is claimed.
+    # before the member committed an old offset, and the move lost commits (the old
+    # coordinator truncated -7 below its high watermark when it came back, after the
+    # rewind): the only case that cause is claimed.
     yield Scenario(
         "coordinator_load_before_the_rewind_is_a_coordinator_move",
         STEADY + commits((300, 3000)),
@@ -340,6 +353,7 @@ def scenarios():
         requests=lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
                        (240, 5000), (300, 3000)),
         loads=[load(150), load(290, offsets_partition=3), load(290)],
+        truncations=[offsets_lost(330)],
         rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
                 "member_count": 3, "admin_commit": False, "reset_event": False,
                 "truncation": False, "past_log_end": 0, "duplicates": 2000,
@@ -350,7 +364,33 @@ def scenarios():
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
             "restore_to": 5000,
             "coordinator_load": {"event_ms": at(290), "broker": 3, "offsets_partition": 7,
-                                 "leader_epoch": 2}}})
+                                 "leader_epoch": 2},
+            "offsets_loss": {"event_ms": at(330), "kind": "truncation",
+                             "offsets_partition": 7}}})
+
+    # Seen in CI (test_oncall_end_to_end): a preferred-leader rebalance moved the group's
+    # coordinator 100 s before a stale process, a new member whose first commit on the
+    # partition is the rewind, committed a remembered offset over another member's. The
+    # move lost nothing (no truncation below the high watermark, no unclean election of
+    # __consumer_offsets-7; one of another partition, one of -7 that kept every commit):
+    # the committer's identity tells the cause.
+    yield Scenario(
+        "a_clean_coordinator_move_before_a_stale_process_explains_nothing",
+        STEADY + commits((300, 3000)),
+        offsets=ends((240, 5100, 0), (300, 5200, 0)), members=ACTIVE,
+        requests=(lines("m-reader", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                        (240, 5000))
+                  + lines("m-stale", 4, (300, 3000), client="billing-stale")),
+        loads=[load(200)],
+        truncations=[offsets_lost(210, offsets_partition=8),
+                     LogTruncation("c1", 1, "__consumer_offsets", 7, at(205), truncated_to=52,
+                                   high_watermark=52)],
+        rewind={"old_position": 5000, "new_position": 3000, "drops": 1, "active": True,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 2000,
+                "cause": "stale_process"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "stale_process", Severity.HIGH, ActionKind.RESTORE_GROUP_OFFSETS)})
 
     # Loads that are no move of this group's coordinator: the partition's first leader
     # (epoch 0, a new cluster), another __consumer_offsets partition, one longer than
@@ -619,11 +659,12 @@ def test_scenario(s: Scenario):
         assert rewinds == []
     else:
         inputs = PartitionInputs(offsets=s.offsets, resets=pair_reset_events(s.resets, 5000),
-                                 truncations=s.truncations)
+                                 truncations=[t for t in s.truncations if t.topic == "orders"])
         expected = {"seek": False, **s.rewind}
         a = assess_rewind(rewinds[-1], inputs, s.members, CONFIG,
                           group_lines=sorted(s.requests, key=lambda x: x.request_ms),
-                          coordinator_loads=s.loads)
+                          coordinator_loads=s.loads,
+                          offsets_losses=offsets_losses(s.truncations, ()))
         assert rule_results(a) == expected
 
     detections = detect_offset_anomalies(s.commits, offsets=s.offsets, resets=s.resets,
@@ -639,6 +680,30 @@ def test_scenario(s: Scenario):
     for d in detections:
         assert {"group", "topic", "partition"} <= set(d.evidence)
         assert d.explanation.endswith(".")
+
+
+def test_an_unclean_election_of_the_offsets_partition_is_a_move_that_lost_commits():
+    """The new coordinator of __consumer_offsets-7 was elected uncleanly (it had not got
+    the latest commits): its members resume from and commit an older offset. An unclean
+    election of -8, or of a topic's partition, loses none of this group's commits."""
+    from detectors.lost_range import UncleanElection
+    history = STEADY + commits((300, 3000))
+    lines_ = lines("m-live", 3, (0, 1000), (60, 2000), (120, 3000), (180, 4000),
+                   (240, 5000), (300, 3000))
+
+    def cause(elections):
+        [d] = detect_offset_anomalies(history, offsets=ends((240, 5100, 0), (300, 5200, 0)),
+                                      memberships=ACTIVE, commit_requests=lines_,
+                                      coordinator_loads=[load(290)], elections=elections,
+                                      now_ms=at(310), config=CONFIG)
+        return d.cause, d.evidence.get("offsets_loss")
+
+    assert cause([UncleanElection("c1", "__consumer_offsets", 7, at(289), 1, 3, 2)]) == (
+        "stale_offset_after_coordinator_move",
+        {"event_ms": at(289), "kind": "unclean_election", "offsets_partition": 7})
+    assert cause([UncleanElection("c1", "__consumer_offsets", 8, at(289), 1, 3, 2),
+                  UncleanElection("c1", "orders", 7, at(289), 1, 3, 2)]) == (
+        "application_seek", None)
 
 
 def test_active_rewind_is_seen_until_now_and_recovered_one_until_recovery():
