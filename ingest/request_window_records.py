@@ -6,7 +6,10 @@ emission; `Acc`, one per request key in it), the per-line counting of the eight 
 timings (`count_stages`, the hot path: about half of the aggregator's time) and the
 output format, plain JSON-able dicts with snake_case columns, one function per stream.
 
-Record ids (silver keeps one record per id, so a replay's repeats are dropped):
+Every record's event time ``ts_ms`` is its window's start (the window is [ts_ms, ts_ms +
+window_ms)); an exemplar's is its request's, as in silver.request_stages. Record ids,
+``record_id``, last in every record as the other agents set it (silver keeps one record
+per id, so a replay's repeats are dropped):
 
 - request_windows: ``<cluster>:<broker>:<key>:<controller 0|1>:<window_start_ms>:<emission>``
 - follower_fetch_windows: ``<cluster>:<broker>:follower:<replica id>:<window_start_ms>:
@@ -136,12 +139,12 @@ def _arrays(hist: dict[int, int]) -> tuple[list[int], list[int]]:
 def part_outputs(agg, part) -> list[Output]:
     """Every record of one window emission (a `Part` of aggregator `agg`)."""
     head = f"{agg.cluster}:{agg.broker}"
-    common = {"cluster": agg.cluster, "broker": agg.broker, "window_start_ms": part.start,
+    common = {"cluster": agg.cluster, "broker": agg.broker, "ts_ms": part.start,
               "window_ms": agg.window_ms, "emission": part.emission}
     out: list[Output] = []
     for acc in sorted(part.accs.values(), key=lambda a: (a.controller, a.key)):
         wid = f"{head}:{acc.key}:{int(acc.controller)}:{part.start}:{part.emission}"
-        rec = {"id": wid, **common, "key": acc.key, "api": acc.api,
+        rec = {**common, "key": acc.key, "api": acc.api,
                "is_controller_traffic": acc.controller, "requests": acc.requests,
                "errors": acc.errors, "request_bytes": acc.request_bytes,
                "response_bytes": acc.response_bytes}
@@ -154,6 +157,7 @@ def part_outputs(agg, part) -> list[Output]:
         clients, folded = client_records(agg, acc, wid, common)
         rec["clients"] = len(acc.clients)
         rec["clients_folded"] = folded
+        rec["record_id"] = wid
         out.append(Output("request_windows", rec))
         out += clients
         out += exemplar_records(agg, exemplars, wid)
@@ -161,9 +165,9 @@ def part_outputs(agg, part) -> list[Output]:
         requests, max_gap, send_max, hist = part.followers[replica]
         ids, counts = _arrays(hist)
         out.append(Output("follower_fetch_windows", {
-            "id": f"{head}:follower:{replica}:{part.start}:{part.emission}", **common,
-            "follower": replica, "requests": requests, "max_fetch_gap_ms": max_gap,
-            "send_max_ms": send_max, "send_buckets": ids, "send_counts": counts}))
+            **common, "follower": replica, "requests": requests, "max_fetch_gap_ms": max_gap,
+            "send_max_ms": send_max, "send_buckets": ids, "send_counts": counts,
+            "record_id": f"{head}:follower:{replica}:{part.start}:{part.emission}"}))
     return out
 
 
@@ -185,9 +189,10 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
         if cid in keep:
             ids, counts = _arrays(hist)
             out.append(Output("client_send_windows", {
-                "id": f"{wid}:client={cid}", **common, "key": acc.key, "api": acc.api,
+                **common, "key": acc.key, "api": acc.api,
                 "client_id": cid, "clients": 1, "requests": requests, "slow_sends": slow,
-                "send_max_ms": send_max, "send_buckets": ids, "send_counts": counts}))
+                "send_max_ms": send_max, "send_buckets": ids, "send_counts": counts,
+                "record_id": f"{wid}:client={cid}"}))
             continue
         other[0] += requests
         other[1] += slow
@@ -198,10 +203,10 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
     if folded:
         ids, counts = _arrays(other[3])
         out.append(Output("client_send_windows", {
-            "id": f"{wid}:other", **common, "key": acc.key, "api": acc.api,
+            **common, "key": acc.key, "api": acc.api,
             "client_id": None, "clients": folded, "requests": other[0],
             "slow_sends": other[1], "send_max_ms": other[2], "send_buckets": ids,
-            "send_counts": counts}))
+            "send_counts": counts, "record_id": f"{wid}:other"}))
     return out, folded
 
 
@@ -212,6 +217,6 @@ def exemplar_records(agg, exemplars, wid: str) -> list[Output]:
     for pos, rec, reasons in exemplars:
         inode, offset = inode_of(pos >> FILE_SHIFT), pos & _OFFSET_MASK
         out.append(Output("request_exemplars", {
-            **rec, "id": f"{agg.cluster}:{agg.broker}:{inode}:{offset}", "window_id": wid,
-            "exemplar_reasons": reasons}))
+            **rec, "window_id": wid, "exemplar_reasons": reasons,
+            "record_id": f"{agg.cluster}:{agg.broker}:{inode}:{offset}"}))
     return out

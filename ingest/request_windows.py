@@ -2,8 +2,8 @@
 
 Today the request-log agent ships one `request_stages` record per broker request; 2,000
 brokers make that too many. A `WindowAggregator` takes the records `parse_request_line`
-gives for one broker, in file order, and ships per window instead (``window_start_ms =
-ts_ms - ts_ms % window_ms``, ts_ms being the completion time):
+gives for one broker, in file order, and ships per window instead (a window record's
+``ts_ms`` is its window's start: the request's completion time ``t - t % window_ms``):
 
 - ``request_windows``: per request key (the API; Fetch split into ``Fetch:consumer`` and
   ``Fetch:follower``, Produce by acks: ``Produce:acks=-1`` ...; controller-listener

@@ -101,11 +101,11 @@ def test_counts_sums_maxes_and_histograms_add_up_on_captured_lines():
     windows = stream(out, "request_windows")
     assert {o.stream for o in out} == set(STREAMS)
     assert sum(w["requests"] for w in windows) == len(pairs)
-    assert len({w["id"] for w in windows}) == len(windows)
+    assert len({w["record_id"] for w in windows}) == len(windows)
     raw = defaultdict(list)
     for rec, _ in pairs:
         raw[(window_key(rec), rec["ts_ms"] - rec["ts_ms"] % 10_000)].append(rec)
-    got = {(w["key"], w["window_start_ms"]): w for w in windows}
+    got = {(w["key"], w["ts_ms"]): w for w in windows}
     assert set(got) == set(raw)
     for k, recs in raw.items():
         w = got[k]
@@ -135,7 +135,7 @@ def test_keys_split_fetch_produce_and_controller_traffic_on_captured_lines():
     assert sum(keys.values()) == len(pairs)
     assert sum(w["errors"] for w in windows) == sum(1 for r, _ in pairs if r["error_codes"])
     w = next(w for w in windows if w["key"] == "Fetch:follower" and w["is_controller_traffic"])
-    assert w["id"] == f"fx:1:Fetch:follower:1:{w['window_start_ms']}:0"
+    assert w["record_id"] == f"fx:1:Fetch:follower:1:{w['ts_ms']}:0"
     # Controller-listener traffic has no follower or client records (as the detectors' reads)
     followers = stream(run(pairs), "follower_fetch_windows")
     assert sum(f["requests"] for f in followers) == 3
@@ -153,33 +153,33 @@ def test_a_window_waits_for_the_lateness_and_a_late_line_becomes_a_delta():
     assert agg.ready() == []                          # 14,999 < 10,000 + 5,000
     agg.add(*pairs[3])
     first = stream(agg.ready(), "request_windows")
-    assert [(w["window_start_ms"], w["emission"], w["requests"]) for w in first] == [(0, 0, 2)]
+    assert [(w["ts_ms"], w["emission"], w["requests"]) for w in first] == [(0, 0, 2)]
     for rec, pos in pairs[4:6]:                       # late for window 0
         agg.add(rec, pos)
     assert agg.ready() == []                          # deltas go out at the next step
     agg.add(*pairs[6])
     agg.add(*pairs[7])                                # watermark reaches 25,000
     out = stream(agg.ready(), "request_windows")
-    assert [(w["window_start_ms"], w["emission"], w["requests"]) for w in out] == \
+    assert [(w["ts_ms"], w["emission"], w["requests"]) for w in out] == \
         [(10_000, 0, 2), (0, 1, 2)]
     delta = out[1]
-    assert delta["id"] == "syn:1:Produce:acks=-1:0:0:1"
+    assert delta["record_id"] == "syn:1:Produce:acks=-1:0:0:1"
     assert delta["total_max_ms"] == 300.0 and delta["total_sum_ms"] == 301.0
     total = Histogram.from_arrays(first[0]["total_buckets"], first[0]["total_counts"]).merge(
         Histogram.from_arrays(delta["total_buckets"], delta["total_counts"]))
     assert total == Histogram.of([5.0, 7.0, 300.0, 1.0])
     rest = stream(agg.flush_all(), "request_windows")
-    assert [(w["window_start_ms"], w["emission"], w["requests"]) for w in rest] == [(20_000, 0, 2)]
+    assert [(w["ts_ms"], w["emission"], w["requests"]) for w in rest] == [(20_000, 0, 2)]
 
 
 def test_a_window_forgotten_after_retain_gets_an_emission_number_never_used():
     agg = WindowAggregator("syn", 1, window_ms=1_000, lateness_ms=0, retain_ms=5_000)
     ts = [500, 1_500, 600, 2_500, 700, 20_000, 800, 30_000]
     out = run(numbered([record(t) for t in ts]), agg)
-    ids = [w["id"] for w in stream(out, "request_windows")]
+    ids = [w["record_id"] for w in stream(out, "request_windows")]
     assert len(ids) == len(set(ids))
     window0 = sorted(w["emission"] for w in stream(out, "request_windows")
-                     if w["window_start_ms"] == 0)
+                     if w["ts_ms"] == 0)
     assert window0 == [0, 1, 2, 3]
     assert sum(w["requests"] for w in stream(out, "request_windows")) == len(ts)
 
@@ -217,7 +217,7 @@ def test_follower_fetch_gaps_equal_the_direct_computation_on_captured_lines():
                            "follower_fetch_windows")
         got: dict = {}
         for f in followers:
-            k = (f["follower"], f["window_start_ms"])
+            k = (f["follower"], f["ts_ms"])
             n, g, h = got.get(k, (0, None, Histogram()))
             gaps = [x for x in (g, f["max_fetch_gap_ms"]) if x is not None]
             got[k] = (n + f["requests"], max(gaps, default=None),
@@ -234,8 +234,8 @@ def test_the_previous_completion_of_a_connection_survives_windows():
     pairs = numbered([record(9_900, **fetch), record(10_650, **fetch),
                       record(30_000, api="Metadata")])
     (_, f2) = sorted(stream(run(pairs, lateness_ms=0), "follower_fetch_windows"),
-                     key=lambda f: f["window_start_ms"])
-    assert f2["window_start_ms"] == 10_000 and f2["max_fetch_gap_ms"] == 650.0
+                     key=lambda f: f["ts_ms"])
+    assert f2["ts_ms"] == 10_000 and f2["max_fetch_gap_ms"] == 650.0
 
 
 # ---- client sends -------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_client_sends_keep_the_busiest_and_every_slow_client_and_fold_the_rest()
     kept = {c["client_id"] for c in clients if c["client_id"] is not None}
     assert kept == {"c29", "c28", "c27", "c26", "c25", "tiny-slow"}
     (other,) = [c for c in clients if c["client_id"] is None]
-    assert other["clients"] == 26 and other["id"].endswith(":other")   # c00-c24, (none)
+    assert other["clients"] == 26 and other["record_id"].endswith(":other")   # c00-c24, (none)
     assert other["requests"] == sum(range(1, 26)) + 1          # (none) folded too
     (slow,) = [c for c in clients if c["client_id"] == "tiny-slow"]
     assert slow["slow_sends"] == 1 and slow["send_max_ms"] == 450.0
@@ -281,7 +281,7 @@ def test_exemplars_are_capped_accounted_and_each_one_is_an_input_record():
     errors = [r for r in recs if r["error_codes"]]
     assert w["exemplars_error"] == 10 and w["exemplars_error_left_out"] == len(errors) - 10
     assert w["exemplars_slowest"] == 5
-    assert w["exemplars"] == len(exemplars) == len({e["id"] for e in exemplars})
+    assert w["exemplars"] == len(exemplars) == len({e["record_id"] for e in exemplars})
     reasons = Counter(r for e in exemplars for r in e["exemplar_reasons"])
     assert reasons["slow"] == 20 and reasons["error"] == 10 and reasons["slowest"] == 5
     assert reasons["sample"] == w["exemplars_sample"] > 0
@@ -290,9 +290,9 @@ def test_exemplars_are_capped_accounted_and_each_one_is_an_input_record():
         == {r["correlation_id"] for r in slowest}
     for e in exemplars:
         original = {k: v for k, v in e.items()
-                    if k not in ("id", "window_id", "exemplar_reasons")}
+                    if k not in ("record_id", "window_id", "exemplar_reasons")}
         assert original == recs[original["correlation_id"]]
-        assert e["window_id"] == w["id"] and e["id"].startswith(f"syn:1:{INODE}:")
+        assert e["window_id"] == w["record_id"] and e["record_id"].startswith(f"syn:1:{INODE}:")
 
 
 def test_a_purgatory_api_is_judged_by_its_time_outside_remote_and_acks_all_by_its_total():
@@ -320,7 +320,7 @@ def test_a_purgatory_api_is_judged_by_its_time_outside_remote_and_acks_all_by_it
 def test_exemplar_choice_is_deterministic_and_does_not_depend_on_order():
     recs = exemplar_recs()
     pairs = numbered(recs)
-    ids = [{e["id"] for e in stream(run(p, sample_every=50), "request_exemplars")}
+    ids = [{e["record_id"] for e in stream(run(p, sample_every=50), "request_exemplars")}
            for p in (pairs, list(pairs), sorted(pairs, key=lambda p: -p[0]["total_ms"]))]
     assert ids[0] == ids[1] == ids[2]
 
@@ -384,8 +384,8 @@ def deduped(sent) -> dict[str, tuple[str, dict]]:
     """Silver's view: one record per id; every repeat of an id must be the same record."""
     out: dict[str, tuple[str, dict]] = {}
     for o in sent:
-        seen = out.setdefault(o.record["id"], (o.stream, o.record))
-        assert seen == (o.stream, o.record), f"{o.record['id']} re-sent with other contents"
+        seen = out.setdefault(o.record["record_id"], (o.stream, o.record))
+        assert seen == (o.stream, o.record), f"{o.record['record_id']} re-sent with other contents"
     return out
 
 
@@ -396,9 +396,9 @@ def check_exactly_once(sent, pairs) -> dict:
     inputs = {pos: rec for rec, pos in pairs}
     for s, r in records.values():
         if s == "request_exemplars":
-            inode, offset = map(int, r["id"].split(":")[2:])
+            inode, offset = map(int, r["record_id"].split(":")[2:])
             original = {k: v for k, v in r.items()
-                        if k not in ("id", "window_id", "exemplar_reasons")}
+                        if k not in ("record_id", "window_id", "exemplar_reasons")}
             assert original == inputs[(inode, offset)]
     return records
 

@@ -19,8 +19,9 @@ from ingest.jmx_scraper import parse_exposition
 from ingest.malformed import Malformed
 from ingest.partition_offsets_agent import partition_offsets_record
 from ingest.request_log import parse_request_line
-from schemas import (broker_metrics, client_offset_events, client_stats, log_events,
-                     offset_commits, partition_offsets, quarantine, request_stages)
+from schemas import (broker_metrics, client_offset_events, client_send_windows, client_stats,
+                     follower_fetch_windows, log_events, offset_commits, partition_offsets,
+                     quarantine, request_exemplars, request_stages, request_windows)
 from schemas.log_events import LogEventKind
 from tests.unit.captured import fixture_lines, line_containing
 
@@ -28,6 +29,10 @@ pytestmark = pytest.mark.unit
 
 TABLES = [request_stages, log_events, client_offset_events, offset_commits, client_stats,
           quarantine, broker_metrics, partition_offsets]
+# The edge aggregation's tables (issue 24), declared before the agent ships them: not
+# registered streams yet.
+WINDOW_TABLES = [request_windows, follower_fetch_windows, client_send_windows,
+                 request_exemplars]
 
 
 def request_record():
@@ -66,6 +71,24 @@ def partition_offsets_records():
     return [rec]
 
 
+def window_records() -> dict[str, list[dict]]:
+    """What the edge aggregation makes of the captured request log, per stream, each
+    without its record_id (silver adds that column)."""
+    from ingest.request_windows import WindowAggregator
+    lines = fixture_lines("request_log/kafka-4.3.1-request.log")
+    recs = sorted((r for r in (parse_request_line(x, cluster="c", broker=1) for x in lines)
+                   if isinstance(r, dict)), key=lambda r: r["ts_ms"])
+    agg = WindowAggregator("c", 1, slow_ms=0.0, top_clients=1)   # every stream has rows
+    for i, rec in enumerate(recs):
+        agg.add(rec, (7, 100 * i))
+    out: dict[str, list[dict]] = {}
+    for o in agg.ready() + agg.flush_all():
+        rec = dict(o.record)
+        assert isinstance(rec.pop("record_id"), str)
+        out.setdefault(o.stream, []).append(rec)
+    return out
+
+
 def quarantine_record():
     return Malformed("request_log", "empty_line", "").to_quarantine_record(
         cluster="c", ingest_ts_ms=1)
@@ -80,6 +103,8 @@ RECORDS = [
     ("quarantine_from_malformed", quarantine, lambda: [quarantine_record()]),
     ("jmx", broker_metrics, broker_metrics_records),
     ("partition_offsets", partition_offsets, partition_offsets_records),
+    *((t.__name__.split(".")[-1], t,
+       lambda name=t.__name__.split(".")[-1]: window_records()[name]) for t in WINDOW_TABLES),
 ]
 
 
@@ -101,7 +126,8 @@ def test_record_fields_equal_the_schema_field_names_in_order(table, make):
         assert list(rec) == table.SCHEMA.fieldNames()
 
 
-@pytest.mark.parametrize("table", TABLES, ids=[t.__name__.split(".")[-1] for t in TABLES])
+@pytest.mark.parametrize("table", TABLES + WINDOW_TABLES,
+                         ids=[t.__name__.split(".")[-1] for t in TABLES + WINDOW_TABLES])
 def test_each_table_declares_schema_derived_columns_required_and_docs(table):
     assert isinstance(table.SCHEMA, StructType) and isinstance(table.SILVER_SCHEMA, StructType)
     assert table.SILVER_SCHEMA.fieldNames() == table.SCHEMA.fieldNames() + list(table.DERIVED)
@@ -110,6 +136,20 @@ def test_each_table_declares_schema_derived_columns_required_and_docs(table):
     assert set(table.REQUIRED) <= set(table.SCHEMA.fieldNames())
     assert "cluster" in table.SCHEMA.fieldNames()
     assert table.__doc__
+
+
+def test_window_records_fit_their_column_types():
+    """Bucket ids fit SMALLINT, and a histogram's counts add up to its row's requests."""
+    from core.latency_histogram import ZERO_BUCKET
+    windows = window_records()
+    assert set(windows) == {t.__name__.split(".")[-1] for t in WINDOW_TABLES}
+    for name in ("request_windows", "follower_fetch_windows", "client_send_windows"):
+        for rec in windows[name]:
+            hists = [c[:-len("_buckets")] for c in rec if c.endswith("_buckets")]
+            assert hists
+            for h in hists:
+                assert all(ZERO_BUCKET <= b < 2 ** 15 for b in rec[f"{h}_buckets"])
+                assert sum(rec[f"{h}_counts"]) == rec["requests"], (name, h)
 
 
 def test_log_event_kinds_are_one_fixed_list():

@@ -1,0 +1,64 @@
+"""silver.client_send_windows: per broker, request key, client and 10-s window, send times.
+
+Produced by the request-log agent's edge aggregation (ingest/request_windows.py, issue
+24). A response's send time is how long the broker took to write it to the client: a
+client that reads slowly (or its network) shows here, not in the broker's own stages. Per
+key and window, the `top_clients` busiest clients and every client with a slow send get a
+row each; the others are summed in one row whose client_id is null (``clients`` says how
+many). The slow-broker detector's client blame reads these.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField,
+                               StructType)
+
+from schemas.histogram import WINDOW_DOCS, histogram_checks, histogram_docs, histogram_fields
+from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
+
+SCHEMA = StructType([
+    StructField("cluster", StringType()),
+    StructField("broker", IntegerType()),
+    StructField("ts_ms", LongType()),
+    StructField("window_ms", IntegerType()),
+    StructField("emission", IntegerType()),
+    StructField("key", StringType()),
+    StructField("api", StringType()),
+    StructField("client_id", StringType()),
+    StructField("clients", IntegerType()),
+    StructField("requests", LongType()),
+    StructField("slow_sends", LongType()),
+    StructField("send_max_ms", DoubleType()),
+    *histogram_fields("send", sum_and_max=False),
+])
+
+DERIVED = dict(EVENT_TIME)
+SILVER_SCHEMA = with_event_time(SCHEMA)
+
+REQUIRED = ("cluster", "broker", "ts_ms", "window_ms", "emission", "key", "api", "clients",
+            "requests")
+
+CHECKS = {
+    "negative_broker": "broker >= 0",
+    "window_ms_positive": "window_ms > 0",
+    "negative_emission": "emission >= 0",
+    "requests_positive": "requests > 0",
+    "slow_within_requests": "slow_sends BETWEEN 0 AND requests",
+    "one_named_client": "client_id IS NULL OR clients = 1",
+    **histogram_checks("send"),
+}
+
+COLUMNS = {
+    "cluster": SHARED_COLUMNS["cluster"],
+    "broker": SHARED_COLUMNS["broker"],
+    **WINDOW_DOCS,
+    "key": "Request key, as in silver.request_windows",
+    "api": "API name",
+    "client_id": "The client's client.id; null for the row of the clients folded together",
+    "clients": "Clients in this row: 1, or how many were folded",
+    "requests": "Their requests of this key that completed in the window",
+    "slow_sends": "Of those, responses whose send time reached the send threshold",
+    "send_max_ms": "Longest send time, ms",
+    **histogram_docs("send", "response send time", sum_and_max=False),
+    "ts": "Window start as a timestamp (derived from ts_ms)",
+}
