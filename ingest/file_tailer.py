@@ -153,20 +153,38 @@ class FileTailer:
 
 
 class PositionStore:
-    """Saved positions of one agent, one JSON file, replaced atomically."""
+    """Saved positions of one agent, one JSON file, replaced atomically. A source may save
+    a state beside its position (an aggregator's checkpoint), saved and replaced with it:
+    ``{name: {"inode", "offset"[, "state"]}}``."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def load(self) -> dict[str, Position]:
+    def _raw(self) -> dict:
         try:
-            raw = json.loads(self.path.read_text())
+            return json.loads(self.path.read_text())
         except FileNotFoundError:
             return {}
-        return {k: Position(v["inode"], v["offset"]) for k, v in raw.items()}
 
-    def save(self, positions: dict[str, Position]) -> None:
+    def load(self) -> dict[str, Position]:
+        return {k: Position(v["inode"], v["offset"]) for k, v in self._raw().items()}
+
+    def load_states(self) -> dict[str, dict]:
+        """The states saved beside the positions (sources that saved none are absent)."""
+        return {k: v["state"] for k, v in self._raw().items() if v.get("state") is not None}
+
+    def save(self, positions: dict[str, Position],
+             states: dict[str, dict] | None = None) -> None:
+        states = states or {}
+        unplaced = set(states) - set(positions)
+        if unplaced:
+            raise ValueError(f"states without a position: {sorted(unplaced)}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: p.to_json() for k, p in positions.items()}))
+        out = {}
+        for k, pos in positions.items():
+            out[k] = pos.to_json()
+            if states.get(k) is not None:
+                out[k]["state"] = states[k]
+        tmp.write_text(json.dumps(out))
         os.replace(tmp, self.path)

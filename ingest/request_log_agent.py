@@ -3,26 +3,45 @@
 One agent can follow many brokers' files (one per broker on a host, or all of them in the
 embedded mode). Each poll reads new complete lines of every file, parses them at the edge
 (`ingest.request_log`: bodies dropped, stage timings and a topic summary kept), sends
-records to the ``request_stages`` stream and malformed lines to ``quarantine`` with their
-reason, flushes the sink, and only then saves the file positions (the loop is
-ingest/tail_agent.py; a line the parser raises on is quarantined too, never retried
-forever). Every record carries
-``record_id = <cluster>:<broker>:<inode>:<byte offset>``, the same on a re-send after a
-crash, so the silver job drops repeats and a restart neither loses nor duplicates rows.
+records and malformed lines (to ``quarantine``, with their reason), flushes the sink, and
+only then saves the file positions (the loop is ingest/tail_agent.py; a line the parser
+raises on is quarantined too, never retried forever). Two modes:
+
+- ``full`` (`windows` None): one ``request_stages`` record per request line, with
+  ``record_id = <cluster>:<broker>:<inode>:<byte offset>``, the same on a re-send after a
+  crash, so the silver job drops repeats and a restart neither loses nor duplicates rows.
+- ``windows`` (issue 24, fleet scale): each broker's lines go through a
+  `WindowAggregator` (ingest/request_windows.py), and the agent publishes what it emits:
+  the four window streams (request_windows, follower_fetch_windows, client_send_windows,
+  request_exemplars), each record under its own deterministic record_id. OffsetCommit
+  lines still go out whole to ``request_stages`` too: they say who committed what (the
+  offset-rewind detector's evidence), and they are few. The aggregator's checkpoint is
+  saved beside the position, which is its resume position (the earliest line of a window
+  not emitted yet: a restart re-reads from there, and the restored aggregator skips what
+  emitted windows already counted). At the end of `run` every open window is emitted
+  (`flush_all`): its checkpoint is saved before those records are sent and again after,
+  as the aggregator requires.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from ingest.file_tailer import Position, TailedLine
 from ingest.request_log import SOURCE, parse_request_line
+from ingest.request_windows import WindowAggregator
+from ingest.sinks import SinkError
 from ingest.tail_agent import QUARANTINE, TailAgent
 
+log = logging.getLogger(__name__)
+
 STREAM = "request_stages"
-__all__ = ["QUARANTINE", "STREAM", "RequestLogAgent", "RequestLogSource"]
+# Request lines that go out whole in the windows mode too.
+WHOLE_APIS = frozenset({"OffsetCommit", "TxnOffsetCommit"})
+__all__ = ["QUARANTINE", "STREAM", "RequestLogAgent", "RequestLogSource", "WindowSettings"]
 
 
 @dataclass(frozen=True)
@@ -36,18 +55,105 @@ class RequestLogSource:
         return f"{self.cluster}/{self.broker}"
 
 
+@dataclass(frozen=True)
+class WindowSettings:
+    """The windows mode's aggregator settings (WindowAggregator's keyword arguments)."""
+    options: dict = field(default_factory=dict)
+
+    def aggregator(self, src: RequestLogSource, state: dict | None) -> WindowAggregator:
+        return WindowAggregator(src.cluster, src.broker, state=state, **self.options)
+
+
 class RequestLogAgent(TailAgent[RequestLogSource]):
-    """Tail, parse, publish, then remember where it got to."""
+    """Tail, parse, publish (each request, or its windows), then remember where it got to."""
 
     STREAM = STREAM
+
+    def __init__(self, *args, windows: WindowSettings | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.windows = windows
+        self._aggs: dict[str, WindowAggregator] = {}
+        self._after: dict[str, Position] = {}    # after the last line read, per source
+        if windows is not None:
+            for src in self.sources:
+                self._aggs[src.name] = windows.aggregator(src, self._saved_states.get(src.name))
 
     def _handle(self, src: RequestLogSource, lines: list[TailedLine],
                 now_ms: int) -> Position | None:
         origin = str(src.path)
+        agg = self._aggs.get(src.name)
         for tl in lines:
-            self._deliver(src.name, f"{src.cluster}:{src.broker}:{tl.inode}:{tl.start}",
+            record_id = f"{src.cluster}:{src.broker}:{tl.inode}:{tl.start}"
+            use = None if agg is None else partial(self._aggregate, agg, src.name, record_id,
+                                                   (tl.inode, tl.start))
+            self._deliver(src.name, record_id,
                           partial(parse_request_line, tl.data, cluster=src.cluster,
                                   broker=src.broker),
                           source=SOURCE, raw=tl.data, cluster=src.cluster, now_ms=now_ms,
-                          origin=origin, broker=src.broker)
-        return lines[-1].after if lines else None
+                          origin=origin, broker=src.broker, use=use)
+        if agg is None:
+            return lines[-1].after if lines else None
+        if lines:
+            self._after[src.name] = lines[-1].after
+        self._send_windows(src.name, agg)
+        return self._resume(src.name, agg)
+
+    def _aggregate(self, agg: WindowAggregator, key: str, record_id: str,
+                   position: tuple[int, int], rec: dict) -> None:
+        agg.add(rec, position)
+        if rec["api"] in WHOLE_APIS:   # a copy: the aggregator may keep rec as an exemplar
+            self._publish(key, dict(rec), record_id)
+
+    def _send_windows(self, key: str, agg: WindowAggregator) -> None:
+        for out in agg.ready():
+            self._publish_to(out.stream, key, out.record)
+
+    def _publish_to(self, stream: str, key: str, record: dict) -> None:
+        """A window record, whose record_id the aggregator set."""
+        self.sink.send(stream, key, record)
+        self.metrics.published(stream)
+        self._sent += 1
+
+    def _resume(self, name: str, agg: WindowAggregator) -> Position | None:
+        """Where a restart must re-read from: the earliest line the aggregator still
+        holds, else after the last line read."""
+        resume = agg.checkpoint()["resume"]
+        if resume is not None:
+            return Position(resume["inode"], resume["offset"])
+        return self._after.get(name)
+
+    def _state(self, src: RequestLogSource) -> dict | None:
+        agg = self._aggs.get(src.name)
+        return None if agg is None else agg.checkpoint()
+
+    def _forget(self, src: RequestLogSource) -> None:
+        if self.windows is not None:
+            self._aggs[src.name] = self.windows.aggregator(
+                src, self._saved_states.get(src.name))
+            self._after.pop(src.name, None)
+
+    def _finish(self) -> None:
+        """Emit every open window (shutdown): the checkpoint first, then the records, then
+        the checkpoint again (ingest/request_windows.py says why)."""
+        if not self._aggs:
+            return
+        outs = {name: agg.flush_all() for name, agg in self._aggs.items()}
+        if not any(outs.values()):
+            return
+        moved = {src.name: pos for src in self.sources
+                 if (pos := self._resume(src.name, self._aggs[src.name])) is not None}
+        self._save(moved)
+        for name, records in outs.items():
+            for out in records:
+                self._publish_to(out.stream, name, out.record)
+        try:
+            self.sink.flush()
+        except SinkError as e:
+            # Saved before sending: the next start rebuilds and sends the same records.
+            log.warning("%s: the last windows were not flushed (%s); the next start sends "
+                        "them again", self.metrics.agent, e)
+            return
+        self._sent = 0
+        moved = {src.name: pos for src in self.sources
+                 if (pos := self._resume(src.name, self._aggs[src.name])) is not None}
+        self._save(moved)

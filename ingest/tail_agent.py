@@ -81,6 +81,8 @@ class TailAgent(Generic[S]):
         self._conditions = RepeatedCondition(log)
         saved = positions.load()
         self._saved: dict[str, Position] = dict(saved)
+        # States saved beside the positions (`_state`), as of the last save.
+        self._saved_states: dict[str, dict] = positions.load_states()
         self._tailers: dict[str, FileTailer] = {}
         # Where a source never saved starts: its beginning, or its end with start_at_end
         # (a rewind before the first save goes back there, not to the file's start).
@@ -100,7 +102,16 @@ class TailAgent(Generic[S]):
         raise NotImplementedError
 
     def _forget(self, src: S) -> None:
-        """Drop any state built from lines read after the saved position (on a rewind)."""
+        """Drop any state built from lines read after the saved position (on a rewind);
+        `_saved_states` holds the state saved with that position."""
+
+    def _state(self, src: S) -> dict | None:
+        """A JSON-able state to save beside the source's position after each flush (None:
+        none). Called only once everything `_handle` sent has been flushed."""
+        return None
+
+    def _finish(self) -> None:
+        """At the end of `run`, after the last poll: emit what is still held (override)."""
 
     # ---- helpers for subclasses ------------------------------------------------------
     def _publish(self, key: str, record: dict, record_id: str) -> None:
@@ -128,8 +139,10 @@ class TailAgent(Generic[S]):
 
     def _deliver(self, key: str, record_id: str, parse: Callable[[], dict | Malformed | Skipped],
                  *, source: str, raw: str | bytes, cluster: str, now_ms: int, origin: str,
-                 broker: int | None = None) -> Skipped | None:
-        """Run `parse` for one input and publish its record or quarantine its Malformed.
+                 broker: int | None = None,
+                 use: Callable[[dict], None] | None = None) -> Skipped | None:
+        """Run `parse` for one input and publish its record (or hand it to `use`) or
+        quarantine its Malformed.
 
         An exception from `parse`, or from sending the record it built (a value JSON cannot
         hold), quarantines the input instead (`raw`, which `source` could not parse). A
@@ -141,7 +154,10 @@ class TailAgent(Generic[S]):
             if isinstance(rec, Skipped):
                 return rec
             if not isinstance(rec, Malformed):
-                self._publish(key, rec, record_id)
+                if use is None:
+                    self._publish(key, rec, record_id)
+                else:
+                    use(rec)
                 return None
         except SinkError:
             raise
@@ -175,12 +191,21 @@ class TailAgent(Generic[S]):
                 return 0
             self._conditions.ended("flush")
             self._sent = 0
-            if moved:
-                self._saved.update(moved)
-                self.positions.save(self._saved)
+            self._save(moved)
             self.metrics.last_flush.labels(self.metrics.agent).set(self.clock())
         self._report_lag()
         return handled
+
+    def _save(self, moved: dict[str, Position]) -> None:
+        """Save the moved positions and any changed state (everything sent is flushed)."""
+        placed = self._saved.keys() | moved.keys()
+        states = {src.name: st for src in self.sources
+                  if src.name in placed and (st := self._state(src)) is not None}
+        if not moved and states == self._saved_states:
+            return
+        self._saved.update(moved)
+        self.positions.save(self._saved, states)
+        self._saved_states = states
 
     def _rewind(self) -> None:
         """After a failed flush, reread from the last saved positions next time."""
@@ -217,6 +242,7 @@ class TailAgent(Generic[S]):
             if self.poll_once() < self.batch_lines:
                 stop.wait(interval_s)
         self.poll_once()
+        self._finish()
 
     def close(self) -> None:
         for t in self._tailers.values():
