@@ -12,7 +12,8 @@ from core.config_keys import _key
 class OffsetRewindSection:
     evidence_window_s: float = _key("A client reset line or a truncation this close to a "
                                     "rewind (either side), or a coordinator load of the "
-                                    "group's partition this long before it, explains it",
+                                    "group's partition this long before it (with a loss of "
+                                    "that partition this close to the load), explains it",
                                     120.0, min=1, max=86400)
     membership_max_age_s: float = _key("A group membership sample older than this at a commit "
                                        "counts as unknown", 300.0, min=1, max=86400)
