@@ -57,8 +57,10 @@ class RequestLogSource:
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """The windows mode's aggregator settings (WindowAggregator's keyword arguments)."""
+    """The windows mode: the aggregator's keyword arguments, and the brokers whose
+    requests still go out one record each."""
     options: dict = field(default_factory=dict)
+    full_brokers: frozenset[int] = frozenset()
 
     def aggregator(self, src: RequestLogSource, state: dict | None) -> WindowAggregator:
         return WindowAggregator(src.cluster, src.broker, state=state, **self.options)
@@ -76,7 +78,9 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         self._after: dict[str, Position] = {}    # after the last line read, per source
         if windows is not None:
             for src in self.sources:
-                self._aggs[src.name] = windows.aggregator(src, self._saved_states.get(src.name))
+                if src.broker not in windows.full_brokers:
+                    self._aggs[src.name] = windows.aggregator(
+                        src, self._saved_states.get(src.name))
 
     def _handle(self, src: RequestLogSource, lines: list[TailedLine],
                 now_ms: int) -> Position | None:
@@ -127,12 +131,12 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         return None if agg is None else agg.checkpoint()
 
     def _forget(self, src: RequestLogSource) -> None:
-        if self.windows is not None:
+        if src.name in self._aggs:
             self._aggs[src.name] = self.windows.aggregator(
                 src, self._saved_states.get(src.name))
             self._after.pop(src.name, None)
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         """Emit every open window (shutdown): the checkpoint first, then the records, then
         the checkpoint again (ingest/request_windows.py says why)."""
         if not self._aggs:

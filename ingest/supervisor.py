@@ -18,12 +18,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from prometheus_client import CollectorRegistry
 
 from ingest.agent_metrics import AgentMetrics
 from ingest.sinks import Sink
+
+if TYPE_CHECKING:
+    from ingest.request_log_agent import WindowSettings
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +93,11 @@ class BrokerHost:
 def build_agents(*, cluster_name: str, hosts: list[BrokerHost], offsets_client: dict | None,
                  sink_for: Callable[[str], Sink], state_dir: Path,
                  registry: CollectorRegistry, clock: Callable[[], float] = time.time,
-                 jmx_interval_s: float = 10.0, end_offsets_interval_s: float = 10.0
-                 ) -> list[Supervised]:
+                 jmx_interval_s: float = 10.0, end_offsets_interval_s: float = 10.0,
+                 request_windows: WindowSettings | None = None) -> list[Supervised]:
     """One agent per kind of source that `hosts` name, plus the __consumer_offsets reader
-    and the end-offsets agent when `offsets_client` (librdkafka settings) is given."""
+    and the end-offsets agent when `offsets_client` (librdkafka settings) is given.
+    `request_windows`: the request-log agent's windows mode (None: full)."""
     from ingest.broker_log_agent import BrokerLogAgent, broker_log_sources
     from ingest.file_tailer import PositionStore
     from ingest.jmx_scraper import JmxScraper, JmxSource
@@ -108,7 +112,7 @@ def build_agents(*, cluster_name: str, hosts: list[BrokerHost], offsets_client: 
     if request_logs:
         out.append(Supervised("request-log", RequestLogAgent(
             request_logs, sink_for("request-log"), PositionStore(state_dir / "request-log.json"),
-            AgentMetrics(registry, "request-log"), clock), 1.0))
+            AgentMetrics(registry, "request-log"), clock, windows=request_windows), 1.0))
     broker_logs = [s for h in hosts if h.log_dir
                    for s in broker_log_sources(cluster_name, h.broker, h.log_dir)]
     if broker_logs:
@@ -135,10 +139,11 @@ def build_agents(*, cluster_name: str, hosts: list[BrokerHost], offsets_client: 
 
 def embedded_agents(*, cluster_name: str, nodes, bootstrap: str, client_config: dict,
                     sink_for: Callable[[str], Sink], state_dir: Path,
-                    registry: CollectorRegistry, clock: Callable[[], float] = time.time
-                    ) -> list[Supervised]:
+                    registry: CollectorRegistry, clock: Callable[[], float] = time.time,
+                    request_windows: WindowSettings | None = None) -> list[Supervised]:
     """Every agent for brokers whose files are on this machine (`nodes`: LocalCluster nodes)."""
     hosts = [BrokerHost(n.node_id, n.request_log, n.log_dir, n.metrics_url) for n in nodes]
     return build_agents(cluster_name=cluster_name, hosts=hosts,
                         offsets_client={**client_config, "bootstrap.servers": bootstrap},
-                        sink_for=sink_for, state_dir=state_dir, registry=registry, clock=clock)
+                        sink_for=sink_for, state_dir=state_dir, registry=registry, clock=clock,
+                        request_windows=request_windows)

@@ -110,7 +110,7 @@ class TailAgent(Generic[S]):
         none). Called only once everything `_handle` sent has been flushed."""
         return None
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         """At the end of `run`, after the last poll: emit what is still held (override)."""
 
     # ---- helpers for subclasses ------------------------------------------------------
@@ -242,7 +242,7 @@ class TailAgent(Generic[S]):
             if self.poll_once() < self.batch_lines:
                 stop.wait(interval_s)
         self.poll_once()
-        self._finish()
+        self.finish()
 
     def close(self) -> None:
         for t in self._tailers.values():

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 
 from infra.lake import Lake, register_tables
 from jobs import bronze, gold, silver
-from jobs.streams import STREAMS, Stream
+from jobs.streams import STREAMS, Stream, streams_for
 from jobs.validation import add_constraints, constraint_properties
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Pipeline:
     settings: object                      # kmon.config.PipelineSection
     kafka_options: dict[str, str] | None = None   # Spark Kafka source options (source=kafka)
     topic_prefix: str = "kmon."
-    streams: tuple[Stream, ...] = STREAMS
+    streams: tuple[Stream, ...] = streams_for("full")
     on_batch: Callable[[dict], None] | None = None  # silver batch stats, e.g. to the exporter
     extra_queries: list[Callable[[dict | None], object]] = field(default_factory=list)
     queries: list = field(default_factory=list)

@@ -28,6 +28,9 @@ class Stream:
     # later rows go to quarantine as late_beyond_watermark. None: no event-time bound
     # (commits and quarantine records are kept whenever they arrive).
     lateness_s: int | None = 120
+    # Shipped only in the request-log agent's windows mode (issue 24); a pipeline reads
+    # them when that mode is on (`streams_for`).
+    windows_mode: bool = False
 
     @property
     def table(self) -> ModuleType:
@@ -49,9 +52,31 @@ STREAMS: tuple[Stream, ...] = (
            lateness_s=None),
     Stream("partition_offsets", "partition earliest/latest offsets polled from the brokers"),
     Stream(QUARANTINE, "inputs the agents could not parse, with the reason", lateness_s=None),
+    # The request-log agent's edge aggregation (ingest/request_windows.py). A window's
+    # late delta can come up to the aggregator's retain_ms (300 s) after its start.
+    Stream("request_windows", "broker request log aggregated at the edge: per key and 10-s "
+           "window, counts and stage histograms", lateness_s=330, windows_mode=True),
+    Stream("follower_fetch_windows", "per leader, follower and 10-s window: fetches and gaps",
+           lateness_s=330, windows_mode=True),
+    Stream("client_send_windows", "per broker, key, client and 10-s window: send times",
+           lateness_s=330, windows_mode=True),
+    Stream("request_exemplars", "requests the edge kept whole (slow, slowest, errors, a "
+           "sample)", lateness_s=330, windows_mode=True),
 )
 
 BY_NAME = {s.name: s for s in STREAMS}
+REQUEST_LOG_MODES = ("full", "windows")
+
+
+def streams_for(request_log_mode: str) -> tuple[Stream, ...]:
+    """The streams a pipeline reads when the request-log agents run in this mode:
+    ``full`` (one request_stages record per request) leaves the window streams out;
+    ``windows`` reads them too (request_stages still carries the OffsetCommit lines, and
+    every request of brokers kept in full mode)."""
+    if request_log_mode not in REQUEST_LOG_MODES:
+        raise ValueError(f"request-log mode {request_log_mode!r}: one of "
+                         f"{', '.join(REQUEST_LOG_MODES)}")
+    return tuple(s for s in STREAMS if not s.windows_mode or request_log_mode == "windows")
 
 
 def stream(name: str) -> Stream:

@@ -32,6 +32,7 @@ from infra.jvm_deps import JvmSection
 from infra.kafka_clients import TelemetrySection, WatchSection
 from infra.local_cluster import LocalClusterSection
 from infra.spark_session import SparkSection
+from ingest.request_log_config import RequestLogSection
 from jobs.pipeline_config import PipelineSection
 from remediation.config import RemediationSection
 
@@ -55,6 +56,7 @@ SECTIONS: dict[str, type] = {
     "local_cluster": LocalClusterSection,
     "pipeline": PipelineSection,
     "telemetry": TelemetrySection,
+    "request_log": RequestLogSection,
     "watch": WatchSection,
     "findings": FindingsSection,
     "slow_broker": SlowBrokerSection,
@@ -74,6 +76,7 @@ class Config:
     local_cluster: LocalClusterSection = field(default_factory=LocalClusterSection)
     pipeline: PipelineSection = field(default_factory=PipelineSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
+    request_log: RequestLogSection = field(default_factory=RequestLogSection)
     watch: WatchSection = field(default_factory=WatchSection)
     findings: FindingsSection = field(default_factory=FindingsSection)
     slow_broker: SlowBrokerSection = field(default_factory=SlowBrokerSection)

@@ -59,6 +59,17 @@ def sink_factory(config: Config, lake):
     return lambda kind: LandingSink(lake.landing_root, new_agent_id(kind))
 
 
+def request_windows(config: Config):
+    """The request-log agents' windows mode from [request_log] (None: the full mode)."""
+    from ingest.request_log_agent import WindowSettings
+
+    rl = config.request_log
+    if rl.mode != "windows":
+        return None
+    return WindowSettings(rl.aggregator_options(config.slow_broker.purgatory_apis),
+                          full_brokers=frozenset(int(b) for b in rl.full_brokers))
+
+
 def build_host_agents(config: Config, registry: CollectorRegistry, lake, state_dir: Path, *,
                       broker: int | None, log_dir: str | None, request_log: str | None,
                       metrics_url: str | None, offsets: bool):
@@ -73,7 +84,8 @@ def build_host_agents(config: Config, registry: CollectorRegistry, lake, state_d
                         Path(log_dir) if log_dir else None, metrics_url)] if broker is not None else []
     out = agents_for(cluster_name=config.watch.cluster, hosts=hosts,
                      offsets_client=librdkafka_config(config.watch, "watch") if offsets else None,
-                     sink_for=sink_factory(config, lake), state_dir=state_dir, registry=registry)
+                     sink_for=sink_factory(config, lake), state_dir=state_dir, registry=registry,
+                     request_windows=request_windows(config))
     if not out:
         raise RunError("nothing to run: give --request-log, --log-dir, --metrics-url "
                        "(with --broker-id) and/or --offsets")
@@ -92,7 +104,8 @@ def build_agents(config: Config, registry: CollectorRegistry, lake, state_dir: P
     client = dict(config.watch.client_config)
     return embedded_agents(cluster_name=config.watch.cluster, nodes=cluster.nodes,
                            bootstrap=cluster.bootstrap_servers, client_config=client,
-                           sink_for=sink_for, state_dir=state_dir, registry=registry)
+                           sink_for=sink_for, state_dir=state_dir, registry=registry,
+                           request_windows=request_windows(config))
 
 
 class Monitor:
@@ -133,6 +146,7 @@ class Monitor:
         from infra.spark_session import build_spark_session
         from ingest.supervisor import AgentSupervisor
         from jobs.pipeline import Pipeline
+        from jobs.streams import streams_for
 
         config = self.config
         kafka_options = (spark_kafka_options(config.telemetry, "telemetry")
@@ -147,7 +161,8 @@ class Monitor:
 
         self.pipeline = Pipeline(
             self.spark, self.lake, config.pipeline, kafka_options=kafka_options,
-            topic_prefix=config.telemetry.topic_prefix, on_batch=on_batch)
+            topic_prefix=config.telemetry.topic_prefix, on_batch=on_batch,
+            streams=streams_for(config.request_log.mode))
         self.decisions = _decision_step(config, self.spark, self.lake,
                                         self.watched_bootstrap)
         if self.decisions is not None:

@@ -182,7 +182,8 @@ class EmptyLakes:
         if key not in self._made:
             made = self.root / f"layout-{len(self._made)}"
             shutil.rmtree(made, ignore_errors=True)
-            Pipeline(self.spark, Lake(str(made)), pipeline.settings).ensure_tables()
+            Pipeline(self.spark, Lake(str(made)), pipeline.settings,
+                     streams=pipeline.streams).ensure_tables()
             self._made[key] = made
         shutil.copytree(self._made[key], dest, dirs_exist_ok=True)
 
@@ -204,13 +205,15 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
     recording at a time."""
     from infra.lake import Lake
     from jobs.pipeline import Pipeline
+    from jobs.streams import streams_for
 
     shutil.rmtree(root, ignore_errors=True)
     config = replay_config(config, rec, root)
     lake = Lake(config.storage_root)
     for stream_dir in sorted((rec.path / "landing").iterdir()):
         shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
-    pipeline = Pipeline(spark, lake, config.pipeline)
+    pipeline = Pipeline(spark, lake, config.pipeline,
+                        streams=streams_for(config.request_log.mode))
     if empty_lakes is not None:
         empty_lakes.copy_into(pipeline, lake.root)
     run_file_agents(config, lake, rec, root)
@@ -307,7 +310,7 @@ def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
     from prometheus_client import CollectorRegistry
 
     from ingest.supervisor import BrokerHost, build_agents
-    from kmon.monitor import sink_factory
+    from kmon.monitor import request_windows, sink_factory
 
     hosts = []
     for node_dir in sorted((rec.path / "raw").glob("node-*")):
@@ -321,7 +324,7 @@ def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
     agents = [s.agent for s in build_agents(
         cluster_name=config.watch.cluster, hosts=hosts, offsets_client=None,
         sink_for=sink_factory(config, lake), state_dir=root / "agent-state",
-        registry=CollectorRegistry())]
+        registry=CollectorRegistry(), request_windows=request_windows(config))]
     handled = 0
     try:
         for agent in agents:
@@ -332,6 +335,7 @@ def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
         time.sleep(2.1)
         for agent in agents:
             handled += agent.poll_once()
+            agent.finish()     # the request-log windows still open (windows mode)
     finally:
         for agent in agents:
             agent.close()
