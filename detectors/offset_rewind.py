@@ -56,9 +56,10 @@ Algorithm, per group and partition:
      was in sync), so a move alone is no cause. Checked before the committer's identity
      because such members look like either of the next two.
    - commit_reordered: the rewind's commit retries one of the member's that failed (same
-     offset, answered with an error), and the next commit (one drop, within
-     REORDER_WINDOW_MS) is back at the old position: the retry landed after a newer
-     commit (rewind_cause.py, `retried`); or, with no line needed, the rewind's offset
+     offset, answered with an error), and the group is back at the old position within
+     REORDER_WINDOW_MS (at once, or after more of the member's queued commits landed in a
+     burst): the retry landed after a newer commit (rewind_cause.py, `retried`); or,
+     with no line needed, the rewind's offset
      lies between the last two positions committed before it and the next commit is the
      old position unchanged: a commit sent before the newer one landed after it
      (`in_flight`). Info: nothing moved back.
@@ -305,7 +306,13 @@ class PartitionInputs:
 
 def undone_at_once(r: Rewind) -> bool:
     """One drop, and the next commit back at the old position within REORDER_WINDOW_MS."""
-    return (r.drops == 1 and r.recovered_commit is not None
+    return r.drops == 1 and undone_soon(r)
+
+
+def undone_soon(r: Rewind) -> bool:
+    """Back at the old position within REORDER_WINDOW_MS of the rewind, whatever the
+    commits between."""
+    return (r.recovered_commit is not None
             and r.recovered_commit.commit_ms - r.rewind_commit.commit_ms <= REORDER_WINDOW_MS)
 
 
@@ -357,7 +364,8 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
         cause=classify_rewind(admin, seek, event, truncation, past_end, member_count,
                               committer, move,
                               reset_target_of(r.new_position, at) is ResetTarget.OFFSET,
-                              undone_at_once(r), sent_between_and_recommitted(r)),
+                              undone_at_once(r), sent_between_and_recommitted(r),
+                              undone_soon(r)),
         lag_now=None if latest is None else max(0, latest.end_offset - last_offset),
         committer=committer, coordinator_move=move,
         offsets_loss=None if move is None else loss_at_move(offsets_losses, move, window_ms))

@@ -237,24 +237,29 @@ def classify_rewind(admin_commit: bool, seek: object | None, reset_event: object
                     committer: Committer = Committer(),
                     coordinator_move: CoordinatorLoad | None = None,
                     inside_log: bool = False, undone_at_once: bool = False,
-                    in_flight: bool = False) -> RewindCause:
+                    in_flight: bool = False, undone_soon: bool = False) -> RewindCause:
     """First match wins; offset_rewind's module docstring says why this order.
     `inside_log`: the new position lay strictly between the log start and end at the
     rewind (known from the broker's offsets): not where an automatic reset puts a
     consumer. `undone_at_once`: one drop, and the next commit back at the old position
-    within REORDER_WINDOW_MS. `in_flight`: undone at once by a commit of the old position
-    itself, and the rewind's offset lies between the two commits before it (see the
-    module docstring)."""
+    within REORDER_WINDOW_MS. `undone_soon`: back at (or past) the old position within
+    REORDER_WINDOW_MS, whatever came between. `in_flight`: undone at once by a commit of
+    the old position itself, and the rewind's offset lies between the two commits before
+    it (see the module docstring)."""
     if admin_commit:
         return RewindCause.OPERATOR_RESET
     if seek is not None:
         return RewindCause.APPLICATION_SEEK
     if reset_event is not None or truncation is not None or past_log_end > 0:
         return RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE
-    if undone_at_once and (in_flight or (committer.line is not None
-                                         and committer.retried is not None)):
+    if (undone_at_once and in_flight) or ((undone_at_once or undone_soon)
+                                          and committer.line is not None
+                                          and committer.retried is not None):
         # Before the coordinator move: a member that resumed from a stale offset reads on
-        # from it; one whose next commit is back at once re-read nothing.
+        # from it; one whose next commit is back at once re-read nothing. A retried commit
+        # may land in a burst of the member's queued ones (seen on throttled-cleaner-3b's
+        # coordinator move: 37355, then the retry of 36820 and six more older ones within
+        # 0.9 s, then 37455): each was sent before the newer one, none re-read anything.
         return RewindCause.COMMIT_REORDERED
     if coordinator_move is not None:
         return RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE

@@ -224,6 +224,31 @@ def scenarios():
                           "previous_client_id": "billing-1",
                           "retries_commit_ms": at(245.006)}}})
 
+    # Seen in the corpus (throttled-cleaner-3b, the broker restarted): the group's
+    # coordinator moved at 151.84 s; the member's commit of 36820 was answered
+    # NOT_COORDINATOR, its newer 37355 landed at the new coordinator, then its queued
+    # commits did, in a burst: the retry of 36820, then 36920, 36870, 36920 ... 37390
+    # within 0.8 s, then 37455 at its usual pace. Several drops, each a commit sent before
+    # 37355; nothing was re-read (the burst is ten times the member's pace).
+    burst = [(150.86, 36770), (151.867, 36870), (152.357, 37355), (152.974, 36820),
+             (152.983, 36920), (153.161, 36870), (153.18, 36920), (153.488, 36965),
+             (153.631, 37015), (153.653, 37065), (153.706, 37110), (153.718, 37160),
+             (153.727, 37210), (153.736, 37260), (153.742, 37310), (153.747, 37390),
+             (153.907, 37455), (154.9, 37500)]
+    retry_first = [CommitRequest("c1", "billing", "orders", 2, 36820, at(151.844), "m-live", 1,
+                                 "billing-1", 2, failed=True, total_ms=1.0)]
+    yield Scenario(
+        "a_retried_commit_landing_in_a_burst_of_queued_ones_is_a_reordered_commit",
+        commits(*burst), offsets=ends((150, 38000, 0), (155, 38100, 0)), members=ACTIVE,
+        requests=retry_first + lines("m-live", 1, *burst), loads=[load(151.841)],
+        now_s=170,
+        rewind={"old_position": 37355, "new_position": 36820, "drops": 2, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 535,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)})
+
     # Seen in the live matrix (app-seek-3b): the application seeks back 100 messages at
     # 100 messages a second, so onto an offset it had committed (successfully) before, and
     # re-reads them within a second. A seek, not a retried commit.
