@@ -15,7 +15,8 @@ raises on is quarantined too, never retried forever). Two modes:
   the four window streams (request_windows, follower_fetch_windows, client_send_windows,
   request_exemplars), each record under its own deterministic record_id. OffsetCommit
   lines still go out whole to ``request_stages`` too: they say who committed what (the
-  offset-rewind detector's evidence), and they are few. The aggregator's checkpoint is
+  offset-rewind detector's evidence), and they are few; so does every line of a broker
+  in `WindowSettings.full_brokers` (root-cause work on one broker). The aggregator's checkpoint is
   saved beside the position, which is its resume position (the earliest line of a window
   not emitted yet: a restart re-reads from there, and the restored aggregator skips what
   emitted windows already counted). At the end of `run` every open window is emitted
@@ -58,7 +59,8 @@ class RequestLogSource:
 @dataclass(frozen=True)
 class WindowSettings:
     """The windows mode: the aggregator's keyword arguments, and the brokers whose
-    requests still go out one record each."""
+    requests go out one record each too (besides their windows, which the detectors
+    read for every broker)."""
     options: dict = field(default_factory=dict)
     full_brokers: frozenset[int] = frozenset()
 
@@ -78,9 +80,7 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         self._after: dict[str, Position] = {}    # after the last line read, per source
         if windows is not None:
             for src in self.sources:
-                if src.broker not in windows.full_brokers:
-                    self._aggs[src.name] = windows.aggregator(
-                        src, self._saved_states.get(src.name))
+                self._aggs[src.name] = windows.aggregator(src, self._saved_states.get(src.name))
 
     def _handle(self, src: RequestLogSource, lines: list[TailedLine],
                 now_ms: int) -> Position | None:
@@ -88,8 +88,9 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         agg = self._aggs.get(src.name)
         for tl in lines:
             record_id = f"{src.cluster}:{src.broker}:{tl.inode}:{tl.start}"
-            use = None if agg is None else partial(self._aggregate, agg, src.name, record_id,
-                                                   (tl.inode, tl.start))
+            use = None if agg is None else partial(
+                self._aggregate, agg, src.name, record_id, (tl.inode, tl.start),
+                src.broker in self.windows.full_brokers)
             self._deliver(src.name, record_id,
                           partial(parse_request_line, tl.data, cluster=src.cluster,
                                   broker=src.broker),
@@ -103,9 +104,9 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         return self._resume(src.name, agg)
 
     def _aggregate(self, agg: WindowAggregator, key: str, record_id: str,
-                   position: tuple[int, int], rec: dict) -> None:
+                   position: tuple[int, int], whole: bool, rec: dict) -> None:
         agg.add(rec, position)
-        if rec["api"] in WHOLE_APIS:   # a copy: the aggregator may keep rec as an exemplar
+        if whole or rec["api"] in WHOLE_APIS:   # a copy: the aggregator may keep rec
             self._publish(key, dict(rec), record_id)
 
     def _send_windows(self, key: str, agg: WindowAggregator) -> None:
@@ -131,7 +132,7 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         return None if agg is None else agg.checkpoint()
 
     def _forget(self, src: RequestLogSource) -> None:
-        if src.name in self._aggs:
+        if self.windows is not None:
             self._aggs[src.name] = self.windows.aggregator(
                 src, self._saved_states.get(src.name))
             self._after.pop(src.name, None)

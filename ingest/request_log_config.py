@@ -22,8 +22,9 @@ class RequestLogSection:
                      "request) or 'windows' (per broker, request key and window: counts, stage "
                      "histograms and exemplars; OffsetCommit requests still whole)", "full",
                      choices=MODES)
-    full_brokers: list = _key("In the windows mode, brokers (node ids) whose requests still go "
-                              "out one record each", [])
+    full_brokers: list = _key("In the windows mode, brokers (node ids) whose requests also go "
+                              "out one record each to request_stages (root-cause work; the "
+                              "detectors read every broker's windows)", [])
     window_s: int = _key("Window length of the edge aggregation, seconds", 10, min=1, max=60)
     lateness_s: float = _key("How long after a window's end (in the broker's own request "
                              "times) the agent waits before sending it; later lines go out in "

@@ -14,6 +14,7 @@ from detectors.correlation import CorrelationSection
 from detectors.offset_rewind_config import OffsetRewindSection
 from detectors.slow_broker import SlowBrokerSection
 from detectors.unclean_election import UncleanElectionSection
+from ingest.request_log_config import RequestLogSection
 from jobs.pipeline_config import PipelineSection
 
 
@@ -26,3 +27,4 @@ class DetectionConfig(Protocol):
     compaction_lag: CompactionLagSection
     unclean_election: UncleanElectionSection
     correlation: CorrelationSection
+    request_log: RequestLogSection   # which request tables the slow-broker reads

@@ -65,6 +65,12 @@ from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
+from jobs.detector_inputs.request_windows import (
+    read_window_baselines,
+    read_window_client_sends,
+    read_window_follower_fetches,
+    read_window_stage_windows,
+)
 from jobs.detector_inputs.compaction import (
     CLEANER_METRICS,
     LONG_MAX,
@@ -195,6 +201,13 @@ def check_config(config: DetectionConfig) -> None:
             f"{config.source}: key 'slow_broker.window_s' ({config.slow_broker.window_s:g}) must "
             f"equal 'pipeline.fast_window_s' ({config.pipeline.fast_window_s}): the slow-broker "
             f"detector reads the windows of gold.request_stages_10s")
+    request_log = getattr(config, "request_log", None)
+    if request_log is not None and request_log.mode == "windows" and \
+            float(request_log.window_s) != float(config.slow_broker.window_s):
+        raise ConfigError(
+            f"{config.source}: key 'slow_broker.window_s' ({config.slow_broker.window_s:g}) must "
+            f"equal 'request_log.window_s' ({request_log.window_s}) in the windows mode: the "
+            f"slow-broker detector reads the agents' windows")
 
 
 # --- the parallel read -------------------------------------------------------------------------
@@ -241,6 +254,12 @@ class _Reading:
         return self.config.offset_rewind.evidence_window_s
 
     @property
+    def windows_mode(self) -> bool:
+        """The request-log agents ship windows (jobs/detector_inputs/request_windows.py)."""
+        request_log = getattr(self.config, "request_log", None)
+        return request_log is not None and request_log.mode == "windows"
+
+    @property
     def meter_s(self) -> float:
         return self.config.unclean_election.meter_match_window_s
 
@@ -251,10 +270,23 @@ class _Reading:
 
 def _request_stage_chain(x: _Reading) -> None:
     """silver.request_stages once, then the stage windows (and the client sends they point
-    at) beside the follower fetches."""
+    at) beside the follower fetches; in the request-log windows mode, the window tables."""
     from jobs.silver import release
 
     spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
+    if x.windows_mode:
+        def stage_windows() -> None:
+            out.stage_windows = out.timed("stage_windows", lambda: read_window_stage_windows(
+                spark, lake, sb, r))
+            out.client_sends = out.timed("client_sends", lambda: read_window_client_sends(
+                spark, lake, sb, r))
+
+        def window_follower_fetches() -> None:
+            out.follower_fetches = out.timed("follower_fetches", lambda: (
+                read_window_follower_fetches(spark, lake, sb, r)))
+
+        x.side_by_side(stage_windows, window_follower_fetches)
+        return
     stages = out.timed("request_stages", lambda: request_stage_rows(
         spark, lake, r.back(FOLLOWER_GAP_SEED_S)))
     try:
@@ -276,6 +308,8 @@ def _request_stage_chain(x: _Reading) -> None:
 
 def _baseline_chain(x: _Reading) -> None:
     def read() -> list[LatencyBaseline]:
+        if x.windows_mode:
+            return read_window_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
         return read_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
 
     x.out.baselines = x.out.timed("baselines", lambda: (

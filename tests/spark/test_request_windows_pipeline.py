@@ -58,3 +58,61 @@ def test_exemplars_and_side_tables_belong_to_their_windows(spark, lake):
                           "left_anti").count() == 0
     assert _silver(spark, root, "follower_fetch_windows").count() > 0
     assert _silver(spark, root, "client_send_windows").count() > 0
+
+
+def _exact_p99s(rec_path) -> dict[tuple, dict[str, float | int]]:
+    """Per (broker, api, window start): the request count and the exact nearest-rank p99
+    of each stage and of total - remote, from the raw request-log lines (client traffic)."""
+    import math
+    from collections import defaultdict
+
+    from ingest.request_log import parse_request_line
+
+    fields = {"total": "total_ms", "request_queue": "request_queue_ms", "local": "local_ms",
+              "remote": "remote_ms", "throttle": "throttle_ms",
+              "response_queue": "response_queue_ms", "send": "send_ms"}
+    values: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for node in sorted((rec_path / "raw").glob("node-*")):
+        packed = node / "kafka-request.log.xz"
+        if not packed.exists():
+            continue
+        broker = int(node.name.split("-")[1])
+        for raw in lzma.decompress(packed.read_bytes()).splitlines():
+            r = parse_request_line(raw, cluster="c", broker=broker)
+            if r["is_controller_traffic"]:
+                continue
+            v = values[(broker, r["api"], r["ts_ms"] - r["ts_ms"] % 10_000)]
+            for stage, f in fields.items():
+                v[stage].append(r[f])
+            v["total_minus_remote"].append(max(r["total_ms"] - r["remote_ms"], 0.0))
+
+    def p99(xs: list[float]) -> float:
+        return sorted(xs)[max(1, math.ceil(0.99 * len(xs))) - 1]
+    return {k: {"requests": len(v["total"]), **{s: p99(xs) for s, xs in v.items()}}
+            for k, v in values.items()}
+
+
+def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, kmon_config):
+    """Issue 24's accuracy criterion, on a real cluster's request log: every window's p99
+    per broker, API and stage, as the slow-broker detector reads it in the windows mode,
+    is within ALPHA (2 %) of the exact nearest-rank p99 of the raw lines."""
+    from core.latency_histogram import ALPHA
+    from infra.lake import Lake
+    from jobs.detector_inputs.request_windows import STAGE_FIELDS, read_window_stage_windows
+    from jobs.detector_inputs.tables import TimeRange
+
+    root, _ = lake
+    exact = _exact_p99s(recordings(names=[RECORDING])[0].path)
+    start = min(w for _, _, w in exact)
+    end = max(w for _, _, w in exact) + 10_000
+    sb = kmon_config.slow_broker
+    rows = read_window_stage_windows(spark, Lake(root), sb, TimeRange(start, end))
+    watched = {a.replace("_", "").lower() for a in sb.watched_apis}
+    expected = {k for k in exact if k[1].replace("_", "").lower() in watched}
+    assert {(r.broker, r.api, r.window_start_ms) for r in rows} == expected
+    for r in rows:
+        want = exact[(r.broker, r.api, r.window_start_ms)]
+        assert r.requests == want["requests"]
+        for stage, field in STAGE_FIELDS.items():
+            got = getattr(r, field)
+            assert abs(got - want[stage]) <= ALPHA * want[stage] * (1 + 1e-9), (r, stage)

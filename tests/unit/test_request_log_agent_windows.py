@@ -184,3 +184,18 @@ def test_a_crash_after_the_last_send_before_its_save_then_more_lines(tmp_path, c
     got = unique(sink)   # no id went out twice with different contents
     assert sum(r["requests"] for (s, _), r in got.items()
                if s == "request_windows") == len(corpus_lines)
+
+
+def test_a_full_broker_ships_its_windows_and_every_request(tmp_path, corpus_lines):
+    sink = RecordingSink()
+    src = RequestLogSource("bursty", 2, tmp_path / "kafka-request.log")
+    a = RequestLogAgent([src], sink, PositionStore(tmp_path / "pos.json"),
+                        AgentMetrics(CollectorRegistry(), "request-log"),
+                        windows=WindowSettings(SETTINGS.options, full_brokers=frozenset({2})))
+    append(src.path, b"".join(corpus_lines))
+    finish(a)
+    got = unique(sink)
+    whole = [r for (s, _), r in got.items() if s == "request_stages"]
+    assert len(whole) == len(corpus_lines)
+    assert sum(r["requests"] for (s, _), r in got.items()
+               if s == "request_windows") == len(corpus_lines)

@@ -1,0 +1,177 @@
+"""The slow-broker detector's request inputs in the request-log windows mode (issue 24).
+
+In the windows mode ([request_log] mode = "windows") the agents ship per broker, request
+key and 10-s window histograms instead of a row per request; these reads give the rules
+the same inputs as jobs/detector_inputs/slow_broker.py and client_sends.py give from
+silver.request_stages, by merging histograms (jobs/histogram_sql.py): exact merges, and
+percentiles within the bucket scheme's 2 % (core/latency_histogram.py).
+
+- `RequestStageWindow` <- silver.request_windows: per cluster, broker, API and window, the
+  rows of every request key of the API (Fetch:consumer and Fetch:follower are one Fetch,
+  Produce's acks one Produce, as the per-request rows were) and every emission merged,
+  controller-listener traffic left out; the p99 of each stage, and `total_excl_remote` the
+  exact p99 of (total - remote) per request, which slow_broker.latency_ms then uses for
+  the purgatory APIs. A window row exists only once the agent closed the window (its
+  broker's request times `request_log.lateness_s` past its end), so every window in the
+  range whose end is at or before the range end counts; a late delta adds to it later.
+- `LatencyBaseline` <- the same table over the BASELINE_HISTORY_S before the range, one
+  merge per broker, API and minute: the median of the minutes' latency, minutes with
+  enough requests, as read_baselines does from gold.request_stages_1m.
+- `FollowerFetchWindow` <- silver.follower_fetch_windows: the edge computed each fetch's
+  gap on its connection; per leader, follower and window the requests summed, the
+  longest gap, the p99 of the merged send-time histogram.
+- `ClientSendWindow` <- silver.client_send_windows (clients) and follower_fetch_windows
+  (the replicas, `follower`): per window, broker, API and client. A send is slow at the
+  API's threshold (slow_broker.threshold_for): counted from the merged histogram, the
+  buckets whose value reaches the threshold (so within 2 % of it). The edge keeps its
+  busiest clients and every client with a slow send (at request_log.send_threshold_ms)
+  on their own rows and sums the rest in one row (client_id null), which is left out
+  here: it holds no client the rules could name. Unlike the per-request read, every row
+  of the range is returned: they are few.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from detectors.slow_broker import (
+    ClientSendWindow,
+    FollowerFetchWindow,
+    LatencyBaseline,
+    RequestStageWindow,
+    SlowBrokerSection,
+)
+from infra.lake import Lake
+from jobs.detector_inputs.client_sends import threshold_column
+from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, _norm_api, _norm_names
+from jobs.detector_inputs.tables import TimeRange, silver_range, table
+from jobs.histogram_sql import bucket_value_sql, stage_percentiles
+
+# Stage columns of silver.request_windows -> RequestStageWindow fields.
+STAGE_FIELDS = {"total": "total_p99_ms", "request_queue": "request_queue_p99_ms",
+                "local": "local_p99_ms", "remote": "remote_p99_ms",
+                "throttle": "throttle_p99_ms", "response_queue": "response_queue_p99_ms",
+                "send": "send_p99_ms", "total_minus_remote": "total_excl_remote_p99_ms"}
+P99 = (0.99,)
+
+
+def _closed_windows(df: DataFrame, r: TimeRange) -> DataFrame:
+    """Window rows (ts_ms = window start) of windows inside the range."""
+    return silver_range(df, r).where(F.col("ts_ms") + F.col("window_ms") <= r.end_ms)
+
+
+def _watched(df: DataFrame, config: SlowBrokerSection) -> DataFrame:
+    return df.where(_norm_api().isin(_norm_names(config.watched_apis)))
+
+
+def _client_traffic(df: DataFrame) -> DataFrame:
+    return df.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
+
+
+def stage_windows_frame(df: DataFrame, group_cols: list[str]) -> DataFrame:
+    """Per group (the api among them), every stage's merged p99 and the request count."""
+    out = stage_percentiles(df, group_cols, tuple(STAGE_FIELDS), P99, totals=("requests",),
+                            sum_and_max=False, keep_histograms=False)
+    return out.select(*group_cols, "requests",
+                      *[F.col(f"{s}_p99_ms").alias(f) for s, f in STAGE_FIELDS.items()])
+
+
+def read_window_stage_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                              r: TimeRange) -> list[RequestStageWindow]:
+    df = table(spark, lake, "silver", "request_windows")
+    if df is None:
+        return []
+    rows = (stage_windows_frame(
+        _watched(_client_traffic(_closed_windows(df, r)), config)
+        .where(F.col("window_ms") == config.window_ms),
+        ["cluster", "broker", "api", "ts_ms"]).collect())
+    return [RequestStageWindow(
+        cluster=x["cluster"], broker=int(x["broker"]), api=x["api"],
+        window_start_ms=int(x["ts_ms"]), requests=int(x["requests"]),
+        **{f: float(x[f] or 0.0) for f in STAGE_FIELDS.values()}) for x in rows]
+
+
+def window_latency_column(config: SlowBrokerSection) -> Column:
+    """slow_broker.latency_ms over a merged row: the p99 of (total - remote) per request
+    for the purgatory APIs, else the total's p99."""
+    return (F.when(_norm_api().isin(_norm_names(config.purgatory_apis)),
+                   F.col("total_excl_remote_p99_ms"))
+            .otherwise(F.col("total_p99_ms")))
+
+
+def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                          r: TimeRange) -> list[LatencyBaseline]:
+    df = table(spark, lake, "silver", "request_windows")
+    if df is None:
+        return []
+    history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
+    minutes = (_watched(_client_traffic(_closed_windows(df, history)), config)
+               .withColumn("minute_ms", F.col("ts_ms") - F.pmod(F.col("ts_ms"), F.lit(60_000))))
+    rows = (stage_windows_frame(minutes, ["cluster", "broker", "api", "minute_ms"])
+            .where(F.col("requests") >= config.min_requests_per_minute)
+            .groupBy("cluster", "broker", "api")
+            .agg(F.percentile_approx(window_latency_column(config), 0.5, 10_000).alias("p99_ms"),
+                 F.count(F.lit(1)).alias("minutes"))
+            .where(F.col("minutes") >= config.min_history_windows)
+            .collect())
+    return [LatencyBaseline(x["cluster"], int(x["broker"]), x["api"], float(x["p99_ms"]))
+            for x in rows]
+
+
+def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                                 r: TimeRange) -> list[FollowerFetchWindow]:
+    df = table(spark, lake, "silver", "follower_fetch_windows")
+    if df is None:
+        return []
+    group = ["cluster", "ts_ms", "broker", "follower"]
+    merged = stage_percentiles(
+        _closed_windows(df, r).where(F.col("window_ms") == config.window_ms), group,
+        ("send",), P99, totals=("requests",), sum_and_max=False, keep_histograms=False)
+    gaps = (_closed_windows(df, r).groupBy(*group)
+            .agg(F.max("max_fetch_gap_ms").alias("max_gap")))
+    rows = merged.join(gaps, group).collect()
+    return [FollowerFetchWindow(
+        cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), leader=int(x["broker"]),
+        follower=int(x["follower"]), requests=int(x["requests"]),
+        max_fetch_gap_ms=None if x["max_gap"] is None else float(x["max_gap"]),
+        send_p99_ms=float(x["send_p99_ms"] or 0.0)) for x in rows]
+
+
+def read_window_client_sends(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                             r: TimeRange) -> list[ClientSendWindow]:
+    out: list[ClientSendWindow] = []
+    clients = table(spark, lake, "silver", "client_send_windows")
+    if clients is not None:
+        named = (_watched(_closed_windows(clients, r), config)
+                 .where(F.col("client_id").isNotNull()
+                        & (F.col("window_ms") == config.window_ms)))
+        out += _send_rows(named, ["cluster", "ts_ms", "broker", "api", "client_id"], config,
+                          follower=False)
+    followers = table(spark, lake, "silver", "follower_fetch_windows")
+    if followers is not None and "fetch" in _norm_names(config.watched_apis):
+        replicas = (_closed_windows(followers, r)
+                    .where(F.col("window_ms") == config.window_ms)
+                    .withColumn("api", F.lit("Fetch"))
+                    .withColumn("client_id", F.concat(F.lit("broker-"),
+                                                      F.col("follower").cast("string"))))
+        out += _send_rows(replicas, ["cluster", "ts_ms", "broker", "api", "client_id"], config,
+                          follower=True)
+    return out
+
+
+def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection,
+               follower: bool) -> list[ClientSendWindow]:
+    merged = stage_percentiles(df, group, ("send",), P99, totals=("requests",),
+                               sum_and_max=False, keep_histograms=True)
+    slow = F.expr("aggregate(zip_with(send_buckets, send_counts, (b, c) -> "
+                  f"IF({bucket_value_sql('b')} >= __threshold, c, 0L)), 0L, (a, x) -> a + x)")
+    rows = (merged.withColumn("__threshold", threshold_column(config))
+            .withColumn("slow_requests", slow)
+            .select(*group, "requests", "send_p99_ms", "slow_requests").collect())
+    return [ClientSendWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
+                             broker=int(x["broker"]), client_id=x["client_id"],
+                             requests=int(x["requests"]),
+                             send_p99_ms=float(x["send_p99_ms"] or 0.0), api=x["api"],
+                             slow_requests=int(x["slow_requests"] or 0), follower=follower)
+            for x in rows]
