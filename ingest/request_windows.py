@@ -66,8 +66,9 @@ other load moves these figures by 20 %), half of it in the
 stage counting (request_window_records.count_stages); reading and parsing the lines cost
 45 us a line, so the aggregator is an eighth of the edge path's time.
 
-Not wired into ingest/request_log_agent.py yet, and no table schema exists for these
-streams; both are the next steps of issue 24.
+The request-log agent's windows mode (ingest/request_log_agent.py) runs one aggregator
+per broker file and saves its checkpoint beside the file position; the streams' tables
+are declared in schemas/ (docs/edge-aggregation.md).
 """
 
 from __future__ import annotations
