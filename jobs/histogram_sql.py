@@ -57,7 +57,7 @@ logs) fall back to the closed form, within an ulp.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -174,12 +174,14 @@ def merged_histograms(df: DataFrame, group_cols: Sequence[str], stage: str) -> D
 def stage_percentiles(df: DataFrame, group_cols: Sequence[str],
                       stages: Sequence[str] = STAGES, qs: Sequence[float] = QUANTILES, *,
                       totals: Sequence[str] = ("requests", "errors"),
-                      sum_and_max: bool = True, keep_histograms: bool = True) -> DataFrame:
+                      sum_and_max: bool = True, keep_histograms: bool = True,
+                      extra: Mapping[str, Column] | None = None) -> DataFrame:
     """Per group, in one aggregation: `group_cols`; the sums of `totals`; per stage its
     count n (``<stage>_count``), ``<stage>_sum_ms`` summed and ``<stage>_max_ms`` maxed
     (unless `sum_and_max` is false), ``<stage>_<label>_ms`` for each q (p50, p99, p999 by
     default) and, with `keep_histograms`, the merged ``<stage>_buckets`` / ``_counts`` (a
-    further rollup can start from them: merging merged histograms is exact too).
+    further rollup can start from them: merging merged histograms is exact too); `extra`:
+    more aggregates of the same groupBy (column name -> aggregate), kept after `totals`.
 
     group_cols decide the rollup: (cluster, broker, key, window_start_ms) for a broker's
     windows (its emissions merged), window_start_ms floored to the minute by the caller for
@@ -187,7 +189,8 @@ def stage_percentiles(df: DataFrame, group_cols: Sequence[str],
     traffic, say) is the caller's filter.
     """
     group_cols = list(group_cols)
-    aggs = [F.sum(c).alias(c) for c in totals]
+    extra = dict(extra or {})
+    aggs = [F.sum(c).alias(c) for c in totals] + [a.alias(n) for n, a in extra.items()]
     if sum_and_max:
         for s in stages:
             aggs += [F.sum(f"{s}_sum_ms").alias(f"{s}_sum_ms"),
@@ -195,7 +198,7 @@ def stage_percentiles(df: DataFrame, group_cols: Sequence[str],
     out = _merge(df, group_cols, list(stages), aggs)
     out = _with_quantiles(out, stages, qs, {s: s for s in stages},
                           {s: f"{s}_count" for s in stages})
-    cols: list[str] = [*group_cols, *totals]
+    cols: list[str] = [*group_cols, *totals, *extra]
     for s in stages:
         cols += [f"{s}_count", *([f"{s}_sum_ms", f"{s}_max_ms"] if sum_and_max else []),
                  *[f"{s}_{quantile_label(q)}_ms" for q in qs]]

@@ -44,7 +44,8 @@ from detectors.slow_broker import (
 )
 from infra.lake import Lake
 from jobs.detector_inputs.client_sends import threshold_column
-from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, _norm_api, _norm_names
+from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
+                                              baselines_from_minutes)
 from jobs.detector_inputs.tables import TimeRange, silver_range, table
 from jobs.histogram_sql import bucket_value_sql, stage_percentiles
 
@@ -108,15 +109,9 @@ def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSec
     history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
     minutes = (_watched(_client_traffic(_closed_windows(df, history)), config)
                .withColumn("minute_ms", F.col("ts_ms") - F.pmod(F.col("ts_ms"), F.lit(60_000))))
-    rows = (stage_windows_frame(minutes, ["cluster", "broker", "api", "minute_ms"])
-            .where(F.col("requests") >= config.min_requests_per_minute)
-            .groupBy("cluster", "broker", "api")
-            .agg(F.percentile_approx(window_latency_column(config), 0.5, 10_000).alias("p99_ms"),
-                 F.count(F.lit(1)).alias("minutes"))
-            .where(F.col("minutes") >= config.min_history_windows)
-            .collect())
-    return [LatencyBaseline(x["cluster"], int(x["broker"]), x["api"], float(x["p99_ms"]))
-            for x in rows]
+    return baselines_from_minutes(
+        stage_windows_frame(minutes, ["cluster", "broker", "api", "minute_ms"]),
+        window_latency_column(config), config)
 
 
 def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
@@ -125,12 +120,10 @@ def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBr
     if df is None:
         return []
     group = ["cluster", "ts_ms", "broker", "follower"]
-    merged = stage_percentiles(
+    rows = stage_percentiles(
         _closed_windows(df, r).where(F.col("window_ms") == config.window_ms), group,
-        ("send",), P99, totals=("requests",), sum_and_max=False, keep_histograms=False)
-    gaps = (_closed_windows(df, r).groupBy(*group)
-            .agg(F.max("max_fetch_gap_ms").alias("max_gap")))
-    rows = merged.join(gaps, group).collect()
+        ("send",), P99, totals=("requests",), sum_and_max=False, keep_histograms=False,
+        extra={"max_gap": F.max("max_fetch_gap_ms")}).collect()
     return [FollowerFetchWindow(
         cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), leader=int(x["broker"]),
         follower=int(x["follower"]), requests=int(x["requests"]),

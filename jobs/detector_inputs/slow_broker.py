@@ -223,11 +223,18 @@ def read_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
     if df is None:
         return []
     history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
-    rows = (gold_windows(df, history)
-            .where(_norm_api().isin(_norm_names(config.watched_apis)))
-            .where(F.col("requests") >= config.min_requests_per_minute)
+    return baselines_from_minutes(
+        gold_windows(df, history).where(_norm_api().isin(_norm_names(config.watched_apis))),
+        latency_column(config), config)
+
+
+def baselines_from_minutes(minutes: DataFrame, latency: Column,
+                           config: SlowBrokerSection) -> list[LatencyBaseline]:
+    """Per broker/API the median of its minutes' `latency`, minutes with enough requests
+    only, when there are slow_broker.min_history_windows of them."""
+    rows = (minutes.where(F.col("requests") >= config.min_requests_per_minute)
             .groupBy("cluster", "broker", "api")
-            .agg(F.percentile_approx(latency_column(config), 0.5, 10_000).alias("p99_ms"),
+            .agg(F.percentile_approx(latency, 0.5, 10_000).alias("p99_ms"),
                  F.count(F.lit(1)).alias("minutes"))
             .where(F.col("minutes") >= config.min_history_windows)
             .collect())
