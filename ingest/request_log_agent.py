@@ -110,22 +110,18 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
             self._publish(key, dict(rec), record_id)
 
     def _send_windows(self, key: str, agg: WindowAggregator) -> None:
-        for out in agg.ready():
-            self._publish_to(out.stream, key, out.record)
-
-    def _publish_to(self, stream: str, key: str, record: dict) -> None:
-        """A window record, whose record_id the aggregator set."""
-        self.sink.send(stream, key, record)
-        self.metrics.published(stream)
-        self._sent += 1
+        for out in agg.ready():      # the aggregator set each record's record_id
+            self._send(out.stream, key, out.record)
 
     def _resume(self, name: str, agg: WindowAggregator) -> Position | None:
         """Where a restart must re-read from: the earliest line the aggregator still
         holds, else after the last line read."""
-        resume = agg.checkpoint()["resume"]
-        if resume is not None:
-            return Position(resume["inode"], resume["offset"])
-        return self._after.get(name)
+        held = agg.resume_position()
+        return Position(*held) if held is not None else self._after.get(name)
+
+    def _resumes(self) -> dict[str, Position]:
+        return {src.name: pos for src in self.sources
+                if (pos := self._resume(src.name, self._aggs[src.name])) is not None}
 
     def _state(self, src: RequestLogSource) -> dict | None:
         agg = self._aggs.get(src.name)
@@ -145,12 +141,10 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         outs = {name: agg.flush_all() for name, agg in self._aggs.items()}
         if not any(outs.values()):
             return
-        moved = {src.name: pos for src in self.sources
-                 if (pos := self._resume(src.name, self._aggs[src.name])) is not None}
-        self._save(moved)
+        self._save(self._resumes())
         for name, records in outs.items():
             for out in records:
-                self._publish_to(out.stream, name, out.record)
+                self._send(out.stream, name, out.record)
         try:
             self.sink.flush()
         except SinkError as e:
@@ -159,6 +153,4 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
                         "them again", self.metrics.agent, e)
             return
         self._sent = 0
-        moved = {src.name: pos for src in self.sources
-                 if (pos := self._resume(src.name, self._aggs[src.name])) is not None}
-        self._save(moved)
+        self._save(self._resumes())

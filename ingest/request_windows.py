@@ -341,12 +341,20 @@ class WindowAggregator:
             held.append(self._hold)
         return min(held, default=_INF)
 
+    def resume_position(self) -> tuple[int, int] | None:
+        """(inode, byte offset) of the earliest line still held, where a restart must
+        re-read from; None when nothing is held (the checkpoint's "resume")."""
+        resume = self._resume()
+        if resume == _INF:
+            return None
+        return self.inode_of(int(resume) >> FILE_SHIFT), int(resume) & ((1 << FILE_SHIFT) - 1)
+
     def checkpoint(self) -> dict:
         """The state to save once everything `ready` returned is flushed (JSON-able)."""
         if self._out:
             raise RuntimeError("checkpoint() before the emitted records were taken")
         resume = self._resume()
-        inode_of = {o: i for i, o in self._files.items()}
+        held = self.resume_position()
         keep_from = (int(resume) >> FILE_SHIFT) if resume != _INF else \
             (self._cur_base >> FILE_SHIFT)
         conns = []
@@ -356,9 +364,7 @@ class WindowAggregator:
                 conns.append([replica, addr, *before[-1]])
         return {
             "version": CHECKPOINT_VERSION,
-            "resume": None if resume == _INF else {
-                "inode": inode_of[int(resume) >> FILE_SHIFT],
-                "offset": int(resume) & ((1 << FILE_SHIFT) - 1)},
+            "resume": None if held is None else {"inode": held[0], "offset": held[1]},
             "resume_key": None if resume == _INF else int(resume),
             "watermark_ms": self._wm,
             "files": sorted([i, o] for i, o in self._files.items() if o >= keep_from),

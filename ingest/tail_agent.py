@@ -116,8 +116,12 @@ class TailAgent(Generic[S]):
     # ---- helpers for subclasses ------------------------------------------------------
     def _publish(self, key: str, record: dict, record_id: str) -> None:
         record["record_id"] = record_id
-        self.sink.send(self.STREAM, key, record)
-        self.metrics.published(self.STREAM)
+        self._send(self.STREAM, key, record)
+
+    def _send(self, stream: str, key: str, record: dict) -> None:
+        """Send a record that carries its record_id to `stream`, counted."""
+        self.sink.send(stream, key, record)
+        self.metrics.published(stream)
         self._sent += 1
 
     def _quarantine(self, key: str, bad: Malformed, record_id: str, *, cluster: str,
