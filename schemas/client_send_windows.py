@@ -13,15 +13,12 @@ from __future__ import annotations
 from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField,
                                StructType)
 
-from schemas.histogram import WINDOW_DOCS, histogram_checks, histogram_docs, histogram_fields
+from schemas.histogram import (WINDOW_CHECKS, WINDOW_DOCS, WINDOW_HEAD, histogram_checks,
+                               histogram_docs, histogram_fields)
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
-    StructField("cluster", StringType()),
-    StructField("broker", IntegerType()),
-    StructField("ts_ms", LongType()),
-    StructField("window_ms", IntegerType()),
-    StructField("emission", IntegerType()),
+    *WINDOW_HEAD,
     StructField("key", StringType()),
     StructField("api", StringType()),
     StructField("client_id", StringType()),
@@ -39,10 +36,7 @@ REQUIRED = ("cluster", "broker", "ts_ms", "window_ms", "emission", "key", "api",
             "requests")
 
 CHECKS = {
-    "negative_broker": "broker >= 0",
-    "window_ms_positive": "window_ms > 0",
-    "negative_emission": "emission >= 0",
-    "requests_positive": "requests > 0",
+    **WINDOW_CHECKS,
     "slow_within_requests": "slow_sends BETWEEN 0 AND requests",
     "one_named_client": "client_id IS NULL OR clients = 1",
     **histogram_checks("send"),

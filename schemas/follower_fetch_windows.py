@@ -10,18 +10,14 @@ follower attribution reads these instead of per-request rows.
 
 from __future__ import annotations
 
-from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
 
-from schemas.histogram import WINDOW_DOCS, histogram_checks, histogram_docs, histogram_fields
+from schemas.histogram import (WINDOW_CHECKS, WINDOW_DOCS, WINDOW_HEAD, histogram_checks,
+                               histogram_docs, histogram_fields)
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
-    StructField("cluster", StringType()),
-    StructField("broker", IntegerType()),
-    StructField("ts_ms", LongType()),
-    StructField("window_ms", IntegerType()),
-    StructField("emission", IntegerType()),
+    *WINDOW_HEAD,
     StructField("follower", IntegerType()),
     StructField("requests", LongType()),
     StructField("max_fetch_gap_ms", DoubleType()),
@@ -35,11 +31,8 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 REQUIRED = ("cluster", "broker", "ts_ms", "window_ms", "emission", "follower", "requests")
 
 CHECKS = {
-    "negative_broker": "broker >= 0",
+    **WINDOW_CHECKS,
     "negative_follower": "follower >= 0",
-    "window_ms_positive": "window_ms > 0",
-    "negative_emission": "emission >= 0",
-    "requests_positive": "requests > 0",
     **histogram_checks("send"),
 }
 

@@ -10,7 +10,8 @@ core/latency_histogram.py's.
 
 from __future__ import annotations
 
-from pyspark.sql.types import (ArrayType, DoubleType, IntegerType, ShortType, StructField)
+from pyspark.sql.types import (ArrayType, DoubleType, IntegerType, LongType, ShortType,
+                               StringType, StructField)
 
 
 def histogram_fields(name: str, *, sum_and_max: bool = True) -> list[StructField]:
@@ -38,7 +39,21 @@ def histogram_checks(name: str) -> dict[str, str]:
             f"coalesce(size({name}_buckets), 0) = coalesce(size({name}_counts), 0)"}
 
 
-# The window tables' common head: who and which window.
+# The window tables' common head: who and which window; its checks (every window row
+# counts at least one request).
+WINDOW_HEAD = [
+    StructField("cluster", StringType()),
+    StructField("broker", IntegerType()),
+    StructField("ts_ms", LongType()),
+    StructField("window_ms", IntegerType()),
+    StructField("emission", IntegerType()),
+]
+WINDOW_CHECKS = {
+    "negative_broker": "broker >= 0",
+    "window_ms_positive": "window_ms > 0",
+    "negative_emission": "emission >= 0",
+    "requests_positive": "requests > 0",
+}
 WINDOW_DOCS = {
     "ts_ms": "Window start (event time), epoch ms UTC; the window is [ts_ms, ts_ms + window_ms) "
              "of the requests' completion times",

@@ -19,8 +19,8 @@ from __future__ import annotations
 from pyspark.sql.types import (BooleanType, IntegerType, LongType, StringType, StructField,
                                StructType)
 
-from schemas.histogram import (WINDOW_DOCS, histogram_checks, histogram_docs,
-                               histogram_fields)
+from schemas.histogram import (WINDOW_CHECKS, WINDOW_DOCS, WINDOW_HEAD, histogram_checks,
+                               histogram_docs, histogram_fields)
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 # Stage column prefix -> what it times (silver.request_stages' <stage>_ms columns).
@@ -48,11 +48,7 @@ EXEMPLAR_ACCOUNTING = {
 }
 
 SCHEMA = StructType([
-    StructField("cluster", StringType()),
-    StructField("broker", IntegerType()),
-    StructField("ts_ms", LongType()),
-    StructField("window_ms", IntegerType()),
-    StructField("emission", IntegerType()),
+    *WINDOW_HEAD,
     StructField("key", StringType()),
     StructField("api", StringType()),
     StructField("is_controller_traffic", BooleanType()),
@@ -73,11 +69,8 @@ REQUIRED = ("cluster", "broker", "ts_ms", "window_ms", "emission", "key", "api",
             "total_buckets", "total_counts")
 
 CHECKS = {
-    "negative_broker": "broker >= 0",
-    "window_ms_positive": "window_ms > 0",
+    **WINDOW_CHECKS,
     "window_start_aligned": "ts_ms % window_ms = 0",
-    "negative_emission": "emission >= 0",
-    "requests_positive": "requests > 0",
     "errors_within_requests": "errors BETWEEN 0 AND requests",
     **{k: v for stage in STAGES for k, v in histogram_checks(stage).items()},
 }
