@@ -79,7 +79,7 @@ from ingest.request_exemplars import ExemplarLimits
 from ingest.request_window_records import (FILE_SHIFT, STAGES, STREAMS, Acc, Output, Part,
                                            count_stages, part_outputs)
 
-__all__ = ["STAGES", "STREAMS", "Output", "WindowAggregator"]
+__all__ = ["STAGES", "STREAMS", "Output", "WindowAggregator", "request_key"]
 
 NO_CLIENT = "(none)"
 FETCH_CONSUMER, FETCH_FOLLOWER = "Fetch:consumer", "Fetch:follower"
@@ -90,6 +90,16 @@ PURGATORY_APIS = frozenset({"Fetch", "JoinGroup", "SyncGroup"})
 PRODUCE_KEYS = {a: f"Produce:acks={a}" for a in (-1, 0, 1)}
 CHECKPOINT_VERSION = 1
 _INF = float("inf")
+
+
+def request_key(api: str, fetch_kind: str | None, acks: int | None) -> str:
+    """A request's key: its API, Fetch split into consumer and follower fetches, Produce
+    by acks. Follower and acks keys are the shared constants (compared by identity)."""
+    if api == "Fetch":
+        return FETCH_FOLLOWER if fetch_kind == "follower" else FETCH_CONSUMER
+    if api == "Produce":
+        return PRODUCE_KEYS.get(acks) or f"Produce:acks={acks}"
+    return api
 
 
 class WindowAggregator:
@@ -156,12 +166,7 @@ class WindowAggregator:
 
         api = rec["api"]
         controller = rec["is_controller_traffic"]
-        if api == "Fetch":
-            key = FETCH_FOLLOWER if rec["fetch_kind"] == "follower" else FETCH_CONSUMER
-        elif api == "Produce":
-            key = PRODUCE_KEYS.get(rec["acks"]) or f"Produce:acks={rec['acks']}"
-        else:
-            key = api
+        key = request_key(api, rec["fetch_kind"], rec["acks"])
         gap = None
         replica = rec["fetch_replica_id"] if key is FETCH_FOLLOWER and not controller else None
         if replica is not None:   # every follower line moves its connection, counted or not

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 )
 
 from infra.lake import Lake, register_tables
-from jobs import bronze, gold, silver
+from jobs import bronze, gold, gold_windows, silver
 from jobs.streams import STREAMS, Stream, streams_for
 from jobs.validation import add_constraints, constraint_properties
 
@@ -164,7 +164,17 @@ class Pipeline:
             _await(started)
         names = {s.name for s in self.streams}
         gold_trigger = trig(st.gold_trigger_s)
-        if "request_stages" in names:
+        if "request_windows" in names:
+            # The windows mode: the stage tables from the edge's histograms; request_stages
+            # holds only the requests still shipped whole (a full_broker's are in both).
+            lateness = next(s.lateness_s for s in self.streams if s.name == "request_windows")
+            started.append(gold_windows.start_minute_tables(
+                self.spark, self.lake, f"{lateness} seconds", slow))
+            if st.fast_stage_table:
+                started.append(gold_windows.start_fast_table(
+                    self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
+                    f"{st.fast_watermark_s} seconds", gold_trigger))
+        elif "request_stages" in names:
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_stages")
             started.append(gold.start_stage_percentiles(
                 self.spark, self.lake, "request_stages_1m", "1 minute", f"{lateness} seconds",

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from jobs.gold import GOLD_COLUMNS
+from jobs.gold_windows import GOLD_COLUMNS as WINDOWS_GOLD_COLUMNS
 from jobs.silver import BATCH_COLUMNS
 from jobs.streams import STREAMS
 from schemas.table import JOB_COLUMNS
@@ -69,7 +70,12 @@ def markdown() -> str:
     lines += ["## Gold", ""]
     for name, cols in GOLD_COLUMNS.items():
         names = " / ".join(f"gold.{n.strip()}" for n in name.split("/"))
-        lines += _table(names, "Windowed aggregate (jobs/gold.py).", cols)
+        lines += _table(names, "Windowed aggregate (jobs/gold.py; in the request-log "
+                        "windows mode the stage tables come from merged histograms, "
+                        "jobs/gold_windows.py).", cols)
+    for name, cols in WINDOWS_GOLD_COLUMNS.items():
+        lines += _table(f"gold.{name}", "Windowed aggregate of the request-log windows mode "
+                        "only (jobs/gold_windows.py).", cols)
     lines += _table("gold.pipeline_batches", "One row per silver micro-batch: what came in, "
                     "what was kept, quarantined or late.", BATCH_COLUMNS)
     for title, intro, cols in extra_tables():
