@@ -65,7 +65,8 @@ from pyspark.sql import functions as F
 from core.latency_histogram import GAMMA, MIN_BUCKET, ZERO_BUCKET, value_of
 from ingest.request_window_records import STAGES
 
-__all__ = ["QUANTILES", "TABLE_MAX", "VALUE_TABLE", "bucket_value", "bucket_value_sql",
+__all__ = ["QUANTILES", "TABLE_MAX", "VALUE_TABLE", "approx_bucket_value_sql", "bucket_value",
+           "bucket_value_sql", "collected_quantile_sql", "collected_sql",
            "merged_histograms", "quantile_bucket_sql", "quantile_expr", "quantile_label",
            "quantile_sql", "stage_percentiles", "with_quantiles"]
 
@@ -100,6 +101,32 @@ def bucket_value_sql(bucket: str) -> str:
             f"WHEN {bucket} BETWEEN {MIN_BUCKET} AND {TABLE_MAX} "
             f"THEN element_at({_VALUE_TABLE_SQL}, {bucket} - ({MIN_BUCKET - 1})) "
             f"ELSE 2D * power({g}, {bucket}) / ({g} + 1D) END")
+
+
+def approx_bucket_value_sql(bucket: str) -> str:
+    """SQL: the value of bucket id `bucket` by the closed form alone, within an ulp of
+    value_of (module docstring): a statement a person reads (the incident report prints
+    its SQL) instead of the 684-entry table."""
+    g = _double(GAMMA)
+    return (f"CASE WHEN {bucket} = {ZERO_BUCKET} THEN 0D "
+            f"ELSE 2D * power({g}, {bucket}) / ({g} + 1D) END")
+
+
+def collected_sql(stage: str) -> str:
+    """SQL aggregate: every (id, count) entry of the group's ``<stage>`` histograms, sorted
+    by id, as ARRAY<STRUCT<b, c>>, not summed per id: a quantile read off it
+    (`collected_quantile_sql`) is the merged histogram's, since the entries of one id are
+    adjacent and the running count reaches a rank at the same id either way."""
+    return (f"sort_array(flatten(collect_list(CAST(arrays_zip({_q(stage + '_buckets')}, "
+            f"{_q(stage + '_counts')}) AS ARRAY<STRUCT<b: SMALLINT, c: BIGINT>>))))")
+
+
+def collected_quantile_sql(collected: str, q: float) -> str:
+    """SQL: the q-quantile's value (closed form, `approx_bucket_value_sql`) of `collected`
+    (an expression of `collected_sql`'s entries); null when it holds no count."""
+    ids = quantile_bucket_sql(f"transform({collected}, x -> x.b)",
+                              f"transform({collected}, x -> x.c)", (q,))
+    return approx_bucket_value_sql(f"({ids})[0]")
 
 
 def bucket_value(bucket: str) -> Column:
