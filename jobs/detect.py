@@ -68,6 +68,7 @@ from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs import BaselineCache, DetectorInputs, check_config, read_inputs
+from jobs.slow_requests import attach_slow_requests
 from jobs.write_behind import BackgroundJobFailed, WriteBehind
 
 log = logging.getLogger(__name__)
@@ -298,7 +299,10 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     path = lake.table("gold", table)
     inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
                          topic_configs, baseline_cache=baseline_cache)
-    detections = run_detectors(inputs, config, now_ms)
+    detections = attach_slow_requests(
+        spark, lake, run_detectors(inputs, config, now_ms),
+        windows_mode=config.request_log.mode == "windows",
+        purgatory_apis=config.slow_broker.purgatory_apis)
     previous = (read_findings(spark, path, now_ms, config) if previous is None
                 else carried_findings(previous, now_ms, config))
     findings = next_findings(previous, detections, config, now_ms)

@@ -25,10 +25,11 @@ Spark job per finding.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Iterable
 
-from core.findings import Finding
+from core.findings import AnomalyType, Finding
 from infra.lake import Lake, register_tables
 from reports import queries as q
 from reports.chain import causal_order
@@ -50,6 +51,7 @@ MAX_BROKERS = 12
 MAX_GROUPS = 12
 GROUPS_PER_PARTITION = 5
 MAX_MARKERS = 20
+MAX_SLOW_REQUESTS = 10
 STAGE_LABELS = {"total": "Total", "request_queue": "RequestQueue", "local": "Local",
                 "remote": "Remote", "throttle": "Throttle", "response_queue": "ResponseQueue",
                 "send": "ResponseSend"}
@@ -122,6 +124,24 @@ def _stage_silver(spark, cluster: str, broker: int, start_ms: int, end_ms: int) 
             ).limit(1).count():
         return q.WINDOWS_SILVER
     return q.STAGES_SILVER
+
+
+def _slow_requests(findings: Iterable[Finding], cluster: str, broker: int) -> dict:
+    """The slow requests the broker's slow-broker findings hold (evidence, read when the
+    finding was evaluated: no query here), slowest first, each once."""
+    held = [(f.evidence.get("slow_requests_source", ""), r) for f in findings
+            if f.type is AnomalyType.SLOW_BROKER and f.cluster == cluster
+            and f.evidence.get("broker") == broker
+            for r in f.evidence.get("slow_requests") or ()]
+    seen, out = set(), []
+    for source, r in sorted(held, key=lambda h: -(h[1].get("judged_ms") or 0.0)):
+        key = (r.get("ts_ms"), r.get("correlation_id"), r.get("client_id"))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    sources = sorted({s for s, _ in held if s})
+    return {"slow_requests": tuple(out[:MAX_SLOW_REQUESTS]),
+            "slow_requests_source": " + ".join(sources)}
 
 
 def _broker_section(spark, cluster: str, broker: int, named_apis: set[str], start_ms: int,
@@ -304,8 +324,10 @@ def build_report(spark, lake: Lake, *, incident_id: str | None = None,
         notes.append(f"{len(brokers)} brokers are involved; the first {MAX_BROKERS} by id "
                      f"are shown")
     broker_sections = tuple(
-        _broker_section(spark, c, b, apis, start_ms, end_ms, _finding_markers(findings, c),
-                        notes)
+        dataclasses.replace(
+            _broker_section(spark, c, b, apis, start_ms, end_ms, _finding_markers(findings, c),
+                            notes),
+            **_slow_requests(findings, c, b))
         for (c, b), apis in brokers[:MAX_BROKERS])
     group_sections = tuple(
         _group_section(spark, c, g, t, p, start_ms, end_ms, _finding_markers(findings, c),

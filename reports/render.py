@@ -211,6 +211,32 @@ def chart_figure(chart: Chart, data: ReportData) -> str:
             f"{sql_block(chart.query)}</figure>")
 
 
+SLOW_REQUEST_COLUMNS = (("judged_ms", "judged ms"), ("total_ms", "total"),
+                        ("request_queue_ms", "RequestQueue"), ("local_ms", "Local"),
+                        ("remote_ms", "Remote"), ("throttle_ms", "Throttle"),
+                        ("response_queue_ms", "ResponseQueue"), ("send_ms", "ResponseSend"))
+
+
+def slow_requests_table(b: BrokerSection) -> str:
+    """The slowest requests of the broker's slow-broker findings, one row each."""
+    if not b.slow_requests:
+        return ""
+    head = "".join(f"<th>{esc(label)}</th>" for label in
+                   ("time", "API", "client", "correlation id",
+                    *(t for _, t in SLOW_REQUEST_COLUMNS), "errors", "kept because"))
+    rows = "".join(
+        f"<tr><td>{esc(utc(int(r['ts_ms'])))}</td><td>{esc(r.get('api') or '')}</td>"
+        f"<td>{esc(r.get('client_id') or '')}</td>{_cell(r.get('correlation_id'))}"
+        + "".join(_cell(r.get(k)) for k, _ in SLOW_REQUEST_COLUMNS)
+        + f"<td>{esc(', '.join(str(c) for c in r.get('error_codes') or ()))}</td>"
+        f"<td>{esc(', '.join(r.get('kept_because') or ()))}</td></tr>"
+        for r in b.slow_requests)
+    return (f'<h4>Slowest requests <span class="kmon-meta">from the findings\' evidence '
+            f"({esc(b.slow_requests_source)}); judged: total, or total − remote for the "
+            f"APIs that wait in Remote on purpose</span></h4>"
+            f'<table class="kmon-slow-requests"><tr>{head}</tr>{rows}</table>')
+
+
 def broker_article(b: BrokerSection, data: ReportData) -> str:
     apis = ", ".join(f"{esc(r['api'])} {esc(format_number(r['requests']))}"
                      for r in b.apis.records()) or "none"
@@ -219,7 +245,7 @@ def broker_article(b: BrokerSection, data: ReportData) -> str:
             f'data-broker="{b.broker}"><h3>Broker {b.broker} '
             f'<span class="kmon-meta">cluster {esc(b.cluster)}</span></h3>'
             f"<p>Requests in the window by API: {apis}</p>{sql_block(b.apis)}{charts}"
-            f"</article>")
+            f"{slow_requests_table(b)}</article>")
 
 
 def brokers_section(data: ReportData) -> str:

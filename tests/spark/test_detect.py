@@ -393,7 +393,15 @@ def test_slow_broker_names_the_stage_and_the_follower(findings_a):
     assert victim.evidence["slow_follower"] == "broker:3"
     assert victim.evidence["total_p99_ms"] == 600.0
     assert (victim.first_seen_ms, victim.last_seen_ms) == (SLOW_FROM, END)
+    # the slow requests themselves: broker 1's slowest Produce requests of the span (all
+    # 600 ms here: the earliest first), with their stage times and client
+    slow = victim.evidence["slow_requests"]
+    assert victim.evidence["slow_requests_source"] == "silver.request_stages"
+    assert [r["ts_ms"] for r in slow] == [SLOW_FROM + 500 + i * 95 for i in range(5)]
+    assert {(r["api"], r["client_id"], r["total_ms"], r["remote_ms"], r["judged_ms"])
+            for r in slow} == {("Produce", "producer-acks-all", 600.0, 590.0, 600.0)}
     follower = _one(findings_a, AnomalyType.SLOW_BROKER, "broker:3")
+    assert "slow_requests" not in follower.evidence
     assert follower.cause == "slow_follower"
     assert follower.evidence["held_back_leaders"] == [1]
     assert victim.incident_id == follower.finding_id == follower.incident_id
@@ -579,3 +587,21 @@ def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
     assert set(rows) == {f.finding_id for f in findings_a}
     last = max(ticks)
     assert all(r["last_seen_ms"] <= last for r in rows.values())
+
+
+def test_the_runbooks_slow_requests_query_reads_the_findings_evidence(spark, lake,
+                                                                       findings_a):
+    """docs/runbook.md's KmonSlowBroker query for the slow requests, run as printed
+    against the table the evaluation wrote."""
+    import re
+
+    text = (Path(__file__).parents[2] / "docs" / "runbook.md").read_text()
+    section = text[text.index("The slow requests themselves"):]
+    sql = re.search(r"```sql\n(.*?)```", section, re.S).group(1)
+    victim = _one(findings_a, AnomalyType.SLOW_BROKER, "broker:1")
+    path = lake.table("gold", "anomalies_a")
+    rows = spark.sql(sql.replace("gold.anomalies", f"delta.`{path}`")
+                     .replace("<finding>", victim.finding_id)).collect()
+    assert [(r.ts_ms, r.client_id, r.total_ms) for r in rows] == [
+        (q["ts_ms"], q["client_id"], q["total_ms"]) for q in victim.evidence["slow_requests"]]
+    assert len(rows) == 5

@@ -6,6 +6,7 @@ whole, nothing is quarantined, and every exemplar points at a window row."""
 
 from __future__ import annotations
 
+import dataclasses
 import lzma
 
 import pytest
@@ -290,3 +291,44 @@ def test_the_reports_stage_minutes_come_from_the_window_histograms(spark, lake):
                 assert _within(getattr(r, f"{stage}_p99_ms"), _nearest_rank(w[stage], 0.99))
                 checked += 1
     assert checked > 50
+
+
+def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
+    """In the windows mode a slow-broker finding's evidence holds the slow requests from
+    silver.request_exemplars: the edge keeps the slowest requests of every window, so the
+    first is the slowest Produce line of the broker in the span, exactly; every one is a
+    real line (its correlation id and times are the line's)."""
+    from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Severity
+    from infra.lake import Lake
+    from ingest.request_log import parse_request_line
+    from jobs.slow_requests import attach_slow_requests
+
+    root, _ = lake
+    rec = recordings(names=[RECORDING])[0]
+    cluster = _silver(spark, root, "request_windows").first()["cluster"]
+    lines = {}
+    raw = lzma.decompress((rec.path / "raw" / "node-1" / "kafka-request.log.xz").read_bytes())
+    for line in raw.splitlines():
+        r = parse_request_line(line, cluster=cluster, broker=1)
+        if r["api"] == "Produce" and not r["is_controller_traffic"]:
+            lines[r["correlation_id"], r["client_id"]] = r
+    start = min(r["ts_ms"] for r in lines.values())
+    end = max(r["ts_ms"] for r in lines.values()) + 1
+    other = Detection(cluster=cluster, type=AnomalyType.OFFSET_REWIND,
+                      severity=Severity.INFO, entity_kind=EntityKind.GROUP, entity="group:g",
+                      first_seen_ms=start, last_seen_ms=end, cause="x", explanation="x",
+                      suggested_action=ActionKind.NONE, evidence={"broker": 1, "api": "Produce"})
+    slow = dataclasses.replace(other, type=AnomalyType.SLOW_BROKER,
+                               entity_kind=EntityKind.BROKER, entity="broker:1")
+    out = attach_slow_requests(spark, Lake(root), [other, slow], windows_mode=True,
+                               purgatory_apis=["Fetch"], limit=5)
+    assert out[0] == other
+    got = out[1].evidence["slow_requests"]
+    assert out[1].evidence["slow_requests_source"] == "silver.request_exemplars"
+    assert len(got) == 5 and got[0]["judged_ms"] == max(r["total_ms"] for r in lines.values())
+    assert [g["judged_ms"] for g in got] == sorted((g["judged_ms"] for g in got), reverse=True)
+    for g in got:
+        line = lines[g["correlation_id"], g["client_id"]]
+        assert (g["ts_ms"], g["total_ms"], g["remote_ms"]) == (
+            line["ts_ms"], round(line["total_ms"], 3), round(line["remote_ms"], 3))
+        assert "slowest" in g["kept_because"] or "slow" in g["kept_because"]

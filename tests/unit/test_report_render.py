@@ -5,6 +5,7 @@ SVG paths, time arguments)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from html.parser import HTMLParser
 
@@ -337,3 +338,43 @@ def test_default_report_file_names(tmp_path):
     assert default_out(tmp_path, "ab/../c", None, None) == (
         tmp_path / "reports" / "incident-ab_.._c.html")
     assert default_out(tmp_path, None, 1, 2).name == "findings-1-2.html"
+
+
+def test_a_brokers_slow_requests_come_from_its_findings_and_render_as_a_table():
+    from reports.incident import _slow_requests
+
+    def req(ts, judged, client, cid):
+        return {"ts_ms": ts, "api": "Produce", "client_id": client, "correlation_id": cid,
+                "judged_ms": judged, "total_ms": judged, "request_queue_ms": 1.0,
+                "local_ms": 2.0, "remote_ms": judged - 3.0, "throttle_ms": 0.0,
+                "response_queue_ms": 0.0, "send_ms": 0.0, "error_codes": [],
+                "kept_because": ["slow", "slowest"]}
+
+    hostile = "<script>alert(1)</script>"
+    a = _finding("a", AnomalyType.SLOW_BROKER, "broker:1", T0, kind=EntityKind.BROKER,
+                 evidence={"broker": 1, "api": "Produce", "slow_requests_source":
+                           "silver.request_exemplars",
+                           "slow_requests": [req(T0, 500.0, "p1", 7), req(T0 + 1, 900.0,
+                                                                          hostile, 8)]})
+    b = _finding("b", AnomalyType.SLOW_BROKER, "broker:1", T0 + MIN, kind=EntityKind.BROKER,
+                 evidence={"broker": 1, "api": "Produce", "slow_requests_source":
+                           "silver.request_exemplars",
+                           "slow_requests": [req(T0 + 1, 900.0, hostile, 8),
+                                             req(T0 + 2, 700.0, "p2", 9)]})
+    other = _finding("c", AnomalyType.SLOW_BROKER, "broker:2", T0, kind=EntityKind.BROKER,
+                     evidence={"broker": 2, "slow_requests": [req(T0, 5000.0, "x", 1)]})
+    got = _slow_requests([a, b, other], "c1", 1)
+    assert [r["correlation_id"] for r in got["slow_requests"]] == [8, 9, 7]
+    assert got["slow_requests_source"] == "silver.request_exemplars"
+
+    data = sample_report()
+    broker = dataclasses.replace(data.brokers[0], **got)
+    html_text = render_html(dataclasses.replace(data, brokers=(broker, *data.brokers[1:])))
+    tables = [a for t, a in _parse(html_text) if t == "table"]
+    assert {"class": "kmon-slow-requests"} in tables
+    section = html_text[html_text.index("kmon-slow-requests"):]
+    section = section[:section.index("</table>")]
+    assert section.count("<tr>") == 4          # the header and three requests
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script" not in section
+    assert "slow, slowest" in section
+    assert "kmon-slow-requests" not in render_html(data)
