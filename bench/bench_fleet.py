@@ -1,0 +1,266 @@
+"""Fleet keep-up and detection at scale: a simulated fleet through kmon, window by window.
+
+Run: .kmon/venv/bin/python -m bench.bench_fleet [--brokers 100,2000] [--windows 18]
+     [--no-faults] [--no-save]
+
+Issue 24 asks whether kmon keeps up with a 2,000-broker fleet in the request-log windows
+mode. For each fleet size this runs what `kmon run --no-agents` runs (kmon.monitor.Monitor:
+the silver query, the gold queries of the windows mode, the detector query; Spark
+`local[2]` as configured) on a fresh lake, and plays the agents' part with
+bench/fleet_sim.py: the records of every broker's 10-s window are written beforehand
+(shapes from a real recording, 10,000 requests/s per broker) and each window is moved
+into the landing folder at its end plus the agent's 5 s lateness, on the wall clock, as
+the agents would send it. The detectors evaluate on the wall clock too, so the windows
+are stamped with the times they are delivered at.
+
+With faults (the default), from the 7th window on: broker 5 slow (600 ms more Local
+time on every Produce: a slow disk), broker 11 a slow follower (its fetches 600 ms apart:
+its leaders' acks=-1 Produce wait in Remote), and one client slow to read its responses
+at broker 23 (600 ms more send time). The figures per size:
+
+- the silver, gold and detector queries' micro-batch durations (mean, p99, max) against
+  the 10-s window: kmon keeps up when they stay below it;
+- the driver's heap (peak of a 1-s poll of the JVM's used heap), the state store
+  (rows and bytes the stateful operators report in their last progress), the Delta bytes
+  written per simulated day (the lake's size after the run, scaled), and the requests/s
+  the run stands for;
+- detection: each fault's findings (entity, cause, seconds from onset to the first
+  evaluation that had it) and any finding on another broker.
+
+Prints the figures and writes them with the machine's name, CPU and load average to
+bench/results/fleet-<utc stamp>.json. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.fleet_sim import WINDOW_MS, Fault, FleetSim, templates_from_recording
+
+ROOT = Path(__file__).resolve().parent.parent
+DELIVERY_DELAY_MS = 5_000        # the agent's lateness: a window goes out 5 s after its end
+FAULT_WINDOW = 6                 # faults start at the 7th window
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def faults_for(brokers: int, start_ms: int, end_ms: int) -> list[Fault]:
+    if brokers < 24:
+        return []
+    return [Fault("slow_broker", 5, start_ms, end_ms, delay_ms=600.0, stage="local"),
+            Fault("slow_follower", 11, start_ms, end_ms, delay_ms=600.0),
+            Fault("slow_client", 23, start_ms, end_ms, delay_ms=600.0, client_id=None)]
+
+
+def _stage_windows(sim: FleetSim, staging: Path, t0: int,
+                   windows: int) -> tuple[list[Path], dict[str, int]]:
+    """Every window's records in a folder of its own; the records per stream, summed."""
+    dirs, records = [], {}
+    for w in range(windows):
+        d = staging / f"w{w:04d}"
+        for stream, n in sim.write(d, t0 + w * WINDOW_MS).items():
+            records[stream] = records.get(stream, 0) + n
+        dirs.append(d)
+    return dirs, records
+
+
+def _deliver(src: Path, landing: Path) -> int:
+    n = 0
+    for stream_dir in src.iterdir():
+        dest = landing / stream_dir.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in stream_dir.iterdir():
+            os.replace(f, dest / f.name)
+            n += 1
+    return n
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _durations(progress: list[dict]) -> dict:
+    ds = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress
+          if p.get("numInputRows", 0) > 0]
+    if not ds:
+        return {"batches": 0}
+    ds.sort()
+    return {"batches": len(ds), "mean_s": round(statistics.fmean(ds), 2),
+            "p99_s": round(ds[min(len(ds) - 1, int(0.99 * len(ds)))], 2),
+            "max_s": round(ds[-1], 2),
+            "rows": sum(p.get("numInputRows", 0) for p in progress)}
+
+
+def run_size(brokers: int, windows: int, with_faults: bool, work: Path) -> dict:
+    from kmon.config import Config
+    from kmon.monitor import Monitor
+
+    templates = templates_from_recording()
+    # When each window can be delivered: generate first, then play on the wall clock.
+    probe = FleetSim(templates, brokers)
+    g0 = time.monotonic()
+    probe.window(0)
+    per_window_s = time.monotonic() - g0
+    lead_ms = int((per_window_s * windows * 1.3 + 90) * 1000)   # generation + Spark start
+    t0 = (int(time.time() * 1000) + lead_ms) // WINDOW_MS * WINDOW_MS
+    onset = t0 + FAULT_WINDOW * WINDOW_MS
+    end = t0 + windows * WINDOW_MS
+    faults = faults_for(brokers, onset, end) if with_faults else []
+    if faults:
+        client = next(c["client_id"] for cs in templates.clients["Produce:acks=1"]
+                      for c in cs if c["client_id"])
+        faults[2] = Fault("slow_client", 23, onset, end, delay_ms=600.0,
+                          client_id=f"{client}-{23 % 50}")
+    sim = FleetSim(templates, brokers, faults=faults)
+    staging = work / "staging"
+    dirs, records = _stage_windows(sim, staging, t0, windows)
+    staged_bytes = _dir_bytes(staging)
+
+    lake_root = work / "lake"
+    config = Config().with_overrides(
+        spark={"storage_root": str(lake_root)},
+        watch={"cluster": sim.cluster},
+        request_log={"mode": "windows"},
+        pipeline={"bronze_tables": False, "fast_stage_table": False})
+    seen: list[tuple[float, list]] = []
+
+    def on_findings(findings, now_ms):
+        seen.append((now_ms, list(findings)))
+
+    monitor = Monitor(config, on_findings=[on_findings])
+    landing = Path(monitor.lake.landing_root)
+    heap = {"peak": 0}
+    stop = threading.Event()
+    monitor.start(0, out=sys.stderr)
+    jvm = monitor.spark.sparkContext._jvm
+    mem = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+
+    def poll_heap():
+        while not stop.is_set():
+            heap["peak"] = max(heap["peak"], mem.getHeapMemoryUsage().getUsed())
+            stop.wait(1.0)
+
+    threading.Thread(target=poll_heap, daemon=True).start()
+    late = []
+    try:
+        for w, d in enumerate(dirs):
+            due = (t0 + (w + 1) * WINDOW_MS + DELIVERY_DELAY_MS) / 1000
+            wait = due - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            else:
+                late.append(round(-wait, 1))
+            _deliver(d, landing)
+        time.sleep(40)                      # the last windows through silver and detection
+        progress = {q.name: [json.loads(p.json) if hasattr(p, "json") else p
+                             for p in q.recentProgress] for q in monitor.pipeline.queries}
+        silver = {t: monitor.spark.read.format("delta").load(monitor.lake.table("silver", t))
+                  .count() for t in ("request_windows", "quarantine")}
+    finally:
+        stop.set()
+        monitor.stop()
+    state = {}
+    for name, ps in progress.items():
+        last = next((p for p in reversed(ps) if p.get("stateOperators")), None)
+        if last:
+            state[name] = {"rows": sum(o.get("numRowsTotal", 0) for o in last["stateOperators"]),
+                           "bytes": sum(o.get("memoryUsedBytes", 0)
+                                        for o in last["stateOperators"])}
+    lake_bytes = sum(_dir_bytes(lake_root / layer) for layer in ("silver", "gold")
+                     if (lake_root / layer).exists())
+    simulated_s = windows * WINDOW_MS / 1000
+    out = {
+        "brokers": brokers, "windows": windows,
+        "requests_per_s": round(sim.requests_written / simulated_s),
+        "records_per_window": {k: v // windows for k, v in records.items()},
+        "landing_bytes_per_window": staged_bytes // windows,
+        "queries": {name: _durations(ps) for name, ps in progress.items()},
+        "silver_rows": silver,
+        "driver_heap_peak_mb": round(heap["peak"] / 2**20),
+        "state": state,
+        "delta_bytes_per_day": int(lake_bytes / simulated_s * 86400),
+        "deliveries_late_s": late,
+        "detection": detection(seen, faults, onset),
+    }
+    return out
+
+
+def detection(seen: list[tuple[int, list]], faults: list[Fault], onset: int) -> dict:
+    """Per fault: the first evaluation whose findings name it, the finding's cause; and
+    the brokers named by findings that no fault explains."""
+    from core.findings import AnomalyType
+
+    faulty = {f"broker:{f.broker}" for f in faults}
+    out: dict = {"faults": {}, "other_findings": []}
+    for f in faults:
+        entity = f"broker:{f.broker}"
+        hit = None
+        for now_ms, findings in seen:
+            for x in findings:
+                names_it = (x.entity == entity if f.kind != "slow_client"
+                            else x.type is AnomalyType.SLOW_CLIENT
+                            and f.client_id in x.entity)
+                if names_it and x.first_seen_ms >= onset - WINDOW_MS:
+                    hit = {"after_onset_s": round((now_ms - onset) / 1000, 1),
+                           "type": x.type.value, "cause": x.cause, "entity": x.entity}
+                    break
+            if hit:
+                break
+        out["faults"][f"{f.kind} {entity}"] = hit
+    others = {(x.type.value, x.entity, x.cause) for _, fs in seen for x in fs
+              if x.entity not in faulty and not (x.type is AnomalyType.SLOW_CLIENT)}
+    out["other_findings"] = sorted(others)[:50]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--brokers", default="100,500,1000,2000",
+                   help="comma-separated fleet sizes (default 100,500,1000,2000)")
+    p.add_argument("--windows", type=int, default=18, help="10-s windows per size (18)")
+    p.add_argument("--no-faults", action="store_true")
+    p.add_argument("--no-save", action="store_true")
+    a = p.parse_args(argv)
+    results = []
+    for n in (int(x) for x in a.brokers.split(",")):
+        work = Path(tempfile.mkdtemp(prefix=f"kmon-fleet-{n}-"))
+        try:
+            r = run_size(n, a.windows, not a.no_faults, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        results.append(r)
+        print(json.dumps(r, indent=1), flush=True)
+    doc = {"bench": "fleet", "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "host": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(),
+           "loadavg": os.getloadavg(), "command": "python -m bench.bench_fleet "
+           + " ".join(argv if argv is not None else sys.argv[1:]), "results": results}
+    if not a.no_save:
+        out = ROOT / "bench" / "results" / (
+            "fleet-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json")
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""The fleet simulator (bench/fleet_sim.py): real window shapes at fleet size, faults
+where and when they are asked for, records silver accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.fleet_sim import WINDOW_MS, Fault, FleetSim, templates_from_recording
+from core.latency_histogram import quantile_of_arrays
+from schemas import client_send_windows, follower_fetch_windows, request_exemplars, request_windows
+
+T0 = 1_800_000_000_000
+ONSET = T0 + 2 * WINDOW_MS
+TABLES = {"request_windows": request_windows, "follower_fetch_windows": follower_fetch_windows,
+          "client_send_windows": client_send_windows, "request_exemplars": request_exemplars}
+
+
+@pytest.fixture(scope="module")
+def templates():
+    from pathlib import Path
+    return templates_from_recording(Path(__file__).parents[1] / "corpus" / "throttled-cleaner-3b")
+
+
+@pytest.fixture(scope="module")
+def sim(templates):
+    client = next(c["client_id"] for cs in templates.clients["Produce:acks=1"] for c in cs
+                  if c["client_id"])
+    faults = [Fault("slow_broker", 5, ONSET, ONSET + 10 * WINDOW_MS, delay_ms=600.0),
+              Fault("slow_follower", 11, ONSET, ONSET + 10 * WINDOW_MS, delay_ms=600.0),
+              Fault("slow_client", 23, ONSET, ONSET + 10 * WINDOW_MS, delay_ms=600.0,
+                    client_id=f"{client}-{23 % 50}")]
+    return FleetSim(templates, 40, faults=faults)
+
+
+def _p99(rec, stage="total"):
+    return quantile_of_arrays(rec[f"{stage}_buckets"], rec[f"{stage}_counts"], 0.99)
+
+
+def test_records_have_the_schemas_columns_and_unique_ids(sim):
+    w = sim.window(T0)
+    ids = [r["record_id"] for recs in w.values() for r in recs]
+    assert len(ids) == len(set(ids))
+    for stream, recs in w.items():
+        assert recs, stream
+        for r in recs:
+            assert list(r)[:-1] == TABLES[stream].SCHEMA.fieldNames() or \
+                set(r) - {"record_id"} == set(TABLES[stream].SCHEMA.fieldNames()), stream
+    assert sim.window(T0) == w                       # deterministic
+
+
+def test_each_broker_serves_about_the_asked_rate_with_histograms_that_add_up(sim):
+    w = sim.window(T0)
+    per_broker = {}
+    for r in w["request_windows"]:
+        per_broker[r["broker"]] = per_broker.get(r["broker"], 0) + r["requests"]
+        for stage in ("total", "local", "remote", "send", "total_minus_remote"):
+            assert sum(r[f"{stage}_counts"]) == r["requests"]
+    assert set(per_broker) == set(range(40))
+    mean = sum(per_broker.values()) / len(per_broker)
+    assert 0.7 * 100_000 < mean < 1.3 * 100_000     # 10,000 requests/s, 10-s windows
+    for r in w["follower_fetch_windows"]:
+        assert r["follower"] in {(r["broker"] + 1) % 40, (r["broker"] + 2) % 40}
+        assert sum(r["send_counts"]) == r["requests"]
+
+
+def test_a_slow_broker_is_slow_from_its_onset_and_only_there(sim):
+    """Broker 5's Produce over the slow-broker threshold from the onset, in Local; no
+    other Produce over it but the acks=-1 of the leaders slow follower 11 holds back."""
+    leaders = {(11 - k) % 40 for k in (1, 2)}
+    for start in (ONSET - WINDOW_MS, ONSET):
+        for r in sim.window(start)["request_windows"]:
+            if r["api"] != "Produce":
+                continue
+            slow = start >= ONSET and (r["broker"] == 5 or r["key"] == "Produce:acks=-1"
+                                       and r["broker"] in leaders)
+            assert (_p99(r) > 300) == slow, (start, r["broker"], r["key"])
+            if slow and r["broker"] == 5:
+                assert _p99(r, "local") > 0.98 * 600 and r["local_max_ms"] > 600
+
+
+def test_a_slow_follower_shows_on_the_leaders_it_follows(sim):
+    during = sim.window(ONSET)
+    gaps = {(r["broker"], r["follower"]): r["max_fetch_gap_ms"]
+            for r in during["follower_fetch_windows"]}
+    leaders = {(11 - k) % 40 for k in (1, 2)}
+    assert {b for (b, f) in gaps if f == 11} == leaders
+    assert min(gaps[(b, 11)] for b in leaders) >= 600 > max(
+        g for (b, f), g in gaps.items() if f != 11 and g is not None)
+    for r in during["request_windows"]:
+        if r["key"] == "Produce:acks=-1" and r["broker"] in leaders:
+            assert _p99(r, "remote") > 300
+
+
+def test_a_slow_client_is_slow_at_its_broker_only(sim):
+    during = sim.window(ONSET)
+    f = sim.faults[2]
+    rows = [r for r in during["client_send_windows"] if r["client_id"] == f.client_id]
+    assert {r["broker"] for r in rows} >= {23}
+    for r in rows:
+        p99 = quantile_of_arrays(r["send_buckets"], r["send_counts"], 0.99)
+        assert (p99 > 0.98 * 600) == (r["broker"] == 23)
+
+
+def test_bad_faults_are_refused(templates):
+    with pytest.raises(ValueError, match="fault kind"):
+        Fault("slow_disk", 1, 0, 1)
+    with pytest.raises(ValueError, match="broker 50"):
+        FleetSim(templates, 10, faults=[Fault("slow_broker", 50, 0, 1)])
