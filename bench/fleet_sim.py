@@ -29,7 +29,9 @@ ground truth:
   - ``slow_follower``: the broker's fetches as a follower come `delay_ms` apart (its
     leaders' longest fetch gap), and every acks=-1 Produce of each leader it follows
     waits that much more in Remote (they wait for it);
-  - ``slow_client``: one client's responses at the broker take `delay_ms` more to send.
+  - ``slow_client``: client `client_id` reads its responses slowly: at every broker it
+    reads from, each takes `delay_ms` more to send (a slow reader is slow everywhere;
+    `broker` is one of them).
 
 Record ids follow the agent's scheme (cluster, broker, key, window, emission), so a
 window written twice is dropped by silver as a repeat. Deterministic: the same arguments
@@ -222,7 +224,7 @@ class FleetSim:
                                       "client_send_windows": [], "request_exemplars": []}
         slow = {f.broker: f for f in self._faults("slow_broker", start_ms)}
         lagging = {f.broker: f for f in self._faults("slow_follower", start_ms)}
-        slow_clients = {f.broker: f for f in self._faults("slow_client", start_ms)}
+        slow_clients = {f.client_id: f for f in self._faults("slow_client", start_ms)}
         for b in range(self.brokers):
             followers = [(b + k) % self.brokers for k in range(1, self.rf)]
             held = max((lagging[f].delay_ms for f in followers if f in lagging), default=None)
@@ -231,7 +233,7 @@ class FleetSim:
                 if _unit(b, w, key) >= self.t.presence(key):
                     continue
                 self._request_window(out, b, key, i, start_ms, slow.get(b), held,
-                                     slow_clients.get(b))
+                                     slow_clients)
             for f in followers:
                 tmpl = self.t.followers[(b * 31 + f + w) % len(self.t.followers)]
                 rec = {**tmpl, "cluster": self.cluster, "broker": b, "ts_ms": start_ms,
@@ -245,7 +247,8 @@ class FleetSim:
         return out
 
     def _request_window(self, out, b: int, key: str, i: int, start: int,
-                        slow: Fault | None, held: float | None, slow_client: Fault | None):
+                        slow: Fault | None, held: float | None,
+                        slow_clients: dict[str | None, Fault]):
         tmpl = self.t.windows[key][i]
         s = self.scale
         rec = {**tmpl, "cluster": self.cluster, "broker": b, "ts_ms": start, "emission": 0}
@@ -272,8 +275,8 @@ class FleetSim:
                   "slow_sends": c["slow_sends"] * s,
                   "send_counts": _scaled(c["send_counts"], s),
                   "record_id": f"{wid}:client={name}" if name is not None else f"{wid}:other"}
-            if slow_client is not None and name == slow_client.client_id:
-                _slow_stages(cr, ("send",), slow_client.delay_ms)
+            if name in slow_clients:
+                _slow_stages(cr, ("send",), slow_clients[name].delay_ms)
                 cr["slow_sends"] = cr["requests"]
             out["client_send_windows"].append(cr)
         for n, e in enumerate(self.t.exemplars[key][i]):

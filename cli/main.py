@@ -162,7 +162,8 @@ def cmd_matrix(args, config) -> int:
         return command.run(config, names, record=not args.no_record, port=args.exporter_port,
                            warmup_s=args.warmup, command=line)
     if args.action == "replay":
-        return command.replay(config, names, step_s=args.step, command=line)
+        return command.replay(config, names, step_s=args.step, command=line,
+                              results_dir=args.results_dir)
     return command.doc()
 
 
@@ -393,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--step", type=_positive_seconds, default=20.0,
                     help="`replay`: evaluate the detectors every this many recorded seconds "
                          "(default 20, the live detector trigger)")
+    sp.add_argument("--results-dir", type=Path, metavar="DIR",
+                    help="`replay`: write the results JSON here (default bench/results)")
 
     sp = add("run", "Run the whole pipeline until Ctrl-C: agents, bronze/silver/gold queries, "
                     "detectors and the Prometheus exporter, with progress per query",

@@ -54,7 +54,8 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
 
 
 def replay(config, names: list[str] | None, *, step_s: float, command: str,
-           corpus: Path | None = None, out=sys.stdout) -> int:
+           corpus: Path | None = None, results_dir: Path | None = None,
+           out=sys.stdout) -> int:
     from infra.spark_session import build_spark_session
     from matrix.corpus import CORPUS_DIR, EmptyLakes, recordings, replay_all, replay_config
 
@@ -86,7 +87,8 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
     finally:
         spark.stop()
     print("\n" + results.console_table(scores), file=out)
-    path = results.write("replay", command, rows, scores)
+    path = results.write("replay", command, rows, scores,
+                         **({"out_dir": results_dir} if results_dir else {}))
     print(f"\nresults: {path}", file=out, flush=True)
     if errors:
         print(f"replay failed (not scored): {', '.join(errors)}", file=out, flush=True)
