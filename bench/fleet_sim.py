@@ -20,8 +20,11 @@ ground truth:
   from a recorded follower row, its requests scaled.
 - **Clients.** The recorded client_send_windows rows of the key, renamed per broker
   (`<client>-<broker mod clients>`), counts scaled.
-- **Exemplars** at the rate the recorded windows kept them (the slowest per key and
-  window, the slow ones, errors, the 1-in-N sample), renamed to the simulated broker.
+- **Exemplars** as the recorded windows kept them (the slowest per key and window, the
+  slow ones, errors, the 1-in-N sample), renamed to the simulated broker. Not scaled with
+  the request rate: the recording's 1-in-1,000 sample becomes about one request in
+  160,000 at 10,000 requests/s, what a fleet should set `request_log.exemplar_sample_every`
+  to (the default 1,000 would ship 10 requests/s whole per broker).
 - **Faults** (`Fault`): from `start_ms` to `end_ms`,
   - ``slow_broker``: every Produce request of the broker spends `delay_ms` more in
     `stage` (default local: a slow disk), and so in total (each histogram bucket moved
