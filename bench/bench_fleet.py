@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -52,21 +51,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench.bench_edge_aggregation import cpu_model
 from bench.fleet_sim import WINDOW_MS, Fault, FleetSim, templates_from_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 DELIVERY_DELAY_MS = 5_000        # the agent's lateness: a window goes out 5 s after its end
 FAULT_WINDOW = 6                 # faults start at the 7th window
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def faults_for(brokers: int, start_ms: int, end_ms: int) -> list[Fault]:

@@ -61,18 +61,10 @@ def test_exemplars_and_side_tables_belong_to_their_windows(spark, lake):
     assert _silver(spark, root, "client_send_windows").count() > 0
 
 
-def _exact_p99s(rec_path) -> dict[tuple, dict[str, float | int]]:
-    """Per (broker, api, window start): the request count and the exact nearest-rank p99
-    of each stage and of total - remote, from the raw request-log lines (client traffic)."""
-    import math
-    from collections import defaultdict
-
+def _client_lines(rec_path):
+    """(broker, record) of every client-traffic line of the recording's request logs."""
     from ingest.request_log import parse_request_line
 
-    fields = {"total": "total_ms", "request_queue": "request_queue_ms", "local": "local_ms",
-              "remote": "remote_ms", "throttle": "throttle_ms",
-              "response_queue": "response_queue_ms", "send": "send_ms"}
-    values: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for node in sorted((rec_path / "raw").glob("node-*")):
         packed = node / "kafka-request.log.xz"
         if not packed.exists():
@@ -80,12 +72,25 @@ def _exact_p99s(rec_path) -> dict[tuple, dict[str, float | int]]:
         broker = int(node.name.split("-")[1])
         for raw in lzma.decompress(packed.read_bytes()).splitlines():
             r = parse_request_line(raw, cluster="c", broker=broker)
-            if r["is_controller_traffic"]:
-                continue
-            v = values[(broker, r["api"], r["ts_ms"] - r["ts_ms"] % 10_000)]
-            for stage, f in fields.items():
-                v[stage].append(r[f])
-            v["total_minus_remote"].append(max(r["total_ms"] - r["remote_ms"], 0.0))
+            if not r["is_controller_traffic"]:
+                yield broker, r
+
+
+def _exact_p99s(rec_path) -> dict[tuple, dict[str, float | int]]:
+    """Per (broker, api, window start): the request count and the exact nearest-rank p99
+    of each stage and of total - remote, from the raw request-log lines (client traffic)."""
+    import math
+    from collections import defaultdict
+
+    fields = {"total": "total_ms", "request_queue": "request_queue_ms", "local": "local_ms",
+              "remote": "remote_ms", "throttle": "throttle_ms",
+              "response_queue": "response_queue_ms", "send": "send_ms"}
+    values: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for broker, r in _client_lines(rec_path):
+        v = values[(broker, r["api"], r["ts_ms"] - r["ts_ms"] % 10_000)]
+        for stage, f in fields.items():
+            v[stage].append(r[f])
+        v["total_minus_remote"].append(max(r["total_ms"] - r["remote_ms"], 0.0))
 
     def p99(xs: list[float]) -> float:
         return sorted(xs)[max(1, math.ceil(0.99 * len(xs))) - 1]
@@ -124,23 +129,14 @@ def _exact_minutes(rec_path) -> dict[tuple, dict[str, list[float]]]:
     request-log lines (client traffic), sorted."""
     from collections import defaultdict
 
-    from ingest.request_log import parse_request_line
     from ingest.request_windows import request_key
 
     values: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for node in sorted((rec_path / "raw").glob("node-*")):
-        packed = node / "kafka-request.log.xz"
-        if not packed.exists():
-            continue
-        broker = int(node.name.split("-")[1])
-        for raw in lzma.decompress(packed.read_bytes()).splitlines():
-            r = parse_request_line(raw, cluster="c", broker=broker)
-            if r["is_controller_traffic"]:
-                continue
-            key = request_key(r["api"], r["fetch_kind"], r["acks"])
-            v = values[(broker, key, r["ts_ms"] - r["ts_ms"] % 60_000)]
-            for stage in GOLD_STAGES:
-                v[stage].append(r[f"{stage}_ms"])
+    for broker, r in _client_lines(rec_path):
+        key = request_key(r["api"], r["fetch_kind"], r["acks"])
+        v = values[(broker, key, r["ts_ms"] - r["ts_ms"] % 60_000)]
+        for stage in GOLD_STAGES:
+            v[stage].append(r[f"{stage}_ms"])
     return {k: {s: sorted(xs) for s, xs in v.items()} for k, v in values.items()}
 
 
