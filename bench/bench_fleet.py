@@ -239,14 +239,17 @@ def ceiling_job(spark, landing: Path, out: Path) -> dict:
 
 
 def _kmon_rate(progress: dict[str, list[dict]], ceiling: dict) -> dict:
-    """kmon on the same rows: the busy time of the queries that carry them (silver, every
-    window stream; the gold minute query), against the ceiling's."""
+    """kmon's rate on the window rows: the rows silver took in over the busy time of the
+    queries that carry them (silver, every window stream; the gold minute query), against
+    the ceiling's rate. Rows, not the run's files: a kmon that fell behind took in fewer."""
     busy = sum(p["durationMs"].get("triggerExecution", 0) / 1000
                for name in ("silver", "gold_request_windows_1m")
                for p in progress.get(name, []) if p.get("numInputRows", 0) > 0)
-    return {"kmon_busy_s": round(busy, 1),
-            "kmon_rows_per_s": round(ceiling["rows"] / busy) if busy else None,
-            "kmon_vs_ceiling": round(ceiling["seconds"] / busy, 2) if busy else None}
+    rows = sum(p.get("numInputRows", 0) for p in progress.get("silver", []))
+    rate = rows / busy if busy else None
+    return {"kmon_busy_s": round(busy, 1), "kmon_rows": rows,
+            "kmon_rows_per_s": round(rate) if rate else None,
+            "kmon_vs_ceiling": round(rate / ceiling["rows_per_s"], 2) if rate else None}
 
 
 def _evaluations(seen: list[tuple[int, list]], evaluated: list[float]) -> dict:
