@@ -146,8 +146,7 @@ def templates_from_recording(recording: Path = DEFAULT_RECORDING) -> Templates:
                 cs, ex = by_window[r["record_id"]]
                 clients.setdefault(r["key"], []).append(cs)
                 exemplars.setdefault(r["key"], []).append(ex)
-        n_windows += len({r["ts_ms"] for o in outputs if o.stream == "request_windows"
-                          for r in [o.record]})
+        n_windows += len({o.record["ts_ms"] for o in outputs if o.stream == "request_windows"})
     if not windows:
         raise ValueError(f"{recording}: no request-log lines to take window shapes from")
     return Templates(windows, clients, exemplars, followers, total / max(1, n_windows),

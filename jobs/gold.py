@@ -110,7 +110,7 @@ def offset_lag(ends: DataFrame, commits: DataFrame) -> DataFrame:
                     "committed_below_start", "date"))
 
 
-def _start_append(out: DataFrame, lake: Lake, table: str, trigger: dict | None):
+def start_append(out: DataFrame, lake: Lake, table: str, trigger: dict | None):
     writer = (out.writeStream.format("delta").queryName(f"gold_{table}")
               .option("checkpointLocation", lake.checkpoint(f"gold_{table}"))
               .partitionBy("date")
@@ -119,20 +119,20 @@ def _start_append(out: DataFrame, lake: Lake, table: str, trigger: dict | None):
         lake.table("gold", table))
 
 
-def _silver_stream(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
+def silver_stream(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
     return spark.readStream.format("delta").load(lake.table("silver", name))
 
 
 def start_stage_percentiles(spark: SparkSession, lake: Lake, table: str, window: str,
                             watermark: str, trigger: dict | None = None):
-    out = stage_percentiles(_silver_stream(spark, lake, "request_stages"), window, watermark)
-    return _start_append(out, lake, table, trigger)
+    out = stage_percentiles(silver_stream(spark, lake, "request_stages"), window, watermark)
+    return start_append(out, lake, table, trigger)
 
 
 def start_offset_commits_1m(spark: SparkSession, lake: Lake, watermark: str,
                             trigger: dict | None = None):
-    out = offset_commits_per_minute(_silver_stream(spark, lake, "offset_commits"), watermark)
-    return _start_append(out, lake, "offset_commits_1m", trigger)
+    out = offset_commits_per_minute(silver_stream(spark, lake, "offset_commits"), watermark)
+    return start_append(out, lake, "offset_commits_1m", trigger)
 
 
 LAG_KEY = ("window_start", "cluster", "group_id", "topic", "partition")
@@ -183,7 +183,7 @@ def start_offset_lag_1m(spark: SparkSession, lake: Lake, trigger: dict | None = 
                         lookback_days: int = 7):
     """Each batch of new end offsets recomputes the lag of its minutes (idempotent MERGE)."""
     ensure_offset_lag_table(spark, lake)
-    ends = _silver_stream(spark, lake, "partition_offsets")
+    ends = silver_stream(spark, lake, "partition_offsets")
     writer = (ends.writeStream.queryName("gold_offset_lag_1m")
               .option("checkpointLocation", lake.checkpoint("gold_offset_lag_1m"))
               .foreachBatch(lambda df, _id: merge_offset_lag(spark, lake, df, lookback_days)))

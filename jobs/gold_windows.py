@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 
 from infra.lake import Lake
 from jobs.batch_appends import BatchAppends
+from jobs.gold import silver_stream, start_append
 from jobs.histogram_sql import QUANTILES, quantile_label, stage_percentiles
 
 # The seven stage timings of the stage tables (the histograms also hold total_minus_remote,
@@ -122,7 +123,9 @@ def fleet_minutes(minutes: DataFrame) -> DataFrame:
                       *hist).withColumn("date", F.to_date("window_start"))
 
 
-MINUTE_TABLES = ("request_stages_1m", "request_keys_1m", "fleet_stages_1m")
+# The minute tables, each made from the batch's `key_minutes` rows by its function.
+MINUTE_TABLES = {"request_stages_1m": api_minutes, "request_keys_1m": request_keys,
+                 "fleet_stages_1m": fleet_minutes}
 
 
 def write_minute_batch(lake: Lake, appends: BatchAppends, minutes: DataFrame,
@@ -132,12 +135,9 @@ def write_minute_batch(lake: Lake, appends: BatchAppends, minutes: DataFrame,
     try:
         if minutes.isEmpty():
             return
-        outputs = {"request_stages_1m": api_minutes(minutes),
-                   "request_keys_1m": request_keys(minutes),
-                   "fleet_stages_1m": fleet_minutes(minutes)}
-        for table, out in outputs.items():
-            appends.append(out, lake.table("gold", table), f"gold_windows_{table}", batch_id,
-                           partition_by=("date",))
+        for table, make in MINUTE_TABLES.items():
+            appends.append(make(minutes), lake.table("gold", table), f"gold_windows_{table}",
+                           batch_id, partition_by=("date",))
     finally:
         minutes.unpersist()
 
@@ -150,9 +150,7 @@ def ensure_minute_tables(spark: SparkSession, lake: Lake) -> None:
 
     empty = key_minutes(spark.read.format("delta").load(
         lake.table("silver", "request_windows")).limit(0))
-    makers = {"request_stages_1m": api_minutes, "request_keys_1m": request_keys,
-              "fleet_stages_1m": fleet_minutes}
-    for table, make in makers.items():
+    for table, make in MINUTE_TABLES.items():
         path = lake.table("gold", table)
         if not DeltaTable.isDeltaTable(spark, path):
             make(empty).limit(0).write.format("delta").partitionBy("date").save(path)
@@ -162,7 +160,7 @@ def start_minute_tables(spark: SparkSession, lake: Lake, watermark: str,
                         trigger: dict | None = None):
     """The minute tables' streaming query over silver.request_windows."""
     ensure_minute_tables(spark, lake)
-    windows = spark.readStream.format("delta").load(lake.table("silver", "request_windows"))
+    windows = silver_stream(spark, lake, "request_windows")
     appends = BatchAppends(spark)
     writer = (key_minutes(windows, watermark).writeStream.queryName("gold_request_windows_1m")
               .option("checkpointLocation", lake.checkpoint("gold_request_windows_1m"))
@@ -175,13 +173,9 @@ def start_minute_tables(spark: SparkSession, lake: Lake, watermark: str,
 def start_fast_table(spark: SparkSession, lake: Lake, table: str, window: str,
                      watermark: str, trigger: dict | None = None):
     """gold.request_stages_10s (or `table`) over silver.request_windows, appended."""
-    windows = spark.readStream.format("delta").load(lake.table("silver", "request_windows"))
-    out = api_stage_percentiles(windows, window, watermark)
-    writer = (out.writeStream.format("delta").queryName(f"gold_{table}")
-              .option("checkpointLocation", lake.checkpoint(f"gold_{table}"))
-              .partitionBy("date").outputMode("append"))
-    return writer.trigger(**(trigger or {"processingTime": "10 seconds"})).start(
-        lake.table("gold", table))
+    out = api_stage_percentiles(silver_stream(spark, lake, "request_windows"), window,
+                                watermark)
+    return start_append(out, lake, table, trigger)
 
 
 _STAGE_PERCENTILES = ("Percentiles of each stage: total, request_queue, local, remote, "

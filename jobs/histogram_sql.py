@@ -96,29 +96,34 @@ def bucket_value_sql(bucket: str) -> str:
     """SQL: the value of bucket id `bucket` (an SQL expression), the same double as
     core.latency_histogram.value_of; null for a null id. The table literal is folded once
     per query, also inside a lambda."""
-    g = _double(GAMMA)
     return (f"CASE WHEN {bucket} = {ZERO_BUCKET} THEN 0D "
             f"WHEN {bucket} BETWEEN {MIN_BUCKET} AND {TABLE_MAX} "
             f"THEN element_at({_VALUE_TABLE_SQL}, {bucket} - ({MIN_BUCKET - 1})) "
-            f"ELSE 2D * power({g}, {bucket}) / ({g} + 1D) END")
+            f"ELSE {_closed_form_sql(bucket)} END")
 
 
 def approx_bucket_value_sql(bucket: str) -> str:
     """SQL: the value of bucket id `bucket` by the closed form alone, within an ulp of
     value_of (module docstring): a statement a person reads (the incident report prints
     its SQL) instead of the 684-entry table."""
+    return f"CASE WHEN {bucket} = {ZERO_BUCKET} THEN 0D ELSE {_closed_form_sql(bucket)} END"
+
+
+def _closed_form_sql(bucket: str) -> str:
     g = _double(GAMMA)
-    return (f"CASE WHEN {bucket} = {ZERO_BUCKET} THEN 0D "
-            f"ELSE 2D * power({g}, {bucket}) / ({g} + 1D) END")
+    return f"2D * power({g}, {bucket}) / ({g} + 1D)"
 
 
 def collected_sql(stage: str) -> str:
     """SQL aggregate: every (id, count) entry of the group's ``<stage>`` histograms, sorted
-    by id, as ARRAY<STRUCT<b, c>>, not summed per id: a quantile read off it
+    by id, as ARRAY<STRUCT<b SMALLINT, c BIGINT>>, not summed per id; a null array adds no
+    entry (collect_list skips nulls), nor does an entry with a null id or a count <= 0.
+    `_merge` sums its runs of equal ids; a quantile read off it unsummed
     (`collected_quantile_sql`) is the merged histogram's, since the entries of one id are
     adjacent and the running count reaches a rank at the same id either way."""
-    return (f"sort_array(flatten(collect_list(CAST(arrays_zip({_q(stage + '_buckets')}, "
-            f"{_q(stage + '_counts')}) AS ARRAY<STRUCT<b: SMALLINT, c: BIGINT>>))))")
+    return (f"sort_array(flatten(collect_list(filter(CAST(arrays_zip({_q(stage + '_buckets')}, "
+            f"{_q(stage + '_counts')}) AS ARRAY<STRUCT<b: SMALLINT, c: BIGINT>>), "
+            f"x -> x.b IS NOT NULL AND x.c > 0))))")
 
 
 def collected_quantile_sql(collected: str, q: float) -> str:
@@ -281,9 +286,7 @@ def _merge(df: DataFrame, group_cols: list[str], stages: list[str],
     """groupBy(group_cols) with `aggs` and every stage's histogram merged into
     ``<stage>_buckets`` / ``<stage>_counts``, in three steps:
 
-    1. the aggregation: E = every entry (struct<b SMALLINT, c BIGINT>) of the group's rows,
-       sorted by id; a null array adds no entry (collect_list skips nulls), nor does an
-       entry with a null id or a count <= 0;
+    1. the aggregation: E = `collected_sql`, every entry of the group's rows sorted by id;
     2. ends: the 1-based positions where a run of equal ids ends in E (the next id differs,
        or there is none: `get` gives null past the end);
     3. one entry per run: its id, and the sum of the counts of E's slice from the end
@@ -294,10 +297,7 @@ def _merge(df: DataFrame, group_cols: list[str], stages: list[str],
     """
     e = {s: f"{_TMP}e_{s}" for s in stages}
     ends = {s: f"{_TMP}ends_{s}" for s in stages}
-    collected = [F.expr(
-        f"sort_array(flatten(collect_list(filter(CAST(arrays_zip({_q(s + '_buckets')}, "
-        f"{_q(s + '_counts')}) AS ARRAY<STRUCT<b: SMALLINT, c: BIGINT>>), "
-        f"x -> x.b IS NOT NULL AND x.c > 0))))").alias(e[s]) for s in stages]
+    collected = [F.expr(collected_sql(s)).alias(e[s]) for s in stages]
     out = df.groupBy(*group_cols).agg(*aggs, *collected)
     out = out.withColumns({ends[s]: F.expr(
         f"filter(transform({_q(e[s])}, (x, i) -> IF(x.b <=> get({_q(e[s])}, i + 1).b, NULL, "

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from core.findings import AnomalyType, Detection
 from infra.lake import Lake
+from jobs.detector_inputs.slow_broker import _norm_api, _norm_names
 from jobs.detector_inputs.tables import TimeRange, silver_range, table
 
 LIMIT = 5
@@ -62,7 +63,7 @@ def slowest(rows: DataFrame, wanted: list[tuple[int, Detection]],
     judged latency (`_judged_ms`). A row in the spans of two detections goes to the first
     (two detections of one broker and API do not overlap)."""
     which = F.coalesce(*[_span_filter(i, d) for i, d in wanted])
-    purgatory = F.col("api").isin(list(purgatory_apis))
+    purgatory = _norm_api().isin(_norm_names(purgatory_apis))   # as the rule names them
     judged = F.when(purgatory, F.greatest(F.col("total_ms") - F.coalesce(F.col("remote_ms"),
                                                                         F.lit(0.0)),
                                           F.lit(0.0))).otherwise(F.col("total_ms"))
