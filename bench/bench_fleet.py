@@ -1,7 +1,11 @@
 """Fleet keep-up and detection at scale: a simulated fleet through kmon, window by window.
 
 Run: .kmon/venv/bin/python -m bench.bench_fleet [--brokers 100,2000] [--windows 18]
-     [--no-faults] [--no-save]
+     [--exemplar-slowest K] [--top-clients N] [--no-faults] [--no-save]
+
+`--exemplar-slowest` / `--top-clients` set the agents' request_log keys of the same names
+for the fleet (the simulator ships what agents so configured would, and kmon is run with
+them); by default the recording's agent settings (5 and 20).
 
 Issue 24 asks whether kmon keeps up with a 2,000-broker fleet in the request-log windows
 mode. For each fleet size this runs what `kmon run --no-agents` runs (kmon.monitor.Monitor:
@@ -106,7 +110,8 @@ def _durations(progress: list[dict]) -> dict:
             "rows": sum(p.get("numInputRows", 0) for p in progress)}
 
 
-def run_size(brokers: int, windows: int, with_faults: bool, work: Path) -> dict:
+def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
+             profile: dict | None = None) -> dict:
     from kmon.config import Config
     from kmon.monitor import Monitor
 
@@ -126,7 +131,8 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path) -> dict:
                       for c in cs if c["client_id"])
         faults[2] = Fault("slow_client", 23, onset, end, delay_ms=600.0,
                           client_id=f"{client}-{23 % 50}")
-    sim = FleetSim(templates, brokers, faults=faults)
+    profile = dict(profile or {})
+    sim = FleetSim(templates, brokers, faults=faults, **profile)
     staging = work / "staging"
     dirs, records = _stage_windows(sim, staging, t0, windows)
     staged_bytes = _dir_bytes(staging)
@@ -135,7 +141,7 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path) -> dict:
     config = Config().with_overrides(
         spark={"storage_root": str(lake_root)},
         watch={"cluster": sim.cluster},
-        request_log={"mode": "windows"},
+        request_log={"mode": "windows", **{k: v for k, v in profile.items() if v is not None}},
         pipeline={"bronze_tables": False, "fast_stage_table": False})
     seen: list[tuple[float, list]] = []
     evaluated: list[float] = []             # wall ms at each hand-over
@@ -189,7 +195,7 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path) -> dict:
                      if (lake_root / layer).exists())
     simulated_s = windows * WINDOW_MS / 1000
     out = {
-        "brokers": brokers, "windows": windows,
+        "brokers": brokers, "windows": windows, "agent_profile": profile,
         "requests_per_s": round(sim.requests_written / simulated_s),
         "records_per_window": {k: v // windows for k, v in records.items()},
         "landing_bytes_per_window": staged_bytes // windows,
@@ -303,13 +309,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated fleet sizes (default 100,500,1000,2000)")
     p.add_argument("--windows", type=int, default=18, help="10-s windows per size (18)")
     p.add_argument("--no-faults", action="store_true")
+    p.add_argument("--exemplar-slowest", type=int, default=None,
+                   help="the agents' request_log.exemplar_slowest (default: as recorded, 5)")
+    p.add_argument("--top-clients", type=int, default=None,
+                   help="the agents' request_log.top_clients (default: as recorded, 20)")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
+    profile = {"exemplar_slowest": a.exemplar_slowest, "top_clients": a.top_clients}
     results = []
     for n in (int(x) for x in a.brokers.split(",")):
         work = Path(tempfile.mkdtemp(prefix=f"kmon-fleet-{n}-"))
         try:
-            r = run_size(n, a.windows, not a.no_faults, work)
+            r = run_size(n, a.windows, not a.no_faults, work, profile)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         results.append(r)

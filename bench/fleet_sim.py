@@ -163,6 +163,12 @@ def _healthy(rec: dict) -> bool:
     return p99 is None or p99 < HEALTHY_P99_MS
 
 
+def _judged(e: dict) -> float:
+    """An exemplar's latency as the agent ranks the slowest: total, or total - remote for
+    the purgatory APIs."""
+    return e["total_ms"] - (e["remote_ms"] if e["api"] in PURGATORY_APIS else 0.0)
+
+
 def _unit(b: int, w: int, key: str) -> float:
     """A deterministic number in [0, 1) per broker, window and key."""
     h = zlib.crc32(f"{b}:{w}:{key}".encode())
@@ -200,7 +206,8 @@ class FleetSim:
 
     def __init__(self, templates: Templates, brokers: int, *, cluster: str = "fleet",
                  rate: float = 10_000.0, rf: int = 3, client_names: int = 50,
-                 faults: Iterable[Fault] = ()):
+                 faults: Iterable[Fault] = (), exemplar_slowest: int | None = None,
+                 top_clients: int | None = None):
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
         self.t, self.brokers, self.cluster = templates, brokers, cluster
@@ -209,6 +216,10 @@ class FleetSim:
         self.scale = max(1, round(rate * WINDOW_MS / 1000 / templates.requests_per_window))
         self.rf, self.client_names = min(rf, brokers), client_names
         self.faults = tuple(faults)
+        # The agent's request_log.exemplar_slowest / top_clients for the fleet (None: as
+        # the recording's agent had them, 5 and 20): fewer of the slowest requests whole,
+        # fewer clients on rows of their own (the rest summed into the `other` row).
+        self.exemplar_slowest, self.top_clients = exemplar_slowest, top_clients
         self.requests_written = 0          # the requests of the windows `write` wrote
         for f in self.faults:
             if not 0 <= f.broker < brokers:
@@ -269,6 +280,7 @@ class FleetSim:
         wid = f"{self.cluster}:{b}:{key}:0:{start}:0"
         rec["record_id"] = wid
         out["request_windows"].append(rec)
+        clients = []
         for c in self.t.clients[key][i]:
             cid = c["client_id"]
             name = None if cid is None else f"{cid}-{b % self.client_names}"
@@ -280,8 +292,15 @@ class FleetSim:
             if name in slow_clients:
                 _slow_stages(cr, ("send",), slow_clients[name].delay_ms)
                 cr["slow_sends"] = cr["requests"]
-            out["client_send_windows"].append(cr)
+            clients.append(cr)
+        out["client_send_windows"] += self._top_clients(clients, wid)
+        slowest = [e for e in self.t.exemplars[key][i] if "slowest" in e["exemplar_reasons"]]
+        slowest.sort(key=_judged, reverse=True)
+        keep = {id(e) for e in slowest[:self.exemplar_slowest]} \
+            if self.exemplar_slowest is not None else {id(e) for e in slowest}
         for n, e in enumerate(self.t.exemplars[key][i]):
+            if id(e) not in keep and set(e["exemplar_reasons"]) <= {"slowest"}:
+                continue
             er = {**e, "cluster": self.cluster, "broker": b, "window_id": wid,
                   "ts_ms": start + (e["ts_ms"] - tmpl["ts_ms"]),
                   "record_id": f"{self.cluster}:{b}:sim:{start}:{key}:{n}"}
@@ -289,6 +308,30 @@ class FleetSim:
                 er["total_ms"] = e["total_ms"] + slow.delay_ms
                 er[f"{slow.stage}_ms"] = e[f"{slow.stage}_ms"] + slow.delay_ms
             out["request_exemplars"].append(er)
+
+    def _top_clients(self, rows: list[dict], wid: str) -> list[dict]:
+        """The agent's client rows under `top_clients`: the busiest named clients and every
+        one with a slow send keep their rows; the others are summed into the `other` row."""
+        if self.top_clients is None:
+            return rows
+        named = sorted((r for r in rows if r["client_id"] is not None),
+                       key=lambda r: (-r["requests"], r["client_id"]))
+        kept = [r for n, r in enumerate(named) if n < self.top_clients or r["slow_sends"]]
+        summed = [r for r in rows if r["client_id"] is None] + \
+            [r for r in named if not any(r is k for k in kept)]
+        if not summed:
+            return kept
+        hist: dict[int, int] = {}
+        for r in summed:
+            for bk, c in zip(r["send_buckets"], r["send_counts"]):
+                hist[bk] = hist.get(bk, 0) + c
+        other = {**summed[0], "client_id": None, "record_id": f"{wid}:other",
+                 "clients": sum(r.get("clients") or 1 for r in summed),
+                 "requests": sum(r["requests"] for r in summed),
+                 "slow_sends": sum(r["slow_sends"] for r in summed),
+                 "send_max_ms": max(r["send_max_ms"] for r in summed),
+                 "send_buckets": sorted(hist), "send_counts": [hist[k] for k in sorted(hist)]}
+        return kept + [other]
 
     def write(self, landing_root: str | Path, start_ms: int, agent_id: str = "fleet-sim") -> dict:
         """Write one window's records to the landing folder; returns records per stream."""

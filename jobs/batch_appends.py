@@ -71,9 +71,10 @@ class BatchAppends:
         self._lock = threading.Lock()
 
     def append(self, df: DataFrame, path: str, app_id: str, batch_id: int,
-               partition_by: tuple[str, ...] = ()) -> bool:
+               partition_by: tuple[str, ...] = (), merge_schema: bool = False) -> bool:
         """Append `df` as batch `batch_id` of `app_id`; False when that batch is already in
-        the table (nothing written)."""
+        the table (nothing written). `merge_schema`: columns of `df` the table lacks are
+        added to it (a table another mode or version created)."""
         key = (path, app_id)
         with self._lock:
             last = self._committed.get(key)
@@ -94,6 +95,8 @@ class BatchAppends:
             w = w.option("txnAppId", app_id).option("txnVersion", batch_id)
         if partition_by:
             w = w.partitionBy(*partition_by)
+        if merge_schema:
+            w = w.option("mergeSchema", "true")
         w.save(path)
         with self._lock:
             self._committed[key] = batch_id

@@ -10,7 +10,11 @@ and work follow brokers x request keys x windows, not requests.
   in the full mode (jobs/gold.py), per cluster, broker, API and window, so the report,
   the cookbook's queries and any dashboard read them unchanged. Every request key of the
   API (Fetch:consumer and Fetch:follower, Produce's acks) and every emission of a window
-  is merged; controller-listener traffic is left out, as in the full mode.
+  is merged; controller-listener traffic is left out, as in the full mode. The 1-minute
+  table has one more column, ``total_excl_remote_p99_ms`` (the p99 of total - remote per
+  request, from its own histogram): the slow-broker baselines of the purgatory APIs read
+  it (jobs/detector_inputs/request_windows.py), so an hour of baselines is 60 rows per
+  broker and API instead of 360 windows' histograms.
 - ``gold.request_keys_1m``: per cluster, broker, request key and minute, the counts,
   bytes, and every stage's p50 / p99 / p999 and max: the split the API rows merge away
   (consumer against follower fetches, Produce by acks).
@@ -44,9 +48,11 @@ from jobs.batch_appends import BatchAppends
 from jobs.gold import silver_stream, start_append
 from jobs.histogram_sql import QUANTILES, quantile_label, stage_percentiles
 
-# The seven stage timings of the stage tables (the histograms also hold total_minus_remote,
-# which the detectors read from silver).
+# The seven stage timings of the stage tables; the histograms also hold total_minus_remote,
+# which only gold.request_stages_1m's total_excl_remote_p99_ms shows.
 STAGES = ("total", "request_queue", "local", "remote", "throttle", "response_queue", "send")
+OWN_TIME = "total_minus_remote"
+OWN_TIME_P99 = "total_excl_remote_p99_ms"
 COUNTS = ("requests", "errors", "request_bytes", "response_bytes")
 _WINDOW = "w"
 
@@ -89,7 +95,7 @@ def key_minutes(windows: DataFrame, watermark: str = "330 seconds") -> DataFrame
     histograms (the rollups start from them). Batch or stream."""
     df = _client_windows(windows, "1 minute", watermark)
     group = [_WINDOW, "cluster", "broker", "api", "key"]
-    out = stage_percentiles(df, group, STAGES, QUANTILES, totals=COUNTS)
+    out = stage_percentiles(df, group, (*STAGES, OWN_TIME), QUANTILES, totals=COUNTS)
     return _framed(out, group).withColumn("date", F.to_date("window_start"))
 
 
@@ -106,9 +112,10 @@ def request_keys(minutes: DataFrame) -> DataFrame:
 def api_minutes(minutes: DataFrame) -> DataFrame:
     """gold.request_stages_1m rows from `key_minutes` rows: the keys of each API merged."""
     group = ["window_start", "window_end", "cluster", "broker", "api"]
-    out = stage_percentiles(minutes, group, STAGES, QUANTILES, totals=("requests",),
-                            sum_and_max=False, keep_histograms=False)
-    return out.select(*group, "requests", *_percentile_columns()).withColumn(
+    out = stage_percentiles(minutes, group, (*STAGES, OWN_TIME), QUANTILES,
+                            totals=("requests",), sum_and_max=False, keep_histograms=False)
+    return out.select(*group, "requests", *_percentile_columns(),
+                      F.col(f"{OWN_TIME}_p99_ms").alias(OWN_TIME_P99)).withColumn(
         "date", F.to_date("window_start"))
 
 
@@ -136,8 +143,9 @@ def write_minute_batch(lake: Lake, appends: BatchAppends, minutes: DataFrame,
         if minutes.isEmpty():
             return
         for table, make in MINUTE_TABLES.items():
+            # gold.request_stages_1m may come from the full mode, without OWN_TIME_P99.
             appends.append(make(minutes), lake.table("gold", table), f"gold_windows_{table}",
-                           batch_id, partition_by=("date",))
+                           batch_id, partition_by=("date",), merge_schema=True)
     finally:
         minutes.unpersist()
 
@@ -188,6 +196,12 @@ _COUNT_DOCS = {
     "response_bytes": "Bytes of the responses",
 }
 GOLD_COLUMNS = {
+    "request_stages_1m (windows mode)": {
+        "(every column of request_stages_1m above)": "As in the full mode",
+        OWN_TIME_P99: "p99 of (total - remote) per request, the own time the slow-broker "
+                      "rule judges for purgatory APIs (Fetch, JoinGroup, SyncGroup): its "
+                      "baselines read it; floored at 0 (ms, within 2 %)",
+    },
     "request_keys_1m": {
         "window_start": "Start of the minute (UTC)",
         "window_end": "End of the minute (exclusive)",

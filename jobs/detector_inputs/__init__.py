@@ -128,12 +128,14 @@ from jobs.detector_inputs.slow_broker import (
     stage_window_from_row,
 )
 from jobs.detector_inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
+from jobs.detector_inputs.window_cache import WindowReadCache
 
 __all__ = [
     "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
     "COUNTER_SEED_S", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
     "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "REQUEST_STAGE_KEYS", "SIZE_STEP_S",
     "UNCLEAN_METER", "BaselineCache", "DetectorInputs", "TimeRange", "TopicConfigCache",
+    "WindowReadCache",
     "check_config", "cleaner_runs_from", "client_reset_from_row", "commit_request_from_row",
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
     "compacted_topics", "dedupe_elections", "describe_compacted_topics",
@@ -215,7 +217,8 @@ def check_config(config: DetectionConfig) -> None:
 def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_ms: int, end_ms: int,
                 topic_configs: Iterable[CompactedTopicConfig] = (), *,
                 parallelism: int = 4,
-                baseline_cache: BaselineCache | None = None) -> DetectorInputs:
+                baseline_cache: BaselineCache | None = None,
+                window_cache: WindowReadCache | None = None) -> DetectorInputs:
     """Every detector input for [start_ms, end_ms) of one lake.
 
     The reads form independent chains (stage windows then the client sends they point
@@ -227,10 +230,13 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     cores idle between jobs; `parallelism` chains run at once, each in a thread that
     inherits the caller's scheduler pool. The result does not depend on `parallelism`
     (1 reads in order).
-    `baseline_cache` (the detector query's) may answer the baselines from an earlier read.
+    `baseline_cache` (the detector query's) may answer the baselines from an earlier read,
+    and `window_cache` the older windows of the request-log windows mode's reads
+    (jobs/detector_inputs/window_cache.py).
     """
     reading = _Reading(spark, lake, config, TimeRange(start_ms, end_ms), parallelism,
-                       baseline_cache, DetectorInputs(topic_configs=list(topic_configs)))
+                       baseline_cache, DetectorInputs(topic_configs=list(topic_configs)),
+                       window_cache)
     # The longest chain first, so it never waits for a free thread.
     chains = (_partition_signal_chain, _request_stage_chain, _baseline_chain, _meter_tick_chain,
               _cleaner_gauge_chain, _compaction_history_chain)
@@ -248,6 +254,7 @@ class _Reading:
     parallelism: int
     baseline_cache: BaselineCache | None
     out: DetectorInputs
+    window_cache: WindowReadCache | None = None
 
     @property
     def evidence_s(self) -> float:
@@ -275,15 +282,19 @@ def _request_stage_chain(x: _Reading) -> None:
 
     spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
     if x.windows_mode:
+        def windows(name: str, read):
+            def whole(sub: TimeRange):
+                return read(spark, lake, sb, sub)
+            if x.window_cache is None:
+                return out.timed(name, lambda: whole(r))
+            return out.timed(name, lambda: x.window_cache.read(name, r, sb.window_ms, whole))
+
         def stage_windows() -> None:
-            out.stage_windows = out.timed("stage_windows", lambda: read_window_stage_windows(
-                spark, lake, sb, r))
-            out.client_sends = out.timed("client_sends", lambda: read_window_client_sends(
-                spark, lake, sb, r))
+            out.stage_windows = windows("stage_windows", read_window_stage_windows)
+            out.client_sends = windows("client_sends", read_window_client_sends)
 
         def window_follower_fetches() -> None:
-            out.follower_fetches = out.timed("follower_fetches", lambda: (
-                read_window_follower_fetches(spark, lake, sb, r)))
+            out.follower_fetches = windows("follower_fetches", read_window_follower_fetches)
 
         x.side_by_side(stage_windows, window_follower_fetches)
         return

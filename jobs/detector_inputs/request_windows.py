@@ -14,9 +14,14 @@ percentiles within the bucket scheme's 2 % (core/latency_histogram.py).
   the purgatory APIs. A window row exists only once the agent closed the window (its
   broker's request times `request_log.lateness_s` past its end), so every window in the
   range whose end is at or before the range end counts; a late delta adds to it later.
-- `LatencyBaseline` <- the same table over the BASELINE_HISTORY_S before the range, one
-  merge per broker, API and minute: the median of the minutes' latency, minutes with
-  enough requests, as read_baselines does from gold.request_stages_1m.
+- `LatencyBaseline` over the BASELINE_HISTORY_S before the range: the median of the
+  minutes' latency per broker and API, minutes with enough requests, as read_baselines
+  does from gold.request_stages_1m. The minutes come from gold.request_stages_1m as far
+  as it holds them (its total_excl_remote_p99_ms is the own time's p99 from the
+  histograms), the newer ones (gold is final about request_windows' lateness after a
+  minute; at the start, all of them) from a merge of silver.request_windows per broker,
+  API and minute. The two give the same minute (the same histograms merged), so the hour
+  costs 60 gold rows per broker and API plus a few minutes of silver, not 360 windows.
 - `FollowerFetchWindow` <- silver.follower_fetch_windows: the edge computed each fetch's
   gap on its connection; per leader, follower and window the requests summed, the
   longest gap, the p99 of the merged send-time histogram.
@@ -46,7 +51,8 @@ from infra.lake import Lake
 from jobs.detector_inputs.client_sends import threshold_column
 from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
                                               baselines_from_minutes)
-from jobs.detector_inputs.tables import TimeRange, silver_range, table
+from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, table
+from jobs.gold_windows import OWN_TIME_P99
 from jobs.histogram_sql import bucket_value_sql, stage_percentiles
 
 # Stage columns of silver.request_windows -> RequestStageWindow fields.
@@ -103,15 +109,34 @@ def window_latency_column(config: SlowBrokerSection) -> Column:
 
 def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
                           r: TimeRange) -> list[LatencyBaseline]:
-    df = table(spark, lake, "silver", "request_windows")
-    if df is None:
-        return []
+    """The baselines over BASELINE_HISTORY_S before the range: the minutes that
+    gold.request_stages_1m holds already from it (one row per broker, API and minute, with
+    the own-time p99), the newer ones merged from silver.request_windows' histograms."""
     history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
-    minutes = (_watched(_client_traffic(_closed_windows(df, history)), config)
-               .withColumn("minute_ms", F.col("ts_ms") - F.pmod(F.col("ts_ms"), F.lit(60_000))))
-    return baselines_from_minutes(
-        stage_windows_frame(minutes, ["cluster", "broker", "api", "minute_ms"]),
-        window_latency_column(config), config)
+    latency = ["cluster", "broker", "api", "minute_ms", "requests", "total_p99_ms",
+               OWN_TIME_P99]
+    parts, silver_from = [], history.start_ms
+    gold = table(spark, lake, "gold", "request_stages_1m")
+    if gold is not None and OWN_TIME_P99 in gold.columns:
+        minutes = (_watched(gold_windows(gold, history), config)
+                   .where(F.col(OWN_TIME_P99).isNotNull())
+                   .withColumn("minute_ms", F.unix_millis("window_start")))
+        last = minutes.agg(F.max(F.unix_millis("window_end"))).first()[0]
+        if last is not None:
+            parts.append(minutes.select(*latency))
+            silver_from = int(last)
+    df = table(spark, lake, "silver", "request_windows")
+    if df is not None and silver_from < history.end_ms:
+        tail = (_watched(_client_traffic(_closed_windows(
+            df, TimeRange(silver_from, history.end_ms))), config)
+                .withColumn("minute_ms", F.col("ts_ms") - F.pmod(F.col("ts_ms"),
+                                                                 F.lit(60_000))))
+        parts.append(stage_windows_frame(tail, ["cluster", "broker", "api", "minute_ms"])
+                     .select(*latency))
+    if not parts:
+        return []
+    minutes = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    return baselines_from_minutes(minutes, window_latency_column(config), config)
 
 
 def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,

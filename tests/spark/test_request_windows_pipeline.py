@@ -172,9 +172,10 @@ def gold_minutes(spark, lake, tmp_path_factory):
     start_minute_tables(spark, glake, "1 seconds", {"availableNow": True}).awaitTermination()
     start_fast_table(spark, glake, "request_stages_10s", "10 seconds", "1 seconds",
                      {"availableNow": True}).awaitTermination()
-    return {t: spark.read.format("delta").load(glake.table("gold", t)).collect()
-            for t in ("request_keys_1m", "request_stages_1m", "fleet_stages_1m",
-                      "request_stages_10s")}
+    out = {t: spark.read.format("delta").load(glake.table("gold", t)).collect()
+           for t in ("request_keys_1m", "request_stages_1m", "fleet_stages_1m",
+                     "request_stages_10s")}
+    return {**out, "lake": glake}
 
 
 def test_gold_key_minutes_are_within_the_bucket_error_of_the_exact_ones(lake, gold_minutes):
@@ -328,3 +329,64 @@ def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
         assert (g["ts_ms"], g["total_ms"], g["remote_ms"]) == (
             line["ts_ms"], round(line["total_ms"], 3), round(line["remote_ms"], 3))
         assert "slowest" in g["kept_because"] or "slow" in g["kept_because"]
+
+
+def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, kmon_config):
+    """The live detector reads only the newest windows again and keeps the older ones
+    (jobs/detector_inputs/window_cache.py): step by step over the recording, as the
+    detector query evaluates, each of the three window reads through the cache gives the
+    same rows as reading the whole range, while reading about 60 s of the 300."""
+    from infra.lake import Lake
+    from jobs.detector_inputs.request_windows import (read_window_client_sends,
+                                                      read_window_follower_fetches,
+                                                      read_window_stage_windows)
+    from jobs.detector_inputs.tables import TimeRange
+    from jobs.detector_inputs.window_cache import WindowReadCache
+
+    root, _ = lake
+    sb = kmon_config.slow_broker
+    ts = [r["ts_ms"] for r in _silver(spark, root, "request_windows").select("ts_ms").collect()]
+    cache = WindowReadCache(reread_s=60)
+    reads = {"stage_windows": read_window_stage_windows, "client_sends": read_window_client_sends,
+             "follower_fetches": read_window_follower_fetches}
+    first = (min(ts) + max(ts)) // 2 // 10_000 * 10_000 + 3_000
+    now, seen = first, 0
+    while now <= first + 100_000:
+        r = TimeRange(now - 300_000, now)
+        for name, read in reads.items():
+            def whole(sub, read=read):
+                return read(spark, Lake(root), sb, sub)
+            got = cache.read(name, r, sb.window_ms, whole)
+            want = whole(r)
+            assert sorted(map(repr, got)) == sorted(map(repr, want)), (name, now)
+            seen += len(want)
+            assert cache.windows_read[name] <= 70_000 or now == first
+        now += 20_000          # every other tick: still a continuation
+    assert seen > 100
+
+
+def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
+        spark, lake, gold_minutes, kmon_config, tmp_path):
+    """In the windows mode the slow-broker baselines read the minutes gold.request_stages_1m
+    holds (its own-time p99 column) and merge only the newer windows from silver: on the
+    recording, with gold holding all but its last minute, they equal the baselines merged
+    from silver alone."""
+    import os
+
+    from infra.lake import Lake
+    from jobs.detector_inputs.request_windows import read_window_baselines
+    from jobs.detector_inputs.tables import TimeRange
+    from jobs.gold_windows import OWN_TIME_P99
+
+    root, _ = lake
+    sb = dataclasses.replace(kmon_config.slow_broker, min_history_windows=2)
+    gold = [m for m in gold_minutes["request_stages_1m"] if m[OWN_TIME_P99] is not None]
+    assert gold and all(m[OWN_TIME_P99] <= m["total_p99_ms"] * 1.02 + 1e-9 for m in gold)
+    ts = [r["ts_ms"] for r in _silver(spark, root, "request_windows").select("ts_ms").collect()]
+    r = TimeRange(max(ts) + 20_000, max(ts) + 320_000)
+    silver_only = tmp_path / "silver-only"
+    silver_only.mkdir()
+    os.symlink(f"{root}/silver", silver_only / "silver")
+    want = read_window_baselines(spark, Lake(str(silver_only)), sb, r)
+    got = read_window_baselines(spark, gold_minutes["lake"], sb, r)
+    assert want and sorted(map(repr, got)) == sorted(map(repr, want))

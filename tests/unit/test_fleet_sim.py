@@ -107,3 +107,39 @@ def test_bad_faults_are_refused(templates):
         Fault("slow_disk", 1, 0, 1)
     with pytest.raises(ValueError, match="broker 50"):
         FleetSim(templates, 10, faults=[Fault("slow_broker", 50, 0, 1)])
+
+
+def test_the_fleet_profile_ships_fewer_exemplars_and_client_rows_and_loses_no_request(templates):
+    """exemplar_slowest / top_clients as the agent applies them: per key and window only the
+    k slowest of the recorded slowest exemplars (slow and error ones kept), only the busiest
+    clients and any slow one on rows of their own, the rest summed into the `other` row."""
+    client = next(c["client_id"] for cs in templates.clients["Produce:acks=1"] for c in cs
+                  if c["client_id"])
+    fault = Fault("slow_client", 7, T0, T0 + WINDOW_MS, delay_ms=600.0,
+                  client_id=f"{client}-{7 % 50}")
+    full = FleetSim(templates, 20, faults=[fault]).window(T0)
+    lean = FleetSim(templates, 20, faults=[fault], exemplar_slowest=1, top_clients=0).window(T0)
+    assert lean["request_windows"] == full["request_windows"]
+
+    def per_window(rows):
+        out = {}
+        for r in rows:
+            wid = r["record_id"].rsplit(":client=", 1)[0].removesuffix(":other")
+            out.setdefault(wid, []).append(r)
+        return out
+
+    for wid, rows in per_window(full["client_send_windows"]).items():
+        kept = per_window(lean["client_send_windows"])[wid]
+        assert sum(r["requests"] for r in kept) == sum(r["requests"] for r in rows)
+        assert sum(sum(r["send_counts"]) for r in kept) == sum(r["requests"] for r in rows)
+        assert [r["client_id"] for r in kept if r["client_id"]] == \
+            [r["client_id"] for r in rows if r["client_id"] == fault.client_id]
+    assert any(r["client_id"] == fault.client_id for r in lean["client_send_windows"])
+    by_window = {}
+    for e in lean["request_exemplars"]:
+        if e["exemplar_reasons"] == ["slowest"]:
+            by_window[e["window_id"]] = by_window.get(e["window_id"], 0) + 1
+    assert by_window and max(by_window.values()) == 1
+    assert {e["record_id"] for e in lean["request_exemplars"]} <= \
+        {e["record_id"] for e in full["request_exemplars"]}
+    assert len(lean["request_exemplars"]) < len(full["request_exemplars"]) / 2

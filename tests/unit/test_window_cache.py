@@ -1,0 +1,94 @@
+"""The live detector's incremental window reads (jobs/detector_inputs/window_cache.py):
+only the windows started within reread_s of the range end are read again; the older
+ones come from the last read, and anything that is not a continuation is read whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from jobs.detector_inputs.tables import TimeRange
+from jobs.detector_inputs.window_cache import WindowReadCache
+
+W = 10_000
+T0 = 1_800_000_000_000          # a window boundary
+
+
+@dataclass(frozen=True)
+class Row:
+    window_start_ms: int
+    value: int
+
+
+class Table:
+    """Closed windows of a range, as the Spark reads give them; `value` can change
+    (a late delta) and every read is recorded."""
+
+    def __init__(self):
+        self.values: dict[int, int] = {}
+        self.reads: list[TimeRange] = []
+
+    def read(self, r: TimeRange) -> list[Row]:
+        self.reads.append(r)
+        return [Row(s, v) for s, v in sorted(self.values.items())
+                if s >= r.start_ms and s + W <= r.end_ms]
+
+
+def _range(now: int) -> TimeRange:
+    return TimeRange(now - 300_000, now)
+
+
+def test_a_continuation_reads_only_the_windows_of_the_last_reread_s():
+    t, cache = Table(), WindowReadCache(reread_s=60)
+    t.values = {T0 + i * W: i for i in range(-40, 40)}
+    now = T0 + 3_000
+    assert cache.read("x", _range(now), W, t.read) == t.read(_range(now))
+    t.reads.clear()
+    for step in range(1, 20):
+        now += W
+        got = cache.read("x", _range(now), W, t.read)
+        assert got == t.read(_range(now))          # the same rows as a whole read
+        cached_read, _whole = t.reads[-2:]
+        assert cached_read == TimeRange((now - 60_000) // W * W, now)
+        assert cache.windows_read["x"] == now - (now - 60_000) // W * W
+
+
+def test_a_late_delta_within_reread_s_is_seen_and_an_older_one_is_not():
+    t, cache = Table(), WindowReadCache(reread_s=60)
+    t.values = {T0 + i * W: 1 for i in range(-40, 40)}
+    now = T0 + 3_000
+    cache.read("x", _range(now), W, t.read)
+    t.values[T0 - 2 * W] = 2                       # within the last 60 s: read again
+    t.values[T0 - 20 * W] = 2                      # 200 s old: the cached value stays
+    got = {r.window_start_ms: r.value for r in cache.read("x", _range(now + W), W, t.read)}
+    assert got[T0 - 2 * W] == 2 and got[T0 - 20 * W] == 1
+
+
+@pytest.mark.parametrize("later", [
+    pytest.param(-W, id="the clock went back"),
+    pytest.param(120_000, id="a gap longer than reread_s"),
+])
+def test_a_range_that_does_not_continue_the_last_one_is_read_whole(later):
+    t, cache = Table(), WindowReadCache(reread_s=60)
+    t.values = {T0 + i * W: i for i in range(-60, 60)}
+    now = T0 + 3_000
+    cache.read("x", _range(now), W, t.read)
+    got = cache.read("x", _range(now + later), W, t.read)
+    assert t.reads[-1] == _range(now + later) and got == t.read(_range(now + later))
+
+
+def test_reads_are_kept_apart_by_name_and_window_length():
+    t, cache = Table(), WindowReadCache(reread_s=60)
+    t.values = {T0 + i * W: i for i in range(-40, 40)}
+    now = T0 + 3_000
+    cache.read("a", _range(now), W, t.read)
+    cache.read("b", _range(now + W), W, t.read)
+    assert t.reads[-1] == _range(now + W)          # "b" had no earlier read
+    cache.read("a", _range(now + W), 5_000, t.read)
+    assert t.reads[-1] == _range(now + W)          # another window length: whole
+
+
+def test_reread_s_must_be_positive():
+    with pytest.raises(ValueError, match="reread_s"):
+        WindowReadCache(reread_s=0)
