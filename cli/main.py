@@ -307,6 +307,39 @@ def cmd_validate(args, config) -> int:
         spark.stop()
 
 
+def cmd_maintain(args, config) -> int:
+    from jobs.maintenance import Maintenance
+
+    spark, lake, tables = _spark_with_tables(config)
+    try:
+        if not tables:
+            print(f"kmon maintain: no tables under {config.storage_root} yet", file=sys.stderr)
+            return 1
+        only = [t.strip() for t in args.tables.split(",")] if args.tables else None
+        unknown = sorted(set(only or ()) - set(tables))
+        if unknown:
+            print(f"kmon maintain: no table {', '.join(unknown)} under {config.storage_root} "
+                  f"(tables: {', '.join(tables)})", file=sys.stderr)
+            return 2
+        m = config.maintenance
+        print(f"kmon maintain: {len(only or tables)} tables under {config.storage_root}: "
+              f"z-order closed days ({'on' if m.zorder else 'off'}), compact the open day's "
+              f"files under {m.small_file_mb} MiB, vacuum past {m.vacuum_retain_h:g} h"
+              + ("" if args.all else "; findings, lag and remediation tables vacuumed only "
+                 "(--all with kmon stopped)"), flush=True)
+        outcomes = Maintenance(spark, lake, m, live=not args.all).run(
+            only, progress=lambda o: print("  " + o.line(), flush=True))
+        failed = [o for o in outcomes if o.errors]
+        print(f"kmon maintain: files {sum(o.files_before for o in outcomes):,} -> "
+              f"{sum(o.files_after for o in outcomes):,}, on disk "
+              f"{sum(o.disk_bytes_before for o in outcomes) / 2**20:,.1f} -> "
+              f"{sum(o.disk_bytes_after for o in outcomes) / 2**20:,.1f} MiB; "
+              f"{len(failed)} tables with errors; what was done is in gold.table_maintenance")
+        return 1 if failed else 0
+    finally:
+        spark.stop()
+
+
 def cmd_dashboards(args, config) -> int:
     import os
 
@@ -451,6 +484,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--table", help="one silver table (default: all)")
     sp.add_argument("--since-hours", type=float, help="only rows newer than this")
 
+    sp = add("maintain", "Maintain the Delta tables now: Z-order each closed day by (broker, "
+                         "time), compact the open day's small files, vacuum old versions "
+                         "(`kmon run` does it every [maintenance] every_h hours)",
+             "kmon maintain --tables gold.request_stages_1m,silver.request_windows")
+    sp.add_argument("--tables", help="comma-separated <layer>.<name> (default: every table)")
+    sp.add_argument("--all", action="store_true",
+                    help="also rewrite the tables written by MERGE (findings, lag, "
+                         "remediation): only while kmon is stopped, a running detector's "
+                         "MERGE would fail against the rewrite")
+
     sp = add("dashboards", "Write the Grafana dashboards (JSON for file provisioning) and "
                            "optionally push them to Grafana",
              "GRAFANA_TOKEN=... kmon dashboards --push https://grafana.example.com")
@@ -464,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"setup": cmd_setup, "config": cmd_config, "cluster": cmd_cluster, "demo": cmd_demo,
             "run": cmd_run, "agents": cmd_agents, "remediate": cmd_remediate,
             "report": cmd_report, "sql": cmd_sql, "validate": cmd_validate,
+            "maintain": cmd_maintain,
             "dashboards": cmd_dashboards, "matrix": cmd_matrix}
 
 

@@ -43,15 +43,9 @@ class Lake:
         return self._join("_checkpoints", query)
 
 
-def register_tables(spark, lake: Lake) -> list[str]:
-    """Register every Delta table that exists under the lake as <layer>.<name>.
-
-    Each is registered at its fully qualified location: a relative lake root
-    (``.kmon/demo-replay/lake``) registered as written was resolved by the catalog to a
-    place with no Delta log, and the table could not be read by name.
-    """
-
-    registered = []
+def delta_tables(spark, lake: Lake) -> list[tuple[str, str, str]]:
+    """(layer, name, fully qualified location) of every Delta table under the lake."""
+    found = []
     jvm = spark.sparkContext._jvm
     hconf = spark.sparkContext._jsc.hadoopConfiguration()
     for layer in LAYERS:
@@ -59,13 +53,36 @@ def register_tables(spark, lake: Lake) -> list[str]:
         fs = base.getFileSystem(hconf)
         if not fs.exists(base):
             continue
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {layer}")
         for status in fs.listStatus(base):
-            name = status.getPath().getName()
-            if not fs.exists(jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")):
-                continue
-            _register(spark, f"{layer}.{name}", status.getPath().toString())
-            registered.append(f"{layer}.{name}")
+            if fs.exists(jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")):
+                found.append((layer, status.getPath().getName(), status.getPath().toString()))
+    return sorted(found)
+
+
+def partition_values(spark, location: str, column: str) -> list[str]:
+    """The values of a partition column that have a folder under the table (a cheap
+    listing: no Delta log, no data; a folder whose files were all removed may remain)."""
+    jvm = spark.sparkContext._jvm
+    base = jvm.org.apache.hadoop.fs.Path(location)
+    fs = base.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    prefix = f"{column}="
+    return sorted(s.getPath().getName()[len(prefix):] for s in fs.listStatus(base)
+                  if s.isDirectory() and s.getPath().getName().startswith(prefix))
+
+
+def register_tables(spark, lake: Lake) -> list[str]:
+    """Register every Delta table that exists under the lake as <layer>.<name>.
+
+    Each is registered at its fully qualified location: a relative lake root
+    (``.kmon/demo-replay/lake``) registered as written was resolved by the catalog to a
+    place with no Delta log, and the table could not be read by name.
+    """
+    registered, tables = [], delta_tables(spark, lake)
+    for layer in sorted({layer for layer, _, _ in tables}):
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {layer}")
+    for layer, name, location in tables:
+        _register(spark, f"{layer}.{name}", location)
+        registered.append(f"{layer}.{name}")
     return registered
 
 

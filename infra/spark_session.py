@@ -157,6 +157,11 @@ def build_spark_session(config: SparkConfig, jvm_deps: JvmDeps | None = None):
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(config.spark.log_level)
+    # What the JVM prints on its standard output (Delta's VACUUM says "Deleted N files ...")
+    # goes where its logs go: standard error, which `kmon run` keeps in a file. kmon's own
+    # console output is Python's, on the Python side.
+    jvm_system = session.sparkContext._jvm.java.lang.System
+    jvm_system.setOut(jvm_system.err)
     log.info("Spark %s session on %s, lake at %s", session.version, config.spark.master,
              config.storage_root)
     return session

@@ -47,8 +47,11 @@ def extra_tables() -> list[tuple[str, str, dict[str, str]]]:
     """Tables declared outside schemas/ and the streaming jobs. An import error here is a
     real error: swallowing it would write a reference without those tables."""
     from jobs.detect import ANOMALY_COLUMNS
+    from jobs.maintenance import LOG_COLUMNS
     return [("gold.anomalies", "One row per finding, updated in place (MERGE on "
-             "finding_id) as it persists and resolves.", ANOMALY_COLUMNS)]
+             "finding_id) as it persists and resolves.", ANOMALY_COLUMNS),
+            ("gold.table_maintenance", "What each maintenance pass did (jobs/maintenance.py, "
+             "`kmon maintain`): one row per table and operation.", LOG_COLUMNS)]
 
 
 def markdown() -> str:

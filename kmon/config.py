@@ -33,6 +33,7 @@ from infra.kafka_clients import TelemetrySection, WatchSection
 from infra.local_cluster import LocalClusterSection
 from infra.spark_session import SparkSection
 from ingest.request_log_config import RequestLogSection
+from jobs.maintenance_config import MaintenanceSection
 from jobs.pipeline_config import PipelineSection
 from remediation.config import RemediationSection
 
@@ -55,6 +56,7 @@ SECTIONS: dict[str, type] = {
     "jvm": JvmSection,
     "local_cluster": LocalClusterSection,
     "pipeline": PipelineSection,
+    "maintenance": MaintenanceSection,
     "telemetry": TelemetrySection,
     "request_log": RequestLogSection,
     "watch": WatchSection,
@@ -75,6 +77,7 @@ class Config:
     jvm: JvmSection = field(default_factory=JvmSection)
     local_cluster: LocalClusterSection = field(default_factory=LocalClusterSection)
     pipeline: PipelineSection = field(default_factory=PipelineSection)
+    maintenance: MaintenanceSection = field(default_factory=MaintenanceSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     request_log: RequestLogSection = field(default_factory=RequestLogSection)
     watch: WatchSection = field(default_factory=WatchSection)

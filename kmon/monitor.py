@@ -136,7 +136,7 @@ class Monitor:
         # Called after them, in the detector query's write-behind thread (the decision step).
         self.background_listeners: list = []
         self.spark = self.pipeline = self.supervisor = self.server = None
-        self.decisions = None
+        self.decisions = self.maintenance = None
         # The silver query's commits; each detector evaluation starts after one.
         self.silver_commits = SilverCommits()
         self._release_clients = lambda: None
@@ -172,6 +172,9 @@ class Monitor:
             self.watched_bootstrap, in_background=self._on_findings_in_background,
             silver_commits=commits if config.pipeline.detect_after_silver_commit else None)
         self.pipeline.start()
+        from jobs.maintenance import MaintenanceLoop
+        self.maintenance = MaintenanceLoop(self.spark, self.lake, config.maintenance)
+        self.maintenance.start()
         if self.agents:
             self.supervisor = AgentSupervisor(self.agents)
             self.supervisor.start()
@@ -220,6 +223,9 @@ class Monitor:
             self.supervisor.stop()
             self.supervisor = None
         self.silver_commits.close()   # a detector tick waiting for silver goes on now
+        if self.maintenance is not None:
+            self.maintenance.stop()
+            self.maintenance = None
         if self.pipeline:
             self.pipeline.stop()
 
