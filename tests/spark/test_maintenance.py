@@ -106,3 +106,47 @@ def test_all_rewrites_the_merge_tables_too(spark, lake):
     o = {o.table: o for o in Maintenance(spark, lake, MaintenanceSection(), live=False,
                                          clock=lambda: NOW_MS).run()}["gold.anomalies"]
     assert o.compacted == ["(table)"] and o.files_after == 1
+
+
+def test_a_pass_while_a_stream_appends_and_another_reads_loses_and_repeats_nothing(
+        spark, tmp_path):
+    """Safe with the streams running: a streaming query appends to a table every second
+    while a second one reads it as a stream (as the gold queries read silver), and two
+    passes compact it meanwhile. Neither query fails, and every row the writer wrote is
+    in the table and in the reader's copy exactly once."""
+    import time
+
+    lake = Lake(str(tmp_path / "lake"))
+    path, copy = lake.table("silver", "ticks"), lake.table("gold", "ticks_copy")
+    source = (spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+              .select(F.col("value").alias("id"), F.lit(3).alias("broker"),
+                      (F.unix_millis("timestamp")).alias("ts_ms"),
+                      F.to_date("timestamp").alias("date")))
+    writer = (source.writeStream.format("delta").partitionBy("date")
+              .option("checkpointLocation", str(tmp_path / "cp-writer"))
+              .trigger(processingTime="1 second").start(path))
+    reader = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (Path(path) / "_delta_log").exists() or \
+                len(list(Path(path).rglob("*.parquet"))) < 4:
+            assert time.monotonic() < deadline, "the writer wrote nothing"
+            time.sleep(0.5)
+        reader = (spark.readStream.format("delta").load(path).writeStream.format("delta")
+                  .option("checkpointLocation", str(tmp_path / "cp-reader"))
+                  .trigger(processingTime="1 second").start(copy))
+        m = Maintenance(spark, lake, MaintenanceSection(), live=True)
+        passes = [m.run(only=["silver.ticks"]) for _ in range(2)]
+        assert all(not o.errors for p in passes for o in p)
+        assert any(o.compacted for p in passes for o in p)
+        time.sleep(3)
+    finally:
+        writer.stop()
+    assert reader is not None
+    reader.processAllAvailable()
+    reader.stop()
+    assert writer.exception() is None and reader.exception() is None
+    ids = [r["id"] for r in spark.read.format("delta").load(path).select("id").collect()]
+    assert len(ids) == len(set(ids)) and sorted(ids) == list(range(len(ids)))
+    copied = [r["id"] for r in spark.read.format("delta").load(copy).select("id").collect()]
+    assert sorted(copied) == sorted(ids)
