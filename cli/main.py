@@ -325,11 +325,20 @@ def cmd_maintain(args, config) -> int:
         print(f"kmon maintain: {len(only or tables)} tables under {config.storage_root}: "
               f"z-order closed days ({'on' if m.zorder else 'off'}), compact the open day's "
               f"files under {m.small_file_mb} MiB, vacuum past {m.vacuum_retain_h:g} h"
+              + (f", delete landing files a committed batch read once {m.landing_retain_h:g} h "
+                 f"old" if m.prune_landing and not only else "")
               + ("" if args.all else "; findings, lag and remediation tables vacuumed only "
                  "(--all with kmon stopped)"), flush=True)
-        outcomes = Maintenance(spark, lake, m, live=not args.all).run(
-            only, progress=lambda o: print("  " + o.line(), flush=True))
-        failed = [o for o in outcomes if o.errors]
+        maintenance = Maintenance(spark, lake, m, live=not args.all,
+                                  log_retention_h=config.spark.delta_log_retention_h)
+        outcomes = maintenance.run(only, progress=lambda o: print("  " + o.line(), flush=True))
+        for o in maintenance.landing:
+            if o.files_before:
+                print(f"  {'landing/' + o.stream:32s} files {o.files_before:>6,} -> "
+                      f"{o.files_after:<6,} deleted {o.bytes_deleted / 2**20:,.1f} MiB"
+                      + (f"  ERRORS: {'; '.join(o.errors[:3])}" if o.errors else ""),
+                      flush=True)
+        failed = [o for o in outcomes if o.errors] + [o for o in maintenance.landing if o.errors]
         print(f"kmon maintain: files {sum(o.files_before for o in outcomes):,} -> "
               f"{sum(o.files_after for o in outcomes):,}, on disk "
               f"{sum(o.disk_bytes_before for o in outcomes) / 2**20:,.1f} -> "
@@ -485,14 +494,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--since-hours", type=float, help="only rows newer than this")
 
     sp = add("maintain", "Maintain the Delta tables now: Z-order each closed day by (broker, "
-                         "time), compact the open day's small files, vacuum old versions "
+                         "time), compact the open day's small files, vacuum old versions, "
+                         "delete the landing files a committed batch read "
                          "(`kmon run` does it every [maintenance] every_h hours)",
              "kmon maintain --tables gold.request_stages_1m,silver.request_windows")
     sp.add_argument("--tables", help="comma-separated <layer>.<name> (default: every table)")
     sp.add_argument("--all", action="store_true",
                     help="also rewrite the tables written by MERGE (findings, lag, "
-                         "remediation): only while kmon is stopped, a running detector's "
-                         "MERGE would fail against the rewrite")
+                         "remediation) and set spark.delta_log_retention_h on tables made "
+                         "before it: only while kmon is stopped, a running detector's "
+                         "MERGE or a stream's append would fail against the change")
 
     sp = add("dashboards", "Write the Grafana dashboards (JSON for file provisioning) and "
                            "optionally push them to Grafana",

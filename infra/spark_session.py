@@ -39,6 +39,12 @@ class SparkSection:
                         "one machine (a plan's times are literals in its code, so each detector "
                         "evaluation and micro-batch compiled anew); keep it on for a cluster's "
                         "large batches", "auto", choices=("auto", "on", "off"))
+    delta_log_retention_h: float = _key(
+        "How long the Delta tables kmon creates keep their commit log "
+        "(delta.logRetentionDuration; Delta's default is 30 days, about 260,000 log files for "
+        "a table written every 10 s): time travel and a stopped stream's restart reach back "
+        "this far. Keep it at or above maintenance.vacuum_retain_h. `kmon maintain --all` "
+        "sets it on tables made before", 168.0, min=1, max=24 * 365 * 10)
     extra_conf: dict = _key("Extra Spark settings passed as-is, e.g. "
                             "{\"spark.hadoop.fs.s3a.endpoint\" = \"...\"}", {})
 
@@ -64,6 +70,11 @@ def _local_path(root: str) -> bool:
     from urllib.parse import urlparse
 
     return urlparse(root).scheme in ("", "file")
+
+
+def log_retention(hours: float) -> str:
+    """delta.logRetentionDuration's value for `hours` (whole minutes)."""
+    return f"interval {max(1, round(hours * 60))} minutes"
 
 
 class SparkConfig(Protocol):
@@ -104,6 +115,9 @@ def spark_conf(config: SparkConfig, jars: list[Path]) -> dict[str, str]:
                                                    *(_LOCAL_JVM_OPTIONS
                                                      if s.master.startswith("local") else [])]),
         "spark.ui.showConsoleProgress": "false",
+        # every Delta table this session creates
+        "spark.databricks.delta.properties.defaults.logRetentionDuration":
+            log_retention(s.delta_log_retention_h),
     }
     if s.master.startswith("local"):
         # Delta rebuilds table state with 50 tasks by default: right for a cluster,

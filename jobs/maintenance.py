@@ -17,6 +17,8 @@ list and open tens of thousands of files, and the lake grows without bound. One 
 - **The open day is compacted incrementally**: only its files below `small_file_mb` are
   bin-packed together, so a pass costs what was appended since the last one.
 - **VACUUM** deletes data files no version of the last `vacuum_retain_h` hours needs.
+- **The landing folder** (embedded mode) loses the files a committed batch has read, once
+  they are `landing_retain_h` old (jobs/landing_retention.py).
 
 Safe with the streams running: OPTIMIZE commits change no data (``dataChange = false``),
 so an append racing it does not conflict, and a streaming reader of the table skips the
@@ -43,6 +45,7 @@ from pyspark.sql.types import (DateType, DoubleType, LongType, StringType, Struc
                                StructType)
 
 from infra.lake import Lake, delta_tables, partition_values
+from jobs.landing_retention import LandingRetention, StreamOutcome
 from jobs.maintenance_config import DELTA_MIN_RETAIN_H, MaintenanceSection
 
 log = logging.getLogger(__name__)
@@ -76,11 +79,13 @@ LOG_SCHEMA = StructType([
 ])
 
 LOG_COLUMNS = {
-    "table": "Table maintained (<layer>.<name>)",
+    "table": "Table maintained (<layer>.<name>), or landing/<stream> for a landing folder",
     "operation": "zorder (a closed day, once), compact_closed (a closed day of a table with "
                  "no broker and time column, once), compact (the open day's small files), "
-                 "vacuum, or table (the whole pass on the table: files and bytes before and "
-                 "after)",
+                 "vacuum, log_retention (kmon maintain --all: delta.logRetentionDuration "
+                 "set to spark.delta_log_retention_h), table (the whole pass on the table: "
+                 "files and bytes before and after), or landing (files read by a committed batch and older than "
+                 "landing_retain_h deleted from a landing folder)",
     "partition": "The day (partition value) the operation rewrote; null for vacuum and table",
     "ts_ms": "When the operation ended, epoch ms",
     "files_before / files_after": "Files of the table's current version before and after "
@@ -150,13 +155,20 @@ class Maintenance:
     so MERGE targets are only vacuumed."""
 
     def __init__(self, spark: SparkSession, lake: Lake, section: MaintenanceSection, *,
-                 live: bool = True, clock: Callable[[], int] = system_clock_ms):
+                 live: bool = True, clock: Callable[[], int] = system_clock_ms,
+                 log_retention_h: float | None = None):
         self.spark, self.lake, self.section = spark, lake, section
         self.live, self.clock = live, clock
+        # With kmon stopped (not live): the Delta log retention set on tables made before
+        # spark.delta_log_retention_h (a table property change would fail a running append).
+        self.log_retention_h = log_retention_h
+        self.landing: list[StreamOutcome] = []    # the last pass's landing folders
 
     def run(self, only: Iterable[str] | None = None,
             progress: Callable[[TableOutcome], None] | None = None) -> list[TableOutcome]:
-        """Maintain every table (or the `only` ones, as <layer>.<name>); returns what was done."""
+        """Maintain every table (or the `only` ones, as <layer>.<name>), then, on a pass
+        over everything, the landing folder; returns what was done to the tables (the
+        landing folders' outcome is in `landing`)."""
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
         wanted = set(only) if only is not None else None
         done = self._zordered()
@@ -171,7 +183,33 @@ class Maintenance:
                 progress(outcome)
             else:
                 log.info("maintenance: %s", outcome.line())
+        self.landing = self.prune_landing(log_each=progress is None) if wanted is None else []
         return out
+
+    def prune_landing(self, log_each: bool = True) -> list[StreamOutcome]:
+        """The landing folders' files a committed batch read, older than landing_retain_h
+        (`log_each`: a log line per folder; the caller prints them otherwise)."""
+        if not self.section.prune_landing:
+            return []
+        started = time.monotonic()
+        try:
+            outcomes = LandingRetention(self.spark, self.lake, self.section.landing_retain_h,
+                                        self.clock).run()
+        except Exception as e:  # noqa: BLE001 - the tables are done; the next pass tries again
+            log.warning("maintenance: landing retention failed: %s", e)
+            self._log([self._row("landing", "landing", None, time.monotonic() - started,
+                                 f"{type(e).__name__}: {e}")])
+            return []
+        seconds = time.monotonic() - started
+        self._log([self._row(f"landing/{o.stream}", "landing", None, seconds,
+                             "; ".join(o.errors[:3]) or None, removed=o.files_deleted,
+                             before=(o.files_before, o.bytes_before),
+                             after=(o.files_after, o.bytes_after)) for o in outcomes])
+        for o in outcomes if log_each else ():
+            if o.files_before:
+                log.info("maintenance: landing/%s files %d -> %d (%.1f MiB deleted)", o.stream,
+                         o.files_before, o.files_after, o.bytes_deleted / 2**20)
+        return outcomes
 
     def table(self, table: str, path: str, zordered: set[str]) -> TableOutcome:
         from delta.tables import DeltaTable
@@ -198,6 +236,8 @@ class Maintenance:
                         rows.append(self._optimize(dt, table, part, d, zcols, out))
                     elif d not in closed:
                         rows.append(self._optimize(dt, table, part, d, None, out))
+        if not self.live and self.log_retention_h is not None:
+            rows.append(self._log_retention(path, table, detail, out))
         rows.append(self._vacuum(dt, table, out))
         detail = dt.detail().first()
         out.files_after, out.bytes_after = int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
@@ -241,6 +281,23 @@ class Maintenance:
             return None                  # nothing small enough to pack: not worth a row
         return self._row(table, op, day, time.monotonic() - started, None,
                          removed=removed, added=added)
+
+    def _log_retention(self, path: str, table: str, detail, out: TableOutcome) -> dict | None:
+        """delta.logRetentionDuration set to `log_retention_h` where it is not already."""
+        from infra.spark_session import log_retention
+
+        want = log_retention(self.log_retention_h)
+        if (detail["properties"] or {}).get("delta.logRetentionDuration") == want:
+            return None
+        started = time.monotonic()
+        try:
+            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                           f"('delta.logRetentionDuration' = '{want}')")
+        except Exception as e:  # noqa: BLE001
+            out.errors.append(f"log retention: {type(e).__name__}: {str(e)[:300]}")
+            return self._row(table, "log_retention", None, time.monotonic() - started,
+                             f"{type(e).__name__}: {e}")
+        return self._row(table, "log_retention", None, time.monotonic() - started, None)
 
     def _vacuum(self, dt, table: str, out: TableOutcome) -> dict | None:
         started = time.monotonic()

@@ -36,3 +36,10 @@ class MaintenanceSection:
     small_file_mb: int = _key("In the open day's partition, files below this size are "
                               "compacted together (larger ones are left as they are, so a "
                               "pass does not rewrite the day again)", 32, min=1, max=1024)
+    prune_landing: bool = _key("Delete the landing folder's files (embedded mode) that a "
+                               "committed batch of the lake's streaming queries has read and "
+                               "that are older than landing_retain_h (jobs/landing_retention.py)",
+                               True)
+    landing_retain_h: float = _key("Landing files younger than this stay, read or not: the raw "
+                                   "copy of recent telemetry, to look at or replay", 24.0,
+                                   min=0, max=24 * 365)

@@ -150,3 +150,76 @@ def test_a_pass_while_a_stream_appends_and_another_reads_loses_and_repeats_nothi
     assert len(ids) == len(set(ids)) and sorted(ids) == list(range(len(ids)))
     copied = [r["id"] for r in spark.read.format("delta").load(copy).select("id").collect()]
     assert sorted(copied) == sorted(ids)
+
+
+def test_landing_files_go_once_a_committed_batch_read_them_and_they_are_old(spark, tmp_path):
+    """The file source's real checkpoint: files a committed batch read and older than
+    landing_retain_h are deleted; a file no batch read, and a recent one, stay; the query
+    restarted after the deletion reads the new file only, and no row is lost or repeated."""
+    import os
+
+    from jobs.bronze import from_landing
+
+    lake = Lake(str(tmp_path / "lake"))
+    folder = Path(lake.landing("broker_metrics"))
+    folder.mkdir(parents=True)
+
+    def write(name: str, first: int, age_h: float = 0) -> Path:
+        p = folder / name
+        p.write_text("".join(f'{{"n": {first + i}}}\n' for i in range(10)))
+        t = NOW_MS / 1000 - age_h * 3600
+        os.utime(p, (t, t))
+        return p
+
+    def run_once() -> None:
+        q = (from_landing(spark, lake, ["broker_metrics"]).select("value").writeStream
+             .format("delta").option("checkpointLocation", lake.checkpoint("silver"))
+             .trigger(availableNow=True).start(lake.table("silver", "lines")))
+        q.awaitTermination()
+        assert q.exception() is None
+
+    old_a, old_b = write("a.jsonl", 0, age_h=30), write("b.jsonl", 10, age_h=30)
+    recent = write("c.jsonl", 20, age_h=1)
+    run_once()
+    unread = write("d.jsonl", 30, age_h=30)      # old, but no batch has read it yet
+    m = Maintenance(spark, lake, MaintenanceSection(landing_retain_h=24), clock=lambda: NOW_MS)
+    m.run()
+    (out,) = m.landing
+    assert (out.stream, out.files_before, out.files_deleted) == ("broker_metrics", 4, 2)
+    assert not old_a.exists() and not old_b.exists() and recent.exists() and unread.exists()
+    log = spark.read.format("delta").load(lake.table("gold", LOG_TABLE)) \
+        .where("operation = 'landing'").first()
+    assert (log["table"], log["files_before"], log["files_after"], log["files_removed"]) == \
+        ("landing/broker_metrics", 4, 2, 2)
+
+    run_once()
+    values = [r["value"] for r in spark.read.format("delta")
+              .load(lake.table("silver", "lines")).collect()]
+    assert sorted(values) == sorted(f'{{"n": {i}}}' for i in range(40))
+
+    m.run()                                       # d.jsonl read now, and old: it goes too
+    assert not unread.exists() and recent.exists()
+    assert Maintenance(spark, lake, MaintenanceSection(prune_landing=False),
+                       clock=lambda: NOW_MS + 10**9).run() is not None
+    assert recent.exists()
+
+
+def test_tables_keep_their_log_for_the_configured_time(spark, lake, kmon_config):
+    from infra.spark_session import log_retention
+
+    def retention(path):
+        return {r["key"]: r["value"] for r in
+                spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+                }.get("delta.logRetentionDuration")
+
+    want = log_retention(kmon_config.spark.delta_log_retention_h)
+    path = lake.table("gold", "request_stages_1m")
+    assert retention(path) == want == "interval 10080 minutes"     # made by this session
+    spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.logRetentionDuration')")
+    assert retention(path) is None                                  # a table made before
+    Maintenance(spark, lake, MaintenanceSection(), live=True, clock=lambda: NOW_MS,
+                log_retention_h=168).run()
+    assert retention(path) is None                # not while kmon runs
+    Maintenance(spark, lake, MaintenanceSection(), live=False, clock=lambda: NOW_MS,
+                log_retention_h=168).run()
+    assert retention(path) == want

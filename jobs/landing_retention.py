@@ -1,0 +1,187 @@
+"""The landing folder kept bounded: a file goes once the query that reads it is past it.
+
+In the embedded mode the agents write JSON-lines files under ``landing/<stream>/`` and the
+silver queries read them with Spark's file source. Nothing else removes them, so a kmon
+left running keeps every file it was ever sent. A maintenance pass (jobs/maintenance.py)
+deletes a landing file when both hold:
+
+- **A committed batch read it.** Each file-source query records, per batch, the files it
+  planned in its checkpoint's source log (``_checkpoints/<query>/sources/<n>/``, a line of
+  JSON per file with its ``path`` and ``batchId``), and writes ``commits/<batchId>`` once
+  the batch's output is committed. A file in a batch at or below the last commit is in
+  silver (or quarantine) for good; a file planned in a batch not committed yet, or not
+  planned at all, stays.
+- **It is older than ``landing_retain_h``**, so the raw copy of recent telemetry stays
+  there to look at or replay.
+
+Spark's own ``cleanSource`` option deletes files too, but for every file source at once and
+with no age: a matrix run records the landing folder after each scenario (tests/corpus/),
+and a replay copies recorded files into a fresh lake. Here only files a committed batch of
+this lake's checkpoints names are touched, so a copied folder no checkpoint has read yet is
+safe. Reading the source log directly is reading Spark's on-disk format (version ``v1``,
+the same since Spark 2.0); a line of another shape is ignored, which can only keep a file.
+
+The Kafka source (``pipeline.source = "kafka"``) has no landing folder: Kafka's retention
+bounds it there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+from urllib.parse import unquote, urlparse
+
+from infra.lake import Lake
+
+log = logging.getLogger(__name__)
+
+_LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
+
+
+def normalized(uri: str) -> str:
+    """One spelling of a file's location: Spark's source log writes ``file:///a/b%20c``,
+    a Hadoop listing gives ``file:/a/b c``."""
+    u = urlparse(uri)
+    scheme = u.scheme or "file"
+    path = re.sub(r"/{2,}", "/", unquote(u.path))
+    return f"{scheme}://{u.netloc}{path}"
+
+
+def log_batch(name: str) -> int | None:
+    """The batch id a source-log or commits file is named for (``12``, ``19.compact``);
+    None for anything else (``.12.crc``, a temporary file)."""
+    m = _LOG_FILE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def source_log_entries(text: str) -> list[tuple[str, int]]:
+    """(path, batchId) of each file a source-log file lists. The first line is the format
+    version; a line that is not a file entry (another source's offsets) is skipped."""
+    out = []
+    for line in text.splitlines()[1:]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) \
+                and isinstance(entry.get("batchId"), int):
+            out.append((entry["path"], entry["batchId"]))
+    return out
+
+
+def consumed_files(source_logs: Iterable[str], last_committed: int | None) -> set[str]:
+    """The files (normalized) that batches up to `last_committed` read."""
+    if last_committed is None:
+        return set()
+    return {normalized(path) for text in source_logs
+            for path, batch in source_log_entries(text) if batch <= last_committed}
+
+
+def to_delete(files: Iterable[tuple[str, int, int]], consumed: set[str], now_ms: int,
+              retain_h: float) -> list[tuple[str, int]]:
+    """Of the landing files (path, modified ms, bytes), those read by a committed batch
+    and older than `retain_h`: (path, bytes)."""
+    cutoff = now_ms - int(retain_h * 3_600_000)
+    return [(path, size) for path, mtime, size in files
+            if mtime < cutoff and normalized(path) in consumed]
+
+
+@dataclass
+class StreamOutcome:
+    stream: str
+    files_before: int = 0
+    bytes_before: int = 0
+    files_deleted: int = 0
+    bytes_deleted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def files_after(self) -> int:
+        return self.files_before - self.files_deleted
+
+    @property
+    def bytes_after(self) -> int:
+        return self.bytes_before - self.bytes_deleted
+
+
+class LandingRetention:
+    """Deletes the landing files the lake's queries have committed past and that are older
+    than `retain_h` (module docstring), through Hadoop's FileSystem (any storage the lake
+    is on)."""
+
+    def __init__(self, spark, lake: Lake, retain_h: float, clock) -> None:
+        self.spark, self.lake, self.retain_h, self.clock = spark, lake, retain_h, clock
+        self._jvm = spark.sparkContext._jvm
+        self._hconf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _path(self, location: str):
+        return self._jvm.org.apache.hadoop.fs.Path(location)
+
+    def _fs(self, path):
+        return path.getFileSystem(self._hconf)
+
+    def _list(self, location: str) -> list:
+        p = self._path(location)
+        fs = self._fs(p)
+        return list(fs.listStatus(p)) if fs.exists(p) else []
+
+    def _read(self, status) -> str:
+        fs = self._fs(status.getPath())
+        stream = fs.open(status.getPath())
+        try:
+            reader = self._jvm.java.io.BufferedReader(
+                self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            while (line := reader.readLine()) is not None:
+                lines.append(line)
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def consumed(self) -> set[str]:
+        """Every file a committed batch of any of the lake's queries read."""
+        out: set[str] = set()
+        for query in self._list(self.lake.checkpoint("")):
+            if not query.isDirectory():
+                continue
+            base = query.getPath().toString()
+            commits = [b for s in self._list(f"{base}/commits")
+                       if (b := log_batch(s.getPath().getName())) is not None]
+            if not commits:
+                continue
+            logs = [self._read(s) for source in self._list(f"{base}/sources")
+                    if source.isDirectory()
+                    for s in self._list(source.getPath().toString())
+                    if log_batch(s.getPath().getName()) is not None]
+            out |= consumed_files(logs, max(commits))
+        return out
+
+    def run(self) -> list[StreamOutcome]:
+        """One pass over every landing/<stream>/ folder; what it deleted, per stream."""
+        consumed = self.consumed()
+        now = self.clock()
+        outcomes = []
+        for folder in self._list(self.lake.landing_root):
+            if not folder.isDirectory():
+                continue
+            out = StreamOutcome(folder.getPath().getName())
+            files = [(s.getPath().toString(), s.getModificationTime(), s.getLen())
+                     for s in self._list(folder.getPath().toString())
+                     if s.isFile() and not s.getPath().getName().startswith((".", "_"))]
+            out.files_before, out.bytes_before = len(files), sum(f[2] for f in files)
+            for path, size in to_delete(files, consumed, now, self.retain_h):
+                try:
+                    p = self._path(path)
+                    if self._fs(p).delete(p, False):
+                        out.files_deleted += 1
+                        out.bytes_deleted += size
+                except Exception as e:  # noqa: BLE001 - the next pass tries again
+                    out.errors.append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
+            if out.errors:
+                log.warning("landing retention: %d files of landing/%s not deleted, first: %s",
+                            len(out.errors), out.stream, out.errors[0])
+            outcomes.append(out)
+        return outcomes
