@@ -129,15 +129,11 @@ class LandingRetention:
         return list(fs.listStatus(p)) if fs.exists(p) else []
 
     def _read(self, status) -> str:
-        fs = self._fs(status.getPath())
-        stream = fs.open(status.getPath())
+        """The whole file in one call across the JVM bridge (a compacted source log holds a
+        line per file ever read: a call per line would cost a round trip each)."""
+        stream = self._fs(status.getPath()).open(status.getPath())
         try:
-            reader = self._jvm.java.io.BufferedReader(
-                self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
-            lines = []
-            while (line := reader.readLine()) is not None:
-                lines.append(line)
-            return "\n".join(lines)
+            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
 

@@ -45,6 +45,7 @@ from pyspark.sql.types import (DateType, DoubleType, LongType, StringType, Struc
                                StructType)
 
 from infra.lake import Lake, delta_tables, partition_values
+from infra.spark_session import log_retention
 from jobs.landing_retention import LandingRetention, StreamOutcome
 from jobs.maintenance_config import DELTA_MIN_RETAIN_H, MaintenanceSection
 
@@ -84,8 +85,8 @@ LOG_COLUMNS = {
                  "no broker and time column, once), compact (the open day's small files), "
                  "vacuum, log_retention (kmon maintain --all: delta.logRetentionDuration "
                  "set to spark.delta_log_retention_h), table (the whole pass on the table: "
-                 "files and bytes before and after), or landing (files read by a committed batch and older than "
-                 "landing_retain_h deleted from a landing folder)",
+                 "files and bytes before and after), or landing (files read by a committed "
+                 "batch and older than landing_retain_h deleted from a landing folder)",
     "partition": "The day (partition value) the operation rewrote; null for vacuum and table",
     "ts_ms": "When the operation ended, epoch ms",
     "files_before / files_after": "Files of the table's current version before and after "
@@ -284,8 +285,6 @@ class Maintenance:
 
     def _log_retention(self, path: str, table: str, detail, out: TableOutcome) -> dict | None:
         """delta.logRetentionDuration set to `log_retention_h` where it is not already."""
-        from infra.spark_session import log_retention
-
         want = log_retention(self.log_retention_h)
         if (detail["properties"] or {}).get("delta.logRetentionDuration") == want:
             return None
