@@ -21,7 +21,20 @@ Findings (`set_findings`, called after every detector evaluation with the curren
   finding id, the first time an open finding reaches the exporter: detection time minus
   the finding's first_seen (when the condition started). Detection time is the finding's
   ``detected_ms`` when the model carries one, else the ``now_ms`` of that call; after an
-  exporter restart the still-open findings count as newly seen once more.
+  exporter restart the still-open findings count as newly seen once more, unless the
+  exporter keeps its state (below).
+
+Across a restart (`state_path`): each `set_findings` also writes the open-findings
+snapshot, the clusters seen and the open finding ids to a small JSON file (written whole
+to a temporary file, then renamed over the old one: a kill -9 leaves the old or the new,
+never half of one). An exporter built with that path serves it from its first scrape, so
+a `kmon run` killed and restarted is back on /metrics with the same findings within
+seconds, before Spark has started (its detectors re-evaluate a minute or two later and
+replace them), and Prometheus's alerts neither resolve nor fire again; their latency is
+not observed a second time. A file older than `restore_within_s` (10 minutes) is left
+out: findings that old may have ended while kmon was down, and re-serving them would page
+again for what is over. An unreadable file is logged (with its path and why) and left
+out too: the exporter then starts empty, as without one.
 
 Pipeline health (`update_query`, called with each Spark `StreamingQuery.lastProgress`):
 
@@ -48,19 +61,32 @@ Agent health (``kmon_agent_*``) comes from ingest/agent_metrics.py on the same r
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core.findings import AnomalyType, Finding, Severity, Status
 
+log = logging.getLogger(__name__)
+
 NAMESPACE = "kmon"
+STATE_VERSION = 1
+RESTORE_WITHIN_S = 600.0
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 OPEN_LABELS = ("cluster", "type", "severity", "entity_kind", "entity", "incident", "finding",
                "cause", "action")
 COUNT_LABELS = ("cluster", "type", "severity")
@@ -161,8 +187,12 @@ def source_offsets_behind(progress: Mapping[str, Any]) -> dict[str, float]:
 class KmonExporter:
     """kmon's own metrics on `registry`; `serve` exposes them over HTTP."""
 
-    def __init__(self, registry: CollectorRegistry, *, clusters: Iterable[str] = ()):
+    def __init__(self, registry: CollectorRegistry, *, clusters: Iterable[str] = (),
+                 state_path: Path | None = None, restore_within_s: float = RESTORE_WITHIN_S,
+                 clock: Callable[[], int] = wall_clock_ms):
         self.registry = registry
+        self.state_path = state_path
+        self.restore_within_s, self.clock = restore_within_s, clock
         self._lock = threading.Lock()
         self._clusters: set[str] = set(clusters)
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
@@ -171,6 +201,8 @@ class KmonExporter:
 
         self._findings = _FindingsCollector()
         self._findings.snapshot = _Snapshot(counts=self._counts([]))
+        if state_path is not None:
+            self._restore(state_path)
         registry.register(self._findings)
         self.detection_latency = Histogram(
             "finding_detection_latency_seconds", "Time from a condition's start (first_seen) "
@@ -223,6 +255,67 @@ class KmonExporter:
             self._findings.snapshot = _Snapshot(
                 open_series=tuple(sorted({open_labels(f) for f in opened})),
                 counts=self._counts(opened))
+            if self.state_path is not None:
+                self._save(self.state_path, [f.finding_id for f in opened])
+
+    def _save(self, path: Path, open_ids: list[str]) -> None:
+        snap = self._findings.snapshot
+        doc = {"version": STATE_VERSION, "written_ms": self.clock(),
+               "clusters": sorted(self._clusters), "open_ids": sorted(open_ids),
+               "open_series": [list(s) for s in snap.open_series]}
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(doc, separators=(",", ":")))
+            os.replace(tmp, path)
+        except OSError as e:   # the next evaluation tries again; serving goes on
+            log.warning("exporter state not saved to %s: %s", path, e)
+
+    def _restore(self, path: Path) -> None:
+        """The snapshot the last run saved (module docstring), if there is a readable one."""
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            log.warning("exporter state %s not restored (%s): starting with no findings",
+                        path, e)
+            return
+        try:
+            if doc.get("version") != STATE_VERSION:
+                raise ValueError(f"version {doc.get('version')!r}, expected {STATE_VERSION}")
+            series = tuple(tuple(str(v) for v in s) for s in doc["open_series"])
+            if any(len(s) != len(OPEN_LABELS) for s in series):
+                raise ValueError(f"an open_series entry without the {len(OPEN_LABELS)} labels")
+            clusters = {str(c) for c in doc["clusters"]}
+            ids = [str(i) for i in doc["open_ids"]]
+            written_ms = int(doc["written_ms"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            why = f"no key {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+            log.warning("exporter state %s not restored (%s): starting with no findings",
+                        path, why)
+            return
+        age_s = (self.clock() - written_ms) / 1000
+        if age_s > self.restore_within_s:
+            log.info("exporter state %s is %.0f s old (restored only within %.0f s): "
+                     "starting with no findings", path, age_s, self.restore_within_s)
+            return
+        counts = {(c, t.value, sev.value): 0 for c in self._clusters | clusters
+                  for t in AnomalyType for sev in Severity}
+        for labels in series:
+            key = (labels[0], labels[1], labels[2])
+            if key not in counts:
+                log.warning("exporter state %s not restored (an unknown type or severity: "
+                            "%s): starting with no findings", path, key)
+                return
+            counts[key] += 1
+        self._clusters |= clusters
+        for fid in ids[-SEEN_IDS_KEPT:]:
+            self._seen_ids[fid] = None
+        self._findings.snapshot = _Snapshot(open_series=series,
+                                            counts=tuple(sorted(counts.items())))
+        log.info("exporter: %d open finding(s) restored from %s (saved %.0f s ago)",
+                 len(series), path, age_s)
 
     def _counts(self, opened: list[Finding]) -> tuple[tuple[tuple[str, str, str], int], ...]:
         counts = {(c, t.value, s.value): 0 for c in self._clusters

@@ -14,6 +14,7 @@ consistent and a restart resumes without loss or repeats.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
 import sys
@@ -108,6 +109,13 @@ def build_agents(config: Config, registry: CollectorRegistry, lake, state_dir: P
                            request_windows=request_windows(config))
 
 
+def exporter_state_path(config: Config) -> Path:
+    """Where `kmon run` keeps its exporter's open findings across a restart: one file per
+    lake (the findings are its gold.anomalies'), under the work dir."""
+    lake_key = hashlib.sha1(str(config.storage_root).encode()).hexdigest()[:12]
+    return config.work_dir / "exporter-state" / f"{config.watch.cluster}-{lake_key}.json"
+
+
 class Monitor:
     """Everything `kmon run` runs, as one object the demo can start and stop too.
 
@@ -120,14 +128,16 @@ class Monitor:
     def __init__(self, config: Config, *, agents: list | None = None,
                  registry: CollectorRegistry | None = None, watched_bootstrap: str | None = None,
                  cluster_sizes: dict[str, int] | None = None,
-                 on_findings: list | None = None):
+                 on_findings: list | None = None, exporter_state: Path | None = None):
         from infra.lake import Lake
         from kmon.exporter import KmonExporter
 
         self.config = config
         self.lake = Lake(config.storage_root)
         self.registry = registry or CollectorRegistry()
-        self.exporter = KmonExporter(self.registry, clusters=(config.watch.cluster,))
+        # With `exporter_state`, the open findings survive a restart (kmon/exporter.py).
+        self.exporter = KmonExporter(self.registry, clusters=(config.watch.cluster,),
+                                     state_path=exporter_state)
         self.agents = agents or []
         self.watched_bootstrap = watched_bootstrap
         self.cluster_sizes = cluster_sizes or {}
@@ -149,6 +159,11 @@ class Monitor:
         from jobs.streams import streams_for
 
         config = self.config
+        if exporter_port:
+            # First, before Spark starts (a minute on a small machine): after a restart,
+            # /metrics answers again within seconds, with the findings it had saved.
+            self.server, _ = self.exporter.serve(exporter_port)
+            print(f"exporter: http://127.0.0.1:{exporter_port}/metrics", file=out, flush=True)
         kafka_options = (spark_kafka_options(config.telemetry, "telemetry")
                          if config.pipeline.source == "kafka" else None)
         self.spark = build_spark_session(config)
@@ -178,9 +193,6 @@ class Monitor:
         if self.agents:
             self.supervisor = AgentSupervisor(self.agents)
             self.supervisor.start()
-        if exporter_port:
-            self.server, _ = exporter.serve(exporter_port)
-            print(f"exporter: http://127.0.0.1:{exporter_port}/metrics", file=out, flush=True)
 
     def _on_findings(self, findings, now_ms: int) -> None:
         self._hand_over(self.listeners, findings, now_ms)
@@ -268,7 +280,8 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
                 raise
             cluster = None  # jobs only, e.g. replaying landed telemetry
     monitor = Monitor(config, registry=registry, watched_bootstrap=local,
-                      cluster_sizes={config.watch.cluster: len(cluster.broker_nodes)} if cluster else None)
+                      cluster_sizes={config.watch.cluster: len(cluster.broker_nodes)} if cluster else None,
+                      exporter_state=exporter_state_path(config))
     if agents:
         lake_agents = build_agents(config, registry, monitor.lake,
                                    state_dir or config.work_dir / "agent-state", cluster)

@@ -251,10 +251,13 @@ def alertmanager_config(webhook_urls: str | Mapping[str, str], *,
 
 
 def rules_with_for(rules_text: str, for_: str) -> str:
-    """The rule file with every alert's `for:` set to `for_` (e.g. "0s"); nothing else changes."""
+    """The rule file with every alert's `for:` (and `keep_firing_for:` where it has one)
+    set to `for_` (e.g. "0s"): a test's compressed time; nothing else changes."""
     cfg = yaml.safe_load(rules_text)
     for group in cfg["groups"]:
         for rule in group["rules"]:
             if "alert" in rule:
                 rule["for"] = for_
+                if "keep_firing_for" in rule:
+                    rule["keep_firing_for"] = for_
     return yaml.safe_dump(cfg, sort_keys=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import urllib.request
 from datetime import datetime, timezone
 
@@ -171,6 +172,74 @@ def test_two_exporters_cannot_share_a_registry(registry):
     KmonExporter(registry)
     with pytest.raises(ValueError):
         KmonExporter(registry)
+
+
+# --- across a restart ---------------------------------------------------------------------
+
+def restarted(tmp_path, clock_ms: int, **kw) -> tuple[KmonExporter, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return KmonExporter(registry, state_path=tmp_path / "state.json",
+                        clock=lambda: clock_ms, **kw), registry
+
+
+def test_a_restarted_exporter_serves_the_open_findings_it_had(tmp_path):
+    before, reg_before = restarted(tmp_path, T0 + 60_000)
+    resolved = dataclasses.replace(SLOW, status=Status.RESOLVED, resolved_ms=T0)
+    before.set_findings([ELECTION, TRUNCATION, resolved], now_ms=T0 + 60_000)
+    after, reg_after = restarted(tmp_path, T0 + 90_000)
+    assert open_series(reg_after) == open_series(reg_before)
+    assert set(open_series(reg_after)) == {"f-elect", "f-trunc"}
+    assert count(reg_after, "prod-eu", "unclean_election", "critical") == 1
+    assert count(reg_after, "prod-eu", "slow_broker", "high") == 0
+    # The restored findings' latency was observed before the restart: not again.
+    after.set_findings([ELECTION, TRUNCATION, SLOW], now_ms=T0 + 120_000)
+    assert latency_count(reg_after, "unclean_election") is None
+    assert latency_count(reg_after, "slow_broker") == 1
+
+
+def test_the_saved_state_follows_every_evaluation(tmp_path):
+    first, _ = restarted(tmp_path, T0)
+    first.set_findings([ELECTION], now_ms=T0)
+    first.set_findings([], now_ms=T0 + 20_000)
+    _, registry = restarted(tmp_path, T0 + 30_000)
+    assert open_series(registry) == {}
+    assert count(registry, "prod-eu", "unclean_election", "critical") == 0
+    assert not (tmp_path / "state.json.tmp").exists()
+
+
+def test_a_state_older_than_the_restore_limit_is_not_served(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="kmon.exporter")
+    before, _ = restarted(tmp_path, T0)
+    before.set_findings([ELECTION], now_ms=T0)
+    _, registry = restarted(tmp_path, T0 + 601_000)
+    assert open_series(registry) == {}
+    assert "601 s old" in caplog.text
+    _, registry = restarted(tmp_path, T0 + 601_000, restore_within_s=3600)
+    assert set(open_series(registry)) == {"f-elect"}
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{not json", "Expecting property name"),
+    ('{"version": 99, "written_ms": 0, "clusters": [], "open_ids": [], "open_series": []}',
+     "version 99"),
+    ('{"version": 1, "written_ms": 1780000000000, "clusters": [], "open_ids": [], '
+     '"open_series": [["prod-eu", "slow_broker"]]}', "without the 9 labels"),
+    ('{"version": 1, "written_ms": 1780000000000, "clusters": [], "open_ids": [], '
+     '"open_series": [["c", "no_such_type", "high", "broker", "broker:1", "i", "f", "x", '
+     '"none"]]}', "unknown type or severity"),
+    ('{"version": 1}', "no key 'open_series'"),
+])
+def test_an_unreadable_state_is_named_and_left_out(tmp_path, caplog, text, why):
+    (tmp_path / "state.json").write_text(text)
+    _, registry = restarted(tmp_path, T0)
+    assert open_series(registry) == {}
+    assert str(tmp_path / "state.json") in caplog.text and why in caplog.text
+    assert count(registry, "prod-eu", "slow_broker", "high") is None   # no cluster known
+
+
+def test_no_state_path_writes_nothing(tmp_path, exporter):
+    exporter.set_findings([ELECTION], now_ms=T0)
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- pipeline health ---------------------------------------------------------------------

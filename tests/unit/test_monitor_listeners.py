@@ -5,6 +5,7 @@ warning line. No SparkSession."""
 
 from __future__ import annotations
 
+import io
 import logging
 
 import pytest
@@ -69,3 +70,53 @@ def test_the_decision_step_is_not_on_the_alert_path():
     m = _monitor(decisions, seen)
     m._on_findings([], 4_000)
     assert seen == [4_000] and decisions.calls == 0
+
+
+class _SparkNotYet(Exception):
+    pass
+
+
+def test_the_exporter_answers_before_spark_starts_with_the_findings_it_saved(
+        tmp_path, monkeypatch):
+    """A restarted `kmon run` is back on /metrics before its Spark session exists (a minute
+    on a small machine), serving the open findings its last run saved."""
+    import socket
+    import urllib.request
+
+    import infra.spark_session
+    from core.findings import (ActionKind, AnomalyType, EntityKind, Finding, Severity,
+                               Status)
+    from kmon.monitor import exporter_state_path
+
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     spark={"storage_root": str(tmp_path / "lake")})
+    state = exporter_state_path(config)
+    assert state.parent == tmp_path / "exporter-state"
+    other_lake = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                         spark={"storage_root": str(tmp_path / "lake2")})
+    assert exporter_state_path(other_lake) != state       # a test's lake is not the user's
+    f = Finding(finding_id="f1", cluster=config.watch.cluster, type=AnomalyType.SLOW_BROKER,
+                severity=Severity.HIGH, entity_kind=EntityKind.BROKER, entity="broker:2",
+                first_seen_ms=1, last_seen_ms=2, status=Status.OPEN, evidence={},
+                cause="local_disk_or_page_cache", explanation="x",
+                suggested_action=ActionKind.MOVE_LEADERSHIP)
+    Monitor(config, exporter_state=state).exporter.set_findings([f], now_ms=2)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    served = {}
+
+    def build(_config, *a, **kw):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            served["text"] = r.read().decode()
+        raise _SparkNotYet()
+
+    monkeypatch.setattr(infra.spark_session, "build_spark_session", build)
+    m = Monitor(config, exporter_state=state)
+    try:
+        with pytest.raises(_SparkNotYet):
+            m.start(port, out=io.StringIO())
+    finally:
+        m.stop()
+    assert 'kmon_findings_open{' in served["text"] and 'finding="f1"' in served["text"]
