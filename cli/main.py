@@ -225,9 +225,7 @@ def cmd_remediate(args, config) -> int:
         from kmon.monitor import _local_cluster
         bootstrap = _local_cluster(config).bootstrap_servers
     results = JsonLinesResultStore(config.work_dir / "remediation" / "results.jsonl")
-    executor = build_executor(config, bootstrap_servers=bootstrap,
-                              queue_bootstrap_servers=config.telemetry.bootstrap_servers or bootstrap,
-                              results=results)
+    executor = build_executor(config, bootstrap_servers=bootstrap, results=results)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

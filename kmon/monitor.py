@@ -319,13 +319,14 @@ def run(config: Config, *, agents: bool = True, duration_s: float | None = None,
 def _decision_step(config: Config, spark, lake, bootstrap: str | None):
     """The remediation decision step on the watched cluster's queue topic, or None when
     no cluster is reachable (jobs only). Actions stay disabled until enabled in config."""
-    from infra.kafka_clients import librdkafka_config
     from remediation.delta_tables import DeltaDecisionStore, DeltaResultStore
-    from remediation.queue import ActionPublisher, DecisionStep, ensure_queue_topic
+    from remediation.queue import (ActionPublisher, DecisionStep, ensure_queue_topic,
+                                   queue_client_config)
 
     if not (bootstrap or config.watch.bootstrap_servers):
         return None
-    client = librdkafka_config(config.watch, "watch", bootstrap)
+    # Where `kmon remediate` consumes: the monitoring Kafka when there is one.
+    client = queue_client_config(config, bootstrap)
     try:
         ensure_queue_topic(client, config.remediation.topic)
     except Exception as e:  # noqa: BLE001 - detection goes on without the queue

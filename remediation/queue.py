@@ -80,6 +80,18 @@ class ActionPublisher:
             self._producer = None
 
 
+def queue_client_config(config, local_bootstrap: str | None = None) -> dict:
+    """The Kafka client settings of the action queue, the same for the decision step that
+    publishes and the executor that consumes: the monitoring Kafka (`[telemetry]`) when it
+    is configured, else the watched cluster (`[watch]`, or the local cluster's
+    `local_bootstrap` in the embedded mode)."""
+    from infra.kafka_clients import librdkafka_config
+
+    if config.telemetry.bootstrap_servers:
+        return librdkafka_config(config.telemetry, "telemetry")
+    return librdkafka_config(config.watch, "watch", local_bootstrap)
+
+
 def ensure_queue_topic(admin_config: Mapping[str, object], topic: str,
                        timeout_s: float = 30.0) -> bool:
     """Create the queue topic (1 partition, replication min(3, brokers)) if it is missing;
