@@ -212,6 +212,7 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     g0 = time.monotonic()
     sim.write(probe_dir, day0 - DAY_MS)
     shutil.rmtree(probe_dir, ignore_errors=True)
+    sim.requests_written = 0
     print(f"soak: {brokers} brokers, {days} days, {batch_minutes} simulated minutes "
           f"({windows_per_batch} windows) a batch; a window of the fleet takes "
           f"{time.monotonic() - g0:.2f} s to write", file=out, flush=True)
