@@ -397,7 +397,12 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
         codes["executor"] = procs["executor"].ctrl_c()
         codes["run"] = procs["run"].ctrl_c()
         say(f"stopped: {codes}")
-        result = count(config, work, watched, state, actions, groups, wbs)
+        try:
+            result = count(config, work, watched, state, actions, groups, wbs)
+        except Exception as e:  # noqa: BLE001 - keep the loop's figures; say what failed
+            import traceback
+            traceback.print_exc(file=out)
+            result = {"count_error": f"{type(e).__name__}: {e}"}
     finally:
         stop_actions.set()
         load_.stop.set()
@@ -468,9 +473,13 @@ def count(config, work: Path, watched, state: Path, actions: list, groups: list[
                                 got["offset_commits"] | got["group_members"] | got["quarantine"],
                                 got["offset_commits"] & got["quarantine"])
 
-        anomalies = spark.read.format("delta").load(lake.table("gold", "anomalies")).where(
-            f"cluster = '{CLUSTER}'")
-        rows = anomalies.select("finding_id", "type", "entity", "cause", "severity").collect()
+        from delta.tables import DeltaTable
+
+        rows = []
+        if DeltaTable.isDeltaTable(spark, lake.table("gold", "anomalies")):
+            rows = (spark.read.format("delta").load(lake.table("gold", "anomalies"))
+                    .where(f"cluster = '{CLUSTER}'")
+                    .select("finding_id", "type", "entity", "cause", "severity").collect())
         per_id = Counter(r["finding_id"] for r in rows)
         findings = {"rows": len(rows), "findings": len(per_id),
                     "duplicated": sum(1 for n in per_id.values() if n > 1),
