@@ -193,6 +193,7 @@ class KmonExporter:
         self.registry = registry
         self.state_path = state_path
         self.restore_within_s, self.clock = restore_within_s, clock
+        self._save_failing = False
         self._lock = threading.Lock()
         self._clusters: set[str] = set(clusters)
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
@@ -269,7 +270,15 @@ class KmonExporter:
             tmp.write_text(json.dumps(doc, separators=(",", ":")))
             os.replace(tmp, path)
         except OSError as e:   # the next evaluation tries again; serving goes on
-            log.warning("exporter state not saved to %s: %s", path, e)
+            # Once per run of failures, not at every evaluation.
+            (log.debug if self._save_failing else log.warning)(
+                "exporter state not saved to %s (tried again at each evaluation): %s",
+                path, e)
+            self._save_failing = True
+            return
+        if self._save_failing:
+            log.info("exporter state saved to %s again", path)
+            self._save_failing = False
 
     def _restore(self, path: Path) -> None:
         """The snapshot the last run saved (module docstring), if there is a readable one."""

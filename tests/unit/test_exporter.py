@@ -237,6 +237,18 @@ def test_an_unreadable_state_is_named_and_left_out(tmp_path, caplog, text, why):
     assert count(registry, "prod-eu", "slow_broker", "high") is None   # no cluster known
 
 
+def test_a_state_that_cannot_be_saved_is_one_warning_and_serving_goes_on(tmp_path, caplog):
+    (tmp_path / "file").write_text("")
+    registry = CollectorRegistry()
+    exporter = KmonExporter(registry, state_path=tmp_path / "file" / "state.json")
+    for i in range(3):
+        exporter.set_findings([ELECTION], now_ms=T0 + i)
+    assert set(open_series(registry)) == {"f-elect"}
+    warnings = [r for r in caplog.records
+                if r.levelname == "WARNING" and "not saved" in r.getMessage()]
+    assert len(warnings) == 1
+
+
 def test_no_state_path_writes_nothing(tmp_path, exporter):
     exporter.set_findings([ELECTION], now_ms=T0)
     assert list(tmp_path.iterdir()) == []
