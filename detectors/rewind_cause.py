@@ -45,6 +45,15 @@ the lines of the group before it say:
   nothing re-read. Cause commit_reordered (info): the group's position never moved back.
   (A commit of an offset the member had committed successfully before is no retry: an
   application that seeks back 100 messages, at 100 messages a second, lands on one.)
+  Unless that earlier commit was slow: the coordinator held it SLOW_COMMIT_MS or more
+  (its append waiting on a slow or lost __consumer_offsets follower) and it was received
+  within REORDER_WINDOW_MS before the rewind. A client that waits that long for an answer
+  sends the position again, on its other connection to the coordinator too (librdkafka
+  keeps one for the group), and the two race. Seen live (cpu-starved-3b, a follower held
+  to 5% of a core): the member's commit of 8509 took 2,992 ms and then 1,043 ms, 8521
+  landed 8 ms after the second, then 8509 once more 1.4 s later, then 8513, 8517 and
+  8521 within 225 ms; the member was 530 messages behind and read nothing again. A seek
+  commits at the coordinator's usual pace (milliseconds).
 - `in_flight` (no line needed): the rewind's offset lies strictly between the last two
   positions committed before it (an idle consumer commits one position many times: the
   one before those), and the next commit, within REORDER_WINDOW_MS, is the old position
@@ -84,6 +93,9 @@ COMMIT_LINE_TOLERANCE_MS = 10_000
 # A rewind undone by the next commit this soon, back at the old position, that retries a
 # failed commit of the member, is a reordered commit (see `retried`).
 REORDER_WINDOW_MS = 10_000
+# A commit the coordinator held this long is one the client may send again (`retried`):
+# a healthy coordinator answers a commit in milliseconds.
+SLOW_COMMIT_MS = 1_000.0
 
 
 class RewindCause(StrEnum):
@@ -105,7 +117,8 @@ class Committer:
     previous_line: CommitRequest | None = None   # the line of the commit before it
     own_last: CommitRequest | None = None        # the same member's last line before it
     newest_generation: int | None = None         # the group's newest generation before it
-    retried: CommitRequest | None = None         # the member's earlier failed line, same offset
+    retried: CommitRequest | None = None         # the member's earlier failed (or slow) line,
+                                                 # same offset
 
     @property
     def self_rewind(self) -> bool:
@@ -176,7 +189,9 @@ def committer_of(rewind_commit: OffsetCommit, previous_commit: OffsetCommit,
     own = [x for x in before if x.topic == line.topic and x.partition == line.partition
            and x.member_id == line.member_id] if line.from_member else []
     generations = [x.generation for x in before if x.from_member]
-    retried = [x for x in own if x.offset == line.offset and x.failed]
+    retried = [x for x in own if x.offset == line.offset
+               and (x.failed or (x.total_ms >= SLOW_COMMIT_MS
+                                 and line.received_ms - x.received_ms <= REORDER_WINDOW_MS))]
     return Committer(line=line, previous_line=line_of(previous_commit, before),
                      own_last=own[-1] if own else None,
                      newest_generation=max(generations, default=None),

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from demo.faults.base import FaultContext, FaultRun, now_ms
-from matrix.fault import MatrixFault
+from matrix.fault import COMMITS_RETRIED, MatrixFault
 from matrix.mechanisms.demo_faults import culprit, victims
 from matrix.truth import Expect
 
@@ -103,7 +103,8 @@ class CpuStarvedBroker(MatrixFault):
         return (culprit(self.broker, f"CPU-starved broker {self.broker}"),)
 
     def explained(self) -> tuple[Expect, ...]:
-        return (victims(self.broker, f"leaders held back by broker {self.broker}"),)
+        return (victims(self.broker, f"leaders held back by broker {self.broker}"),
+                COMMITS_RETRIED)
 
     def starve(self, pid: int) -> None:
         """Create the group with its quota and move the broker (every thread) into it."""

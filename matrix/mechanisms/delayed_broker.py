@@ -29,7 +29,7 @@ import logging
 import time
 
 from demo.faults.base import FaultContext, FaultRun, now_ms, wait_for
-from matrix.fault import MatrixFault
+from matrix.fault import COMMITS_RETRIED, MatrixFault
 from matrix.mechanisms.delay_proxy import DelayProxy
 from matrix.mechanisms.demo_faults import culprit, victims
 from matrix.truth import Expect
@@ -129,4 +129,4 @@ class DelayedBroker(MatrixFault):
         return (culprit(self.broker, f"delayed broker {self.broker}"),)
 
     def explained(self) -> tuple[Expect, ...]:
-        return (victims(self.broker, "leaders held back by it"),)
+        return (victims(self.broker, "leaders held back by it"), COMMITS_RETRIED)

@@ -53,7 +53,7 @@ class FrozenBroker(MatrixFault, SlowBroker):
         return (culprit(self.broker),)
 
     def explained(self):
-        return (victims(self.broker),)
+        return (victims(self.broker), COMMITS_RETRIED)
 
 
 

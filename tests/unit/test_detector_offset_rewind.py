@@ -249,6 +249,39 @@ def scenarios():
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
             "commit_reordered", Severity.INFO, ActionKind.NONE)})
 
+    # Seen in the live matrix (cpu-starved-3b): a __consumer_offsets follower held to 5% of a
+    # core; the coordinator held the member's commits of 8509 for 2,992 ms and 1,043 ms
+    # waiting on it, 8521 landed right after, then 8509 again 1.4 s later (sent again while
+    # the coordinator was slow), then 8513, 8517 and 8521 within 225 ms. The member was 530
+    # messages behind the log end and read nothing again.
+    starved = [(450, 8497), (453.885, 8509), (456.876, 8509), (456.884, 8521),
+               (458.265, 8509), (458.268, 8513), (458.280, 8517), (458.490, 8521),
+               (459.830, 8521)]
+    slow_lines = [CommitRequest("c1", "billing", "orders", 2, 8509, at(456.874), "m-live", 3,
+                                "billing-1", 1, total_ms=2992.0),
+                  CommitRequest("c1", "billing", "orders", 2, 8509, at(457.919), "m-live", 3,
+                                "billing-1", 1, total_ms=1043.0),
+                  CommitRequest("c1", "billing", "orders", 2, 8521, at(457.919), "m-live", 3,
+                                "billing-1", 1, total_ms=1042.0)]
+    yield Scenario(
+        "a_slow_commit_sent_again_landing_after_a_newer_one_is_a_reordered_commit",
+        commits(*starved), offsets=ends((455, 9000, 0), (460, 9053, 0)), members=ACTIVE,
+        requests=(lines("m-live", 3, (450, 8497)) + slow_lines
+                  + lines("m-live", 3, *starved[4:])),
+        now_s=470,
+        rewind={"old_position": 8521, "new_position": 8509, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 12,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "committer": {"client_id": "billing-1", "member_id": "m-live", "generation": 3,
+                          "request_ms": at(458.265) + 40, "broker": 1,
+                          "own_last_offset": 8521, "group_newest_generation": 3,
+                          "previous_member_id": "m-live", "previous_client_id": "billing-1",
+                          "retries_commit_ms": at(457.919)}}})
+
     # Seen in the live matrix (app-seek-3b): the application seeks back 100 messages at
     # 100 messages a second, so onto an offset it had committed (successfully) before, and
     # re-reads them within a second. A seek, not a retried commit.

@@ -98,7 +98,9 @@ def test_delayed_broker_routes_the_cluster_and_states_its_truth(tmp_path):
     [e] = fault.expect()
     assert e.matches({"type": "slow_broker", "entity": "broker:2", "cause": "slow_follower"})
     assert not e.names({"type": "slow_broker", "entity": "broker:1"})
-    [victims] = fault.explained()
+    victims, retried = fault.explained()
+    assert retried.matches({"type": "offset_rewind", "entity": "group:g/t-0",
+                            "cause": "commit_reordered", "severity": "info"})
     assert victims.matches({"type": "slow_broker", "entity": "broker:3",
                             "cause": "remote_produce_slow_follower"})
     assert not victims.names({"type": "slow_broker", "entity": "broker:2"})

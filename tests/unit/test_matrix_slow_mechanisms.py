@@ -42,11 +42,18 @@ def test_cpu_starved_broker_truth():
                       "severity": "critical"})
     assert not e.matches({"type": "cluster_wide_slowness", "entity": "broker:3",
                           "cause": "slow_follower", "severity": "critical"})
-    (victims,) = f.explained()
+    victims, retried = f.explained()
     assert victims.matches({"type": "slow_broker", "entity": "broker:1",
                             "cause": "remote_produce_slow_follower", "severity": "warning"})
     assert not victims.matches({"type": "slow_broker", "entity": "broker:3",
                                 "cause": "remote_produce_slow_follower", "severity": "warning"})
+    # Its members' commits held by the starved follower, sent again, landing late: info.
+    assert retried.matches({"type": "offset_rewind", "entity": "group:billing/orders-5",
+                            "cause": "commit_reordered", "severity": "info"})
+    assert not retried.matches({"type": "offset_rewind", "entity": "group:billing/orders-5",
+                                "cause": "application_seek", "severity": "info"})
+    assert not retried.matches({"type": "offset_rewind", "entity": "group:billing/orders-5",
+                                "cause": "commit_reordered", "severity": "warning"})
     assert "remote_produce_slow_follower" not in BROKER_ITSELF
     assert f.runs_until_detected and f.fault_class == "slow_broker"
     assert f.group.name == "kmon-matrix-3"
