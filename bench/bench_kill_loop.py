@@ -205,8 +205,8 @@ def _admin(bootstrap: str):
 def create_topics(bootstrap: str, topics: list[tuple[str, int, int, dict]]) -> None:
     from confluent_kafka.admin import NewTopic
 
-    fs = _admin(bootstrap).create_topics([NewTopic(t, p, rf, config=c)
-                                          for t, p, rf, c in topics])
+    admin = _admin(bootstrap)     # kept: a client collected early cancels its futures
+    fs = admin.create_topics([NewTopic(t, p, rf, config=c) for t, p, rf, c in topics])
     for f in fs.values():
         try:
             f.result(60)
@@ -221,7 +221,8 @@ def set_offset(bootstrap: str, group: str, offset: int) -> None:
     deadline = time.monotonic() + 120
     while True:
         try:
-            res = _admin(bootstrap).alter_consumer_group_offsets(
+            admin = _admin(bootstrap)
+            res = admin.alter_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, [TopicPartition(TOPIC, 0, offset)])])
             res[group].result(30)
             return
@@ -234,7 +235,8 @@ def set_offset(bootstrap: str, group: str, offset: int) -> None:
 def committed(bootstrap: str, group: str) -> int | None:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    res = _admin(bootstrap).list_consumer_group_offsets(
+    admin = _admin(bootstrap)
+    res = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, [TopicPartition(TOPIC, 0)])])
     tps = res[group].result(30).topic_partitions
     return tps[0].offset if tps and tps[0].offset >= 0 else None
@@ -285,137 +287,139 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
     base = load_config()
     watched = LocalCluster(base, name=CLUSTER, brokers=3, log_roll_mb=4096)
     monitoring = LocalCluster(base, name=f"{CLUSTER}-mon", brokers=3)
-    logs = work / "logs"
-    logs.mkdir(parents=True)
-    port = free_port()
-    config_path = work / "kmon.toml"
-    watched.start()
-    monitoring.start()
-    say(f"watched {watched.bootstrap_servers}; monitoring {monitoring.bootstrap_servers}")
-    wbs, mbs = watched.bootstrap_servers, monitoring.bootstrap_servers
-    write_config(config_path, {
-        "watch": {"cluster": CLUSTER, "bootstrap_servers": wbs},
-        "telemetry": {"bootstrap_servers": mbs, "topic_prefix": PREFIX},
-        "pipeline": {"source": "kafka", "exporter_port": port, "progress_interval_s": 30},
-        "spark": {"storage_root": str(work / "lake")},
-        "remediation": {"topic": f"{PREFIX}remediation", "executor_group": f"{PREFIX}executor",
-                        "enabled_actions": ["restore_group_offsets"], "dry_run": False,
-                        "max_actions_per_hour": 10_000},
-    })
-    env = {**os.environ, "KMON_CONFIG": str(config_path), "PYTHONPATH": str(ROOT)}
-    config = load_config(config_path, environ={})
-    create_topics(mbs, [(f"{PREFIX}{s.name}", 3, 3, {"min.insync.replicas": "2"})
-                        for s in STREAMS])
-    create_topics(wbs, [(TOPIC, 6, 3, {"min.insync.replicas": "2"})])
-    ensure_queue_topic({"bootstrap.servers": mbs}, config.remediation.topic)
+    try:      # the clusters go, whatever fails (they are started inside)
+        logs = work / "logs"
+        logs.mkdir(parents=True)
+        port = free_port()
+        config_path = work / "kmon.toml"
+        watched.start()
+        monitoring.start()
+        say(f"watched {watched.bootstrap_servers}; monitoring {monitoring.bootstrap_servers}")
+        wbs, mbs = watched.bootstrap_servers, monitoring.bootstrap_servers
+        write_config(config_path, {
+            "watch": {"cluster": CLUSTER, "bootstrap_servers": wbs},
+            "telemetry": {"bootstrap_servers": mbs, "topic_prefix": PREFIX},
+            "pipeline": {"source": "kafka", "exporter_port": port, "progress_interval_s": 30},
+            "spark": {"storage_root": str(work / "lake")},
+            "remediation": {"topic": f"{PREFIX}remediation", "executor_group": f"{PREFIX}executor",
+                            "enabled_actions": ["restore_group_offsets"], "dry_run": False,
+                            "max_actions_per_hour": 10_000},
+        })
+        env = {**os.environ, "KMON_CONFIG": str(config_path), "PYTHONPATH": str(ROOT)}
+        config = load_config(config_path, environ={})
+        create_topics(mbs, [(f"{PREFIX}{s.name}", 3, 3, {"min.insync.replicas": "2"})
+                            for s in STREAMS])
+        create_topics(wbs, [(TOPIC, 6, 3, {"min.insync.replicas": "2"})])
+        ensure_queue_topic({"bootstrap.servers": mbs}, config.remediation.topic)
 
-    procs: dict[str, Proc] = {}
-    state = work / "agent-state"
-    for n in watched.broker_nodes:
-        procs[f"agents-broker-{n.node_id}"] = Proc(
-            f"agents-broker-{n.node_id}",
-            ["agents", "--broker-id", str(n.node_id), "--request-log", str(n.request_log),
-             "--log-dir", str(n.log_dir), "--metrics-url", n.metrics_url,
-             "--state-dir", str(state / f"broker-{n.node_id}")], env, logs)
-    procs["agents-offsets"] = Proc("agents-offsets", ["agents", "--offsets", "--state-dir",
-                                                      str(state / "offsets")], env, logs)
-    procs["run"] = Proc("run", ["run", "--no-agents"], env, logs)
-    procs["executor"] = Proc("executor", ["remediate"], env, logs)
+        procs: dict[str, Proc] = {}
+        state = work / "agent-state"
+        for n in watched.broker_nodes:
+            procs[f"agents-broker-{n.node_id}"] = Proc(
+                f"agents-broker-{n.node_id}",
+                ["agents", "--broker-id", str(n.node_id), "--request-log", str(n.request_log),
+                 "--log-dir", str(n.log_dir), "--metrics-url", n.metrics_url,
+                 "--state-dir", str(state / f"broker-{n.node_id}")], env, logs)
+        procs["agents-offsets"] = Proc("agents-offsets", ["agents", "--offsets", "--state-dir",
+                                                          str(state / "offsets")], env, logs)
+        procs["run"] = Proc("run", ["run", "--no-agents"], env, logs)
+        procs["executor"] = Proc("executor", ["remediate"], env, logs)
 
-    load_ = Load(wbs)
-    groups: list[str] = []
-    actions: list = []
-    publisher = ActionPublisher({"bootstrap.servers": mbs}, config.remediation.topic)
-    exporter_restarts: list[dict] = []
-    kills: list[dict] = []
-    stop_actions = threading.Event()
+        load_ = Load(wbs)
+        groups: list[str] = []
+        actions: list = []
+        publisher = ActionPublisher({"bootstrap.servers": mbs}, config.remediation.topic)
+        exporter_restarts: list[dict] = []
+        kills: list[dict] = []
+        stop_actions = threading.Event()
 
-    def act_loop() -> None:
-        i = 0
-        while not stop_actions.wait(action_every_s):
-            group = f"kl-restore-{i}"
-            try:
-                set_offset(wbs, group, RESTORE_FROM)
-                a = restore_action(group, i)
-                publisher.publish([a])
-                groups.append(group)
-                actions.append(a)
-            except Exception as e:  # noqa: BLE001 - a broker down: try the next one
-                say(f"action {i} not published: {e}")
-            i += 1
+        def act_loop() -> None:
+            i = 0
+            while not stop_actions.wait(action_every_s):
+                group = f"kl-restore-{i}"
+                try:
+                    set_offset(wbs, group, RESTORE_FROM)
+                    a = restore_action(group, i)
+                    publisher.publish([a])
+                    groups.append(group)
+                    actions.append(a)
+                except Exception as e:  # noqa: BLE001 - a broker down: try the next one
+                    say(f"action {i} not published: {e}")
+                i += 1
 
-    try:
-        load_.start()
-        for p in procs.values():
-            p.start()
-        say("kmon started; waiting for the exporter and the first findings evaluation")
-        first = metrics_back(port, time.monotonic())
-        say(f"exporter up after {first['seconds']} s")
-        time.sleep(60)
-        threading.Thread(target=act_loop, daemon=True).start()
-        targets = [*procs, "monitoring-broker", "watched-broker"]
-        for r in range(rounds):
-            for name in targets:
-                t0 = time.monotonic()
-                if name == "monitoring-broker":
-                    node = monitoring.broker_nodes[r % len(monitoring.broker_nodes)].node_id
-                    monitoring.kill(node)
-                    time.sleep(down_s)
-                    monitoring.restart(node)
-                    what = f"monitoring broker {node}"
-                elif name == "watched-broker":
-                    node = watched.broker_nodes[r % len(watched.broker_nodes)].node_id
-                    watched.kill(node)
-                    time.sleep(down_s)
-                    watched.restart(node)
-                    what = f"watched broker {node}"
-                else:
-                    p = procs[name]
-                    p.kill9()
-                    time.sleep(down_s)
-                    p.start()
-                    what = name
-                    if name == "run":
-                        back = metrics_back(port, time.monotonic())
-                        exporter_restarts.append(back)
-                        what += f" (exporter back in {back['seconds']} s)"
-                kills.append({"round": r + 1, "component": name, "at_ms": now_ms(),
-                              "seconds": round(time.monotonic() - t0, 1)})
-                say(f"round {r + 1}: killed and restarted {what}")
-                time.sleep(settle_s)
-            dead = [n for n, p in procs.items() if not p.alive()]
-            if dead:
-                say(f"not running after round {r + 1}: {', '.join(dead)} (restarted)")
-                for n in dead:
-                    procs[n].start()
-        stop_actions.set()
-        say("loop done; letting the last actions and telemetry through")
-        time.sleep(90)
-        load_.stop.set()
-        time.sleep(15)
-        codes = {n: p.ctrl_c() for n, p in procs.items() if n.startswith("agents")}
-        codes["executor"] = procs["executor"].ctrl_c()
-        codes["run"] = procs["run"].ctrl_c()
-        say(f"stopped: {codes}")
         try:
-            result = count(config, work, watched, state, actions, groups, wbs)
-        except Exception as e:  # noqa: BLE001 - keep the loop's figures; say what failed
-            import traceback
-            traceback.print_exc(file=out)
-            result = {"count_error": f"{type(e).__name__}: {e}"}
+            load_.start()
+            for p in procs.values():
+                p.start()
+            say("kmon started; waiting for the exporter and the first findings evaluation")
+            first = metrics_back(port, time.monotonic())
+            say(f"exporter up after {first['seconds']} s")
+            time.sleep(60)
+            threading.Thread(target=act_loop, daemon=True).start()
+            targets = [*procs, "monitoring-broker", "watched-broker"]
+            for r in range(rounds):
+                for name in targets:
+                    t0 = time.monotonic()
+                    if name == "monitoring-broker":
+                        node = monitoring.broker_nodes[r % len(monitoring.broker_nodes)].node_id
+                        monitoring.kill(node)
+                        time.sleep(down_s)
+                        monitoring.restart(node)
+                        what = f"monitoring broker {node}"
+                    elif name == "watched-broker":
+                        node = watched.broker_nodes[r % len(watched.broker_nodes)].node_id
+                        watched.kill(node)
+                        time.sleep(down_s)
+                        watched.restart(node)
+                        what = f"watched broker {node}"
+                    else:
+                        p = procs[name]
+                        p.kill9()
+                        time.sleep(down_s)
+                        p.start()
+                        what = name
+                        if name == "run":
+                            back = metrics_back(port, time.monotonic())
+                            exporter_restarts.append(back)
+                            what += f" (exporter back in {back['seconds']} s)"
+                    kills.append({"round": r + 1, "component": name, "at_ms": now_ms(),
+                                  "seconds": round(time.monotonic() - t0, 1)})
+                    say(f"round {r + 1}: killed and restarted {what}")
+                    time.sleep(settle_s)
+                dead = [n for n, p in procs.items() if not p.alive()]
+                if dead:
+                    say(f"not running after round {r + 1}: {', '.join(dead)} (restarted)")
+                    for n in dead:
+                        procs[n].start()
+            stop_actions.set()
+            say("loop done; letting the last actions and telemetry through")
+            time.sleep(90)
+            load_.stop.set()
+            time.sleep(15)
+            codes = {n: p.ctrl_c() for n, p in procs.items() if n.startswith("agents")}
+            codes["executor"] = procs["executor"].ctrl_c()
+            codes["run"] = procs["run"].ctrl_c()
+            say(f"stopped: {codes}")
+            try:
+                result = count(config, work, watched, state, actions, groups, wbs)
+            except Exception as e:  # noqa: BLE001 - keep the loop's figures; say what failed
+                import traceback
+                traceback.print_exc(file=out)
+                result = {"count_error": f"{type(e).__name__}: {e}"}
+        finally:
+            stop_actions.set()
+            load_.stop.set()
+            for p in procs.values():
+                p.kill9()
+            publisher.close()
+        return {"rounds": rounds, "down_s": down_s, "settle_s": settle_s,
+                "kills": len(kills), "kill_log": kills, "produced": load_.produced,
+                "produce_errors": load_.errors, "exporter_restarts": exporter_restarts,
+                "exporter_first_start": first, "scrape_interval_s": SCRAPE_INTERVAL_S,
+                "exit_codes": codes, **result}
     finally:
-        stop_actions.set()
-        load_.stop.set()
-        for p in procs.values():
-            p.kill9()
-        publisher.close()
         watched.destroy()
         monitoring.destroy()
-    return {"rounds": rounds, "down_s": down_s, "settle_s": settle_s,
-            "kills": len(kills), "kill_log": kills, "produced": load_.produced,
-            "produce_errors": load_.errors, "exporter_restarts": exporter_restarts,
-            "exporter_first_start": first, "scrape_interval_s": SCRAPE_INTERVAL_S,
-            "exit_codes": codes, **result}
 
 
 def count(config, work: Path, watched, state: Path, actions: list, groups: list[str],
