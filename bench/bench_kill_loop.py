@@ -333,10 +333,14 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
         kills: list[dict] = []
         stop_actions = threading.Event()
 
+        # Groups of this run's own: the executor's cooldown guard remembers a group it
+        # acted on in an earlier run (30 min) and rightly skips it.
+        run_tag = time.strftime("%H%M%S")
+
         def act_loop() -> None:
             i = 0
             while not stop_actions.wait(action_every_s):
-                group = f"kl-restore-{i}"
+                group = f"kl-restore-{run_tag}-{i}"
                 try:
                     set_offset(wbs, group, RESTORE_FROM)
                     a = restore_action(group, i)
