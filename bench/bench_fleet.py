@@ -46,19 +46,16 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.bench_edge_aggregation import cpu_model
 from bench.fleet_sim import WINDOW_MS, Fault, FleetSim, templates_from_recording
+from bench.result_file import machine_header, save
 
-ROOT = Path(__file__).resolve().parent.parent
 DELIVERY_DELAY_MS = 5_000        # the agent's lateness: a window goes out 5 s after its end
 FAULT_WINDOW = 6                 # faults start at the 7th window
 
@@ -325,15 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
         results.append(r)
         print(json.dumps(r, indent=1), flush=True)
-    doc = {"bench": "fleet", "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "host": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(),
-           "loadavg": os.getloadavg(), "command": "python -m bench.bench_fleet "
-           + " ".join(argv if argv is not None else sys.argv[1:]), "results": results}
+    doc = {**machine_header("fleet", "bench.bench_fleet", argv), "results": results}
     if not a.no_save:
-        out = ROOT / "bench" / "results" / (
-            "fleet-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json")
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {out}")
+        save("fleet", doc)
     return 0
 
 

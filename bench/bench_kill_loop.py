@@ -67,10 +67,9 @@ import threading
 import time
 import tomllib
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.bench_edge_aggregation import cpu_model
+from bench.result_file import machine_header, save
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "killloop"
@@ -364,18 +363,13 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
             for r in range(rounds):
                 for name in targets:
                     t0 = time.monotonic()
-                    if name == "monitoring-broker":
-                        node = monitoring.broker_nodes[r % len(monitoring.broker_nodes)].node_id
-                        monitoring.kill(node)
+                    if name in ("monitoring-broker", "watched-broker"):
+                        cluster = monitoring if name == "monitoring-broker" else watched
+                        node = cluster.broker_nodes[r % len(cluster.broker_nodes)].node_id
+                        cluster.kill(node)
                         time.sleep(down_s)
-                        monitoring.restart(node)
-                        what = f"monitoring broker {node}"
-                    elif name == "watched-broker":
-                        node = watched.broker_nodes[r % len(watched.broker_nodes)].node_id
-                        watched.kill(node)
-                        time.sleep(down_s)
-                        watched.restart(node)
-                        what = f"watched broker {node}"
+                        cluster.restart(node)
+                        what = f"{name.split('-')[0]} broker {node}"
                     else:
                         p = procs[name]
                         p.kill9()
@@ -405,7 +399,7 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
             codes["run"] = procs["run"].ctrl_c()
             say(f"stopped: {codes}")
             try:
-                result = count(config, work, watched, state, actions, groups, wbs)
+                result = count(config, watched, state, actions, groups, wbs)
             except Exception as e:  # noqa: BLE001 - keep the loop's figures; say what failed
                 import traceback
                 traceback.print_exc(file=out)
@@ -426,7 +420,7 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
         monitoring.destroy()
 
 
-def count(config, work: Path, watched, state: Path, actions: list, groups: list[str],
+def count(config, watched, state: Path, actions: list, groups: list[str],
           wbs: str) -> dict:
     """Everything the module docstring lists, from the tables and the sources."""
     from collections import Counter
@@ -584,18 +578,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kmon-kill-loop-"))
     started = time.monotonic()
     r = run(a.rounds, a.down_s, a.settle_s, a.action_every_s, work)
-    doc = {"bench": "kill-loop", "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "host": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(),
-           "loadavg": os.getloadavg(), "wall_s": round(time.monotonic() - started),
-           "work": str(work), "command": "python -m bench.bench_kill_loop "
-           + " ".join(argv if argv is not None else sys.argv[1:]), **r}
+    doc = {**machine_header("kill-loop", "bench.bench_kill_loop", argv),
+           "wall_s": round(time.monotonic() - started), "work": str(work), **r}
     print(json.dumps({k: v for k, v in doc.items() if k not in ("kill_log",)}, indent=1,
                      default=str))
     if not a.no_save:
-        out = ROOT / "bench" / "results" / (
-            "kill-loop-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json")
-        out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        print(f"wrote {out}")
+        save("kill-loop", doc)
     return 0
 
 

@@ -60,7 +60,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -68,10 +67,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench.bench_edge_aggregation import cpu_model
 from bench.fleet_sim import WINDOW_MS, FleetSim, templates_from_recording
+from bench.result_file import machine_header, save
 
-ROOT = Path(__file__).resolve().parent.parent
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
 
@@ -372,16 +370,10 @@ def main(argv: list[str] | None = None) -> int:
         r = soak(a.brokers, a.days, a.batch_minutes, a.vacuum_sim_h, a.landing_sim_h, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {"bench": "soak", "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "host": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(),
-           "loadavg": os.getloadavg(), "command": "python -m bench.bench_soak "
-           + " ".join(argv if argv is not None else sys.argv[1:]), **r}
+    doc = {**machine_header("soak", "bench.bench_soak", argv), **r}
     print(json.dumps({k: v for k, v in doc.items() if k != "snapshots"}, indent=1))
     if not a.no_save:
-        out = ROOT / "bench" / "results" / (
-            "soak-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json")
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {out}")
+        save("soak", doc)
     return 0
 
 
