@@ -391,7 +391,7 @@ class Executor:
 
 
 def build_executor(config, *, bootstrap_servers: str | None = None,
-                   queue_bootstrap_servers: str | None = None, results: ResultStore,
+                   results: ResultStore,
                    quarantine=None) -> Executor:
     """An executor for the watched cluster from the whole kmon Config: the Admin clients
     from [watch], the queue consumer from [telemetry], the rules from [remediation].
@@ -399,7 +399,7 @@ def build_executor(config, *, bootstrap_servers: str | None = None,
     `bootstrap_servers` overrides [watch] bootstrap_servers (the embedded mode passes the
     local cluster's); the queue is where the decision step publishes it
     (remediation.queue.queue_client_config: the monitoring Kafka when [telemetry] has one,
-    else the watched cluster), or at `queue_bootstrap_servers` when given. Results go to
+    else the watched cluster). Results go to
     `results` (a JsonLinesResultStore, or delta_tables.DeltaResultStore on a fleet).
     """
     from infra.kafka_clients import librdkafka_config
@@ -408,8 +408,6 @@ def build_executor(config, *, bootstrap_servers: str | None = None,
 
     admin_conf = librdkafka_config(config.watch, "watch", bootstrap_servers)
     consumer_conf = queue_client_config(config, bootstrap_servers)
-    if queue_bootstrap_servers:
-        consumer_conf["bootstrap.servers"] = queue_bootstrap_servers
     section: RemediationSection = config.remediation
     live = LiveCluster(admin_conf, JavaReassignments.for_watched_cluster(config, bootstrap_servers),
                        timeout_s=min(60.0, section.action_timeout_s))
