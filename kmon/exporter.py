@@ -201,7 +201,7 @@ class KmonExporter:
         self._sources: dict[str, set[str]] = {}
 
         self._findings = _FindingsCollector()
-        self._findings.snapshot = _Snapshot(counts=self._counts([]))
+        self._findings.snapshot = _Snapshot(counts=self._counts(()))
         if state_path is not None:
             self._restore(state_path)
         registry.register(self._findings)
@@ -255,7 +255,8 @@ class KmonExporter:
                 self.detection_latency.labels(f.type.value).observe(latency_s)
             self._findings.snapshot = _Snapshot(
                 open_series=tuple(sorted({open_labels(f) for f in opened})),
-                counts=self._counts(opened))
+                counts=self._counts((f.cluster, f.type.value, f.severity.value)
+                                    for f in opened))
             if self.state_path is not None:
                 self._save(self.state_path, [f.finding_id for f in opened])
 
@@ -309,28 +310,28 @@ class KmonExporter:
             log.info("exporter state %s is %.0f s old (restored only within %.0f s): "
                      "starting with no findings", path, age_s, self.restore_within_s)
             return
-        counts = {(c, t.value, sev.value): 0 for c in self._clusters | clusters
-                  for t in AnomalyType for sev in Severity}
-        for labels in series:
-            key = (labels[0], labels[1], labels[2])
-            if key not in counts:
-                log.warning("exporter state %s not restored (an unknown type or severity: "
-                            "%s): starting with no findings", path, key)
-                return
-            counts[key] += 1
-        self._clusters |= clusters
+        types, severities = {t.value for t in AnomalyType}, {v.value for v in Severity}
+        bad = next((s[:3] for s in series if s[1] not in types or s[2] not in severities), None)
+        if bad is not None:
+            log.warning("exporter state %s not restored (an unknown type or severity: %s): "
+                        "starting with no findings", path, bad)
+            return
+        self._clusters |= clusters | {s[0] for s in series}
         for fid in ids[-SEEN_IDS_KEPT:]:
             self._seen_ids[fid] = None
         self._findings.snapshot = _Snapshot(open_series=series,
-                                            counts=tuple(sorted(counts.items())))
+                                            counts=self._counts(s[:3] for s in series))
         log.info("exporter: %d open finding(s) restored from %s (saved %.0f s ago)",
                  len(series), path, age_s)
 
-    def _counts(self, opened: list[Finding]) -> tuple[tuple[tuple[str, str, str], int], ...]:
+    def _counts(self, opened: Iterable[tuple[str, str, str]]
+                ) -> tuple[tuple[tuple[str, str, str], int], ...]:
+        """Open findings per (cluster, type, severity), with a 0 for every combination of
+        the clusters seen."""
         counts = {(c, t.value, s.value): 0 for c in self._clusters
                   for t in AnomalyType for s in Severity}
-        for f in opened:
-            counts[(f.cluster, f.type.value, f.severity.value)] += 1
+        for key in opened:
+            counts[key] += 1
         return tuple(sorted(counts.items()))
 
     # --- pipeline health -----------------------------------------------------------------
