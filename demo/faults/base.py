@@ -119,7 +119,13 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, ctx: FaultC
 
 
 def leader_and_isr(admin, topic: str, partition: int = 0) -> tuple[int, list[int]]:
+    """The partition's leader and ISR; (-1, []) (Kafka's "no leader") while the metadata
+    does not have the partition yet: a topic just created on a loaded cluster came back
+    with no partitions for a moment (a KeyError failed a CI run)."""
     md = admin.list_topics(topic=topic, timeout=5)
-    p = md.topics[topic].partitions[partition]
+    t = md.topics.get(topic)
+    p = None if t is None else t.partitions.get(partition)
+    if p is None:
+        return -1, []
     return p.leader, sorted(p.isrs)
 

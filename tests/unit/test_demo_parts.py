@@ -360,3 +360,21 @@ def test_one_action_per_finding_the_queued_one_else_the_first_reason():
     later, first = decision(9, "the finding is resolved"), decision(5, "no action suggested")
     assert one_action([later, first]) == "none: no action suggested"
     assert one_action([first, decision(7, "", "page_human"), later]) == "page_human (dry run)"
+
+
+def test_leader_and_isr_is_no_leader_while_the_metadata_lacks_the_partition():
+    """A topic just created on a loaded cluster can come back from the metadata request
+    with no partitions yet (a KeyError once failed a CI run): that is "no leader" (-1),
+    which the callers' polls wait out."""
+    from types import SimpleNamespace as NS
+
+    from demo.faults.base import leader_and_isr
+
+    def admin(topics):
+        return NS(list_topics=lambda topic, timeout: NS(topics=topics))
+
+    assert leader_and_isr(admin({}), "sessions") == (-1, [])
+    assert leader_and_isr(admin({"sessions": NS(partitions={})}), "sessions") == (-1, [])
+    part = NS(leader=2, isrs=[3, 1, 2])
+    assert leader_and_isr(admin({"sessions": NS(partitions={0: part})}), "sessions") == (2, [1, 2, 3])
+    assert leader_and_isr(admin({"sessions": NS(partitions={0: part})}), "sessions", 1) == (-1, [])
