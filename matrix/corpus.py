@@ -17,7 +17,8 @@ compacted topics' configs, the configuration overrides it ran under and its time
   of those agents' output changes.
 
 Replaying (`prepare_replay` then `score_replay`; `replay_all` for many) builds a fresh lake from a recording,
-runs every pipeline query once over it and evaluates the detectors every `step_s` of the recorded time, as if
+runs every pipeline query the detectors read from once over it (not the gold tables only
+dashboards and reports read) and evaluates the detectors every `step_s` of the recorded time, as if
 live (each evaluation starting from the last one's findings, as the detector query does;
 nothing is written to gold.anomalies): a finding counts from the first evaluation that
 hands it over. The score uses the
@@ -199,7 +200,8 @@ class PreparedReplay:
 def prepare_replay(spark, config, rec: Recording, root: Path,
                    empty_lakes: EmptyLakes | None = None) -> PreparedReplay:
     """A fresh lake at `root` from the recording: the landing streams copied, the recorded
-    broker files through the real agents, every pipeline query run once over it. With
+    broker files through the real agents, every pipeline query the detectors read from run
+once over it. With
     `empty_lakes`, the lake starts as a copy of an empty one of the same layout. Pipelines
     of one Spark session must not run at once (their queries share names): prepare one
     recording at a time."""
@@ -213,7 +215,7 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
     for stream_dir in sorted((rec.path / "landing").iterdir()):
         shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
     pipeline = Pipeline(spark, lake, config.pipeline,
-                        streams=streams_for(config.request_log.mode))
+                        streams=streams_for(config.request_log.mode), reader_tables=False)
     if empty_lakes is not None:
         empty_lakes.copy_into(pipeline, lake.root)
     run_file_agents(config, lake, rec, root)
