@@ -1,4 +1,5 @@
-"""Shared fixtures: one real local Kafka cluster and one SparkSession per test run.
+"""Shared fixtures: the configuration and one SparkSession per test run (the integration
+tier's Kafka cluster is in tests/integration/conftest.py).
 
 Tiers are marked by folder: tests/unit (pure Python), tests/spark (a local SparkSession
 with Delta), tests/integration (a real KRaft cluster started from the Apache jars).
@@ -6,7 +7,6 @@ with Delta), tests/integration (a real KRaft cluster started from the Apache jar
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -37,19 +37,6 @@ def kmon_config(tmp_path_factory):
     # 4g: one session serves every Spark test, two dozen corpus replays among them.
     return load_config().with_overrides(spark={"storage_root": str(lake), "shuffle_partitions": 2,
                                                "driver_memory": "4g"})
-
-
-@pytest.fixture(scope="session")
-def kafka_cluster(kmon_config):
-    """A real 3-broker KRaft cluster, stopped and deleted at the end even when tests fail."""
-    from infra.local_cluster import LocalCluster
-
-    cluster = LocalCluster(kmon_config, name=f"pytest-{os.getpid()}", brokers=3, owner_bound=True)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture(scope="session")
