@@ -25,7 +25,10 @@ from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = "throttled-cleaner-3b"
-pytestmark = pytest.mark.timeout(900)
+# Left out of the default run (pyproject.toml): on 2 cores beside the corpus replays it took
+# 404 s of CI's main process and three more JVMs, and CI went past 90 minutes.
+# `./kmonw test -m standalone` runs it.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.standalone]
 
 
 def _free_port() -> int:
