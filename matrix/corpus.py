@@ -16,14 +16,14 @@ compacted topics' configs, the configuration overrides it ran under and its time
   detectors see the commit before a rewind and the group's members. Re-record when one
   of those agents' output changes.
 
-Replaying (`prepare_replay` then `score_replay`; `replay_all` for many) builds a fresh lake from a recording,
-runs every pipeline query the detectors read from once over it (not the gold tables only
-dashboards and reports read) and evaluates the detectors every `step_s` of the recorded time, as if
-live (each evaluation starting from the last one's findings, as the detector query does;
-nothing is written to gold.anomalies): a finding counts from the first evaluation that
-hands it over. The score uses the
-same ground truth as the live run. Times in a replay are detector time on complete data
-(no pipeline latency), so they are a lower bound of the live ones.
+Replaying (`prepare_replay` then `score_replay`; `replay_all` for many) builds a fresh
+lake from a recording, runs every pipeline query the detectors read from once over it (not
+the gold tables only dashboards and reports read) and evaluates the detectors every
+`step_s` of the recorded time, as if live (each evaluation starting from the last one's
+findings, as the detector query does; nothing is written to gold.anomalies): a finding
+counts from the first evaluation that hands it over. The score uses the same ground truth
+as the live run. Times in a replay are detector time on complete data (no pipeline
+latency), so they are a lower bound of the live ones.
 """
 
 from __future__ import annotations
@@ -201,10 +201,9 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
                    empty_lakes: EmptyLakes | None = None) -> PreparedReplay:
     """A fresh lake at `root` from the recording: the landing streams copied, the recorded
     broker files through the real agents, every pipeline query the detectors read from run
-once over it. With
-    `empty_lakes`, the lake starts as a copy of an empty one of the same layout. Pipelines
-    of one Spark session must not run at once (their queries share names): prepare one
-    recording at a time."""
+    once over it. With `empty_lakes`, the lake starts as a copy of an empty one of the
+    same layout. Pipelines of one Spark session must not run at once (their queries share
+    names): prepare one recording at a time."""
     from infra.lake import Lake
     from jobs.pipeline import Pipeline
     from jobs.streams import streams_for
