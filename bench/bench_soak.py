@@ -66,9 +66,10 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 from bench.fleet_sim import WINDOW_MS, FleetSim, templates_from_recording
-from bench.result_file import machine_header, save
+from bench.result_file import machine_header, result_path, save
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -191,9 +192,13 @@ def _last_batch(query) -> int:
 
 
 def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
-         landing_sim_h: float, work: Path, out=sys.stderr) -> dict:
+         landing_sim_h: float, work: Path, out=sys.stderr,
+         on_day: Callable[[dict], None] | None = None) -> dict:
+    """The soak (see the module docstring); its result. `on_day` gets the result so far
+    (``complete`` false) after each simulated day's figures: a run cut short keeps them."""
     from infra.lake import Lake, register_tables
     from infra.spark_session import build_spark_session, log_retention
+    from jobs.detect import ANOMALIES_TABLE, ensure_anomalies_table
     from jobs.pipeline import Pipeline
     from jobs.streams import streams_for
     from jobs.table_docs import cookbook_queries
@@ -242,6 +247,14 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     spark.conf.set("spark.databricks.delta.properties.defaults.logRetentionDuration",
                    log_retention(scaled_hours(config.spark.delta_log_retention_h,
                                               _guess_compression(batch_minutes))))
+
+    def so_far(complete: bool) -> dict:
+        return {"brokers": brokers, "days": days, "batch_minutes": batch_minutes,
+                "requests_per_s": round(sim.requests_written / max(sim_now - day0, 1) * 1000),
+                "vacuum_sim_h": vacuum_sim_h, "landing_sim_h": landing_sim_h,
+                "closed_after_h": section.closed_after_h, "settle_s": settle_s,
+                "complete": complete, "snapshots": snapshots}
+
     try:
         while n < days * batches_per_day or pending:
             start = day0 + n * windows_per_batch * WINDOW_MS
@@ -255,10 +268,19 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
                 for f in stream_dir.iterdir():
                     os.replace(f, dest / f.name)
             shutil.rmtree(d, ignore_errors=True)
-            if silver is None:
+            first = silver is None
+            if first:
                 pipeline.start()
                 silver = next(q for q in pipeline.queries if q.name == "silver")
             _wait_committed(silver, before, timeout_s=300)
+            if first:
+                # The cookbook's incident queries read gold.anomalies, which `kmon run`'s
+                # detector query creates; nothing here detects, so it stays empty. Every
+                # query runs once now: one that cannot run fails the soak here, not a
+                # simulated day (20 minutes) in.
+                ensure_anomalies_table(spark, lake.table("gold", ANOMALIES_TABLE))
+                register_tables(spark, lake)
+                run_queries(spark, queries, start + windows_per_batch * WINDOW_MS)
             pipeline.check()
             n += 1
             sim_now = start + windows_per_batch * WINDOW_MS
@@ -283,14 +305,12 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
             since = _last_batch(silver)
             snapshots.append(snap)
             print(summary_line(snap), file=out, flush=True)
+            if on_day is not None:
+                on_day(so_far(complete=False))
     finally:
         pipeline.stop()
         spark.stop()
-    return {"brokers": brokers, "days": days, "batch_minutes": batch_minutes,
-            "requests_per_s": round(sim.requests_written / ((sim_now - day0) / 1000)),
-            "vacuum_sim_h": vacuum_sim_h, "landing_sim_h": landing_sim_h,
-            "closed_after_h": section.closed_after_h, "settle_s": settle_s,
-            "snapshots": snapshots}
+    return so_far(complete=True)
 
 
 def _guess_compression(batch_minutes: int) -> float:
@@ -366,14 +386,21 @@ def main(argv: list[str] | None = None) -> int:
     if (24 * 60) % a.batch_minutes:
         p.error("--batch-minutes must divide a day (1440)")
     work = Path(tempfile.mkdtemp(prefix="kmon-soak-"))
+    header = machine_header("soak", "bench.bench_soak", argv)
+    path = result_path("soak")
+
+    def save_so_far(r: dict) -> None:
+        if not a.no_save:
+            save("soak", {**header, **r}, path)
+
     try:
-        r = soak(a.brokers, a.days, a.batch_minutes, a.vacuum_sim_h, a.landing_sim_h, work)
+        r = soak(a.brokers, a.days, a.batch_minutes, a.vacuum_sim_h, a.landing_sim_h, work,
+                 on_day=save_so_far)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {**machine_header("soak", "bench.bench_soak", argv), **r}
+    doc = {**header, **r}
     print(json.dumps({k: v for k, v in doc.items() if k != "snapshots"}, indent=1))
-    if not a.no_save:
-        save("soak", doc)
+    save_so_far(r)
     return 0
 
 

@@ -27,10 +27,16 @@ def machine_header(bench: str, module: str, argv: list[str] | None) -> dict:
             "loadavg": os.getloadavg(), "command": f"python -m {module} " + " ".join(args)}
 
 
-def save(prefix: str, doc: dict) -> Path:
-    """Write `doc` to bench/results/<prefix>-<utc stamp>.json; returns the path."""
-    out = RESULTS / (f"{prefix}-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-                     + ".json")
+def result_path(prefix: str) -> Path:
+    """bench/results/<prefix>-<utc stamp of now>.json."""
+    return RESULTS / (f"{prefix}-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                      + ".json")
+
+
+def save(prefix: str, doc: dict, out: Path | None = None) -> Path:
+    """Write `doc` to `out`, by default bench/results/<prefix>-<utc stamp>.json (a long
+    bench passes the same `out` to save what it has so far); returns the path."""
+    out = out or result_path(prefix)
     out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(f"wrote {out}")
     return out
