@@ -23,7 +23,9 @@ Time is compressed, and each clock is the one its part really reads:
   day's late rows are in; compressed, that takes the queries' wall time).
 - **VACUUM** compares Delta's own (wall-clock) timestamps: its retention is the default
   168 simulated hours scaled by the compression (`--vacuum-sim-h`), so files removed a
-  simulated week ago are deleted.
+  simulated week ago are deleted; but at least one wall hour, as Delta's VACUUM takes
+  whole hours (a retention that rounded to 0 deleted files the gold query had yet to
+  read, and stopped it: jobs/maintenance.py `vacuum_hours`).
 - **The landing folder** is judged by the files' (wall-clock) modification times: files a
   committed batch read are deleted once `--landing-sim-h` simulated hours old, scaled.
 - **Delta's log retention** (delta.logRetentionDuration) is scaled the same way (by a
@@ -328,7 +330,7 @@ def maintenance_pass(spark, lake, section, compression: float, vacuum_sim_h: flo
 
     started = time.monotonic()
     tables = Maintenance(spark, lake, replace(
-        section, vacuum_retain_h=scaled_hours(vacuum_sim_h, compression),
+        section, vacuum_retain_h=max(1.0, scaled_hours(vacuum_sim_h, compression)),
         prune_landing=False), live=True, clock=lambda: clock_ms)
     outcomes = tables.run(progress=lambda o: None)
     landing = Maintenance(spark, lake, replace(

@@ -300,11 +300,16 @@ class Maintenance:
 
     def _vacuum(self, dt, table: str, out: TableOutcome) -> dict | None:
         started = time.monotonic()
-        retain = self.section.vacuum_retain_h
         try:
+            retain = vacuum_hours(self.section.vacuum_retain_h)
             tasks = max(4, LISTING_TASKS_PER_CORE * self.spark.sparkContext.defaultParallelism)
+            # Delta 4 ignores VACUUM's retention argument unless it is 0 (an internal
+            # setting, on by default), and keeps the table's deletedFileRetentionDuration
+            # (7 days) instead: vacuum_retain_h did nothing. Turned off for the VACUUM so
+            # that the configured retention is the one applied.
             with _session_conf(self.spark, "spark.sql.sources.parallelPartitionDiscovery."
-                               "parallelism", str(tasks)):
+                               "parallelism", str(tasks)), \
+                    _session_conf(self.spark, VACUUM_IGNORES_RETENTION, "false"):
                 if retain < DELTA_MIN_RETAIN_H:
                     with _session_conf(self.spark, "spark.databricks.delta."
                                        "retentionDurationCheck.enabled", "false"):
@@ -354,6 +359,23 @@ def _disk_bytes(spark: SparkSession, location: str) -> int:
     p = jvm.org.apache.hadoop.fs.Path(location)
     return int(p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
                .getContentSummary(p).getLength())
+
+
+# Delta's (internal) switch that makes VACUUM ignore a retention argument other than 0.
+VACUUM_IGNORES_RETENTION = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
+
+
+def vacuum_hours(retain_h: float) -> int:
+    """The retention VACUUM is given: whole hours, as Delta rounds its argument
+    (``math.round``). A retention that would round to 0 is refused: VACUUM 0 deletes every
+    file no current version holds, including what a running stream has yet to read and
+    what an append is still writing (the soak benchmark's 27-minute retention did that and
+    stopped the gold query). 0 itself is allowed (tests; the configuration refuses it)."""
+    hours = int(retain_h + 0.5)        # half up, as Scala's math.round
+    if retain_h > 0 and hours == 0:
+        raise ValueError(f"a VACUUM retention of {retain_h:g} h rounds to 0 h in Delta, "
+                         "which deletes files running streams still need: give 1 h or more")
+    return hours
 
 
 class _session_conf:

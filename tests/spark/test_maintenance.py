@@ -99,6 +99,29 @@ def test_vacuum_frees_the_files_a_pass_replaced(spark, lake):
     assert len(data) == 2                     # one file per day left on disk
 
 
+def test_the_configured_retention_is_the_one_vacuum_applies(spark, lake):
+    """Delta 4 ignores VACUUM's retention argument (other than 0) for the table's own
+    deletedFileRetentionDuration. Here that property says 0 (delete every replaced file at
+    once) and [maintenance] says 1 h: the files the pass just replaced stay on disk."""
+    path = lake.table("gold", "request_stages_1m")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+              "('delta.deletedFileRetentionDuration' = 'interval 0 hours')")
+    before = len([p for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts])
+    m = Maintenance(spark, lake, MaintenanceSection(vacuum_retain_h=1), clock=lambda: NOW_MS)
+    o = {o.table: o for o in m.run(only=["gold.request_stages_1m"])}["gold.request_stages_1m"]
+    assert not o.errors and o.files_after == 2      # one file per day in the table
+    after = [p for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts]
+    assert len(after) == before + 2                 # the 8 replaced files are still there
+
+
+def test_a_retention_that_rounds_to_zero_hours_vacuums_nothing():
+    from jobs.maintenance import vacuum_hours
+
+    assert [vacuum_hours(h) for h in (0, 0.5, 1, 1.4, 168)] == [0, 1, 1, 1, 168]
+    with pytest.raises(ValueError, match="rounds to 0 h"):
+        vacuum_hours(0.45)
+
+
 def test_all_rewrites_the_merge_tables_too(spark, lake):
     path = lake.table("gold", "anomalies")
     for _ in range(3):
