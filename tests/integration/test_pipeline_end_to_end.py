@@ -35,7 +35,7 @@ from ingest.log_time import stamp_to_ms
 from jobs.pipeline import Pipeline
 from jobs.table_docs import cookbook_queries
 from tests.conftest import wait_until
-from tests.support.kmon_process import ctrl_c, kill9, kmon_env, start_kmon
+from tests.support.kmon_process import ctrl_c, kill9, kmon_env, log_tail, start_kmon
 
 STAGE_KEYS = {"total": "totalTimeMs", "request_queue": "requestQueueTimeMs",
               "local": "localTimeMs", "remote": "remoteTimeMs", "send": "sendTimeMs"}
@@ -142,18 +142,39 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     silver_path = lake.table("silver", "request_stages")
 
     def rows(path: str) -> int:
-        try:
-            return spark.read.format("delta").load(path).where("cluster = 'e2e'").count()
-        except Exception:  # noqa: BLE001 - table not created yet
+        # Only a table not created yet counts as empty: a read that fails otherwise fails
+        # the test with its own error instead of looking like a slow job.
+        if not os.path.isdir(os.path.join(path, "_delta_log")):
             return 0
+        return spark.read.format("delta").load(path).where("cluster = 'e2e'").count()
 
     def silver_rows() -> int:
         return rows(silver_path)
 
+    def running(count) -> int:
+        """`count()` while both children run; one that exited fails the wait at once with
+        its log (a dead job used to look like a slow one for the whole timeout)."""
+        for name, proc in (("agents", agents), ("job", job)):
+            if proc.poll() is not None:
+                raise AssertionError(f"kmon {name} exited with {proc.returncode}:\n"
+                                     + log_tail(logs / f"{name}.log"))
+        return count()
+
+    def wait_for(count, what: str) -> None:
+        # Each poll is a Spark job in this process: every 5 s leaves the two cores to the
+        # job being waited for. A timeout shows the job's progress table (which queries
+        # ran batches, late rows dropped).
+        try:
+            wait_until(lambda: running(count), 900, what, interval=5)
+        except AssertionError as e:
+            if "timed out" not in str(e):
+                raise
+            raise AssertionError(f"{e}\njob log:\n{log_tail(logs / 'job.log', 6000)}") from None
+
     agents = start_kmon(agents_cmd, env, logs / "agents.log")
     job = start_kmon(job_cmd, env, logs / "job.log")
     try:
-        wait_until(lambda: silver_rows() > 0, 900, "first silver rows from the running job")
+        wait_for(lambda: silver_rows() > 0, "first silver rows from the running job")
         _poison(kafka_cluster.nodes[0].request_log)
         _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
         kill9(agents)
@@ -162,11 +183,11 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         agents = start_kmon(agents_cmd, env, logs / "agents.log")
         job = start_kmon(job_cmd, env, logs / "job.log")
         before = silver_rows()
-        wait_until(lambda: silver_rows() > before, 900, "silver rows after the restart")
+        wait_for(lambda: silver_rows() > before, "silver rows after the restart")
         # A 1-minute gold window closes only once event time passes its end plus the
         # lateness bound (120 s): on a fast run the job was stopped before any had closed.
-        wait_until(lambda: rows(lake.table("gold", "request_stages_1m")) > 0, 900,
-                   "a closed gold request_stages_1m window")
+        wait_for(lambda: rows(lake.table("gold", "request_stages_1m")) > 0,
+                 "a closed gold request_stages_1m window")
         time.sleep(5)
         assert ctrl_c(agents) == 0, (logs / "agents.log").read_text()[-3000:]
         assert ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
