@@ -2,6 +2,7 @@
 
 Run: .kmon/venv/bin/python -m bench.bench_soak [--brokers 3] [--days 7]
      [--batch-minutes 30] [--no-save]
+     .kmon/venv/bin/python -m bench.bench_soak --resume WORK   (go on with a stopped run)
 
 Issue 25 asks that kmon's tables stay healthy for months: small files compacted, old
 versions vacuumed, the landing folder and the checkpoints bounded, and the root-cause
@@ -50,6 +51,15 @@ Figures, at the end of each simulated day (after that day's pass):
   (one broker's stage breakdown over the last day, the slowest exemplars of the day), each
   run twice, the better time kept, with the streams running;
 - the silver query's micro-batch times over the day, the maintenance pass's time.
+
+A week takes hours here (about 23 minutes of wall time a simulated day on 2 cores), so a
+run can stop and go on: its work folder (printed at the start, kept until the run ends)
+holds the lake, the checkpoints and soak-state.json, rewritten after every delivery, and
+`--resume WORK` restarts the pipeline from its checkpoints, as a restarted `kmon run`
+does, and delivers the next batch (or the rest of one cut short while moved). The result
+file lists the runs. The wall-clock judgments see the pause: files replaced before it are
+older in wall time, so the first VACUUM after it may delete more than the simulated
+clock alone would have.
 
 Prints the figures and writes them with the machine's name, CPU and load average to
 bench/results/soak-<utc stamp>.json. Nothing here asserts a speed.
@@ -193,11 +203,47 @@ def _last_batch(query) -> int:
     return p["batchId"] if p else -1
 
 
+class SoakState:
+    """Where a soak stands, in `work`/soak-state.json, rewritten after every delivery: the
+    run's parameters, the simulated week's start, the batches delivered (and the one
+    being moved into the landing folder, whose rest is still in staging), the days
+    waiting for their pass, the figures so far and the wall time spent. `--resume` reads
+    it and goes on from there: the pipeline restarts from its checkpoints as `kmon run`
+    does, and no batch is delivered twice or lost."""
+
+    FILE = "soak-state.json"
+
+    def __init__(self, work: Path, doc: dict):
+        self.work, self.doc = work, doc
+
+    @classmethod
+    def new(cls, work: Path, **params) -> "SoakState":
+        return cls(work, {**params, "delivered": 0, "delivering": None, "pending": [],
+                          "snapshots": [], "wall_s": 0.0, "requests_written": 0,
+                          "runs": []})
+
+    @classmethod
+    def load(cls, work: Path) -> "SoakState":
+        path = work / cls.FILE
+        if not path.is_file():
+            raise SystemExit(f"bench_soak: --resume {work}: no {cls.FILE} there (a soak's "
+                             "work folder is printed when it starts)")
+        return cls(work, json.loads(path.read_text()))
+
+    def save(self) -> None:
+        tmp = self.work / (self.FILE + ".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=1))
+        os.replace(tmp, self.work / self.FILE)
+
+
 def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
          landing_sim_h: float, work: Path, out=sys.stderr,
-         on_day: Callable[[dict], None] | None = None) -> dict:
+         on_day: Callable[[dict], None] | None = None,
+         state: SoakState | None = None) -> dict:
     """The soak (see the module docstring); its result. `on_day` gets the result so far
-    (``complete`` false) after each simulated day's figures: a run cut short keeps them."""
+    (``complete`` false) after each simulated day's figures: a run cut short keeps them.
+    `state` (`SoakState.load`) resumes a run that was stopped; a new run keeps its own in
+    `work`."""
     from infra.lake import Lake, register_tables
     from infra.spark_session import build_spark_session, log_retention
     from jobs.detect import ANOMALIES_TABLE, ensure_anomalies_table
@@ -209,7 +255,14 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     sim = FleetSim(templates_from_recording(), brokers)
     windows_per_batch = batch_minutes * 60_000 // WINDOW_MS
     batches_per_day = DAY_MS // (batch_minutes * 60_000)
-    day0 = sim_day0(days)
+    resumed = state is not None and bool(state.doc["runs"])
+    if state is None:
+        state = SoakState.new(work, brokers=brokers, days=days, batch_minutes=batch_minutes,
+                              vacuum_sim_h=vacuum_sim_h, landing_sim_h=landing_sim_h,
+                              day0=sim_day0(days))
+    st = state.doc
+    day0 = st["day0"]
+    sim.requests_written = st["requests_written"]
     lake_root = work / "lake"
     config = Config().with_overrides(
         spark={"storage_root": str(lake_root)}, watch={"cluster": sim.cluster},
@@ -224,10 +277,12 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     g0 = time.monotonic()
     sim.write(probe_dir, day0 - DAY_MS)
     shutil.rmtree(probe_dir, ignore_errors=True)
-    sim.requests_written = 0
+    sim.requests_written = st["requests_written"]
     print(f"soak: {brokers} brokers, {days} days, {batch_minutes} simulated minutes "
           f"({windows_per_batch} windows) a batch; a window of the fleet takes "
-          f"{time.monotonic() - g0:.2f} s to write", file=out, flush=True)
+          f"{time.monotonic() - g0:.2f} s to write; work folder {work}"
+          + (f"; resumed after batch {st['delivered']} of {days * batches_per_day}, "
+             f"{len(st['snapshots'])} days done" if resumed else ""), file=out, flush=True)
 
     pipeline = Pipeline(spark, lake, config.pipeline, streams=streams_for("windows"))
     queries = [*cookbook_queries(), *WINDOWS_QUERIES]
@@ -237,13 +292,23 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     # hour exists so that late rows are in, and in compressed time that is the queries'
     # wall time, not the simulated hour.
     settle_s = 2 * config.pipeline.slow_trigger_s + 10
-    pending: list[tuple[int, int, float]] = []       # (day, simulated end, wall at end)
-    snapshots: list[dict] = []
-    wall0 = time.monotonic()
-    sim_now = day0
+    # (day, simulated end, wall at end): a day waiting for its pass (resumed: the settle
+    # time starts again, the queries having restarted).
+    pending: list[tuple[int, int, float]] = [(d, e, time.monotonic()) for d, e in st["pending"]]
+    snapshots: list[dict] = st["snapshots"]
+    wall0 = time.monotonic() - st["wall_s"]      # the wall time of the earlier runs counts
+    n = st["delivered"]
+    sim_now = day0 + n * windows_per_batch * WINDOW_MS
     silver = None
     since = -1
-    n = 0
+    st["runs"].append({"started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       "at_batch": n, "days_done": len(snapshots)})
+
+    def save_state() -> None:
+        st.update(delivered=n, pending=[[d, e] for d, e, _ in pending],
+                  wall_s=round(time.monotonic() - wall0, 1),
+                  requests_written=sim.requests_written)
+        state.save()
     # The log retention of the tables the pipeline creates: the default session property,
     # scaled by a guessed compression (nothing is timed yet).
     spark.conf.set("spark.databricks.delta.properties.defaults.logRetentionDuration",
@@ -255,16 +320,22 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
                 "requests_per_s": round(sim.requests_written / max(sim_now - day0, 1) * 1000),
                 "vacuum_sim_h": vacuum_sim_h, "landing_sim_h": landing_sim_h,
                 "closed_after_h": section.closed_after_h, "settle_s": settle_s,
-                "complete": complete, "snapshots": snapshots}
+                "complete": complete, "runs": st["runs"], "snapshots": snapshots}
 
     try:
         while n < days * batches_per_day or pending:
             start = day0 + n * windows_per_batch * WINDOW_MS
             d = staging / f"b{n:04d}"
-            for w in range(windows_per_batch):
-                sim.write(d, start + w * WINDOW_MS)
+            if st["delivering"] != n:
+                # A batch cut short while written is written again (never while moved:
+                # what was not yet moved is still in staging, and goes next).
+                shutil.rmtree(d, ignore_errors=True)
+                for w in range(windows_per_batch):
+                    sim.write(d, start + w * WINDOW_MS)
+                st["delivering"] = n
+                save_state()
             before = _last_batch(silver) if silver is not None else -1
-            for stream_dir in d.iterdir():
+            for stream_dir in (d.iterdir() if d.is_dir() else ()):
                 dest = landing / stream_dir.name
                 dest.mkdir(parents=True, exist_ok=True)
                 for f in stream_dir.iterdir():
@@ -285,9 +356,11 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
                 run_queries(spark, queries, start + windows_per_batch * WINDOW_MS)
             pipeline.check()
             n += 1
+            st["delivering"] = None
             sim_now = start + windows_per_batch * WINDOW_MS
             if (sim_now - day0) % DAY_MS == 0 and (sim_now - day0) // DAY_MS <= days:
                 pending.append(((sim_now - day0) // DAY_MS, sim_now, time.monotonic()))
+            save_state()
             if not pending:
                 continue
             day, end, wall_end = pending[0]
@@ -306,6 +379,7 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
             snap["compression"] = round(compression, 1)
             since = _last_batch(silver)
             snapshots.append(snap)
+            save_state()
             print(summary_line(snap), file=out, flush=True)
             if on_day is not None:
                 on_day(so_far(complete=False))
@@ -384,22 +458,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--landing-sim-h", type=float, default=24.0,
                    help="landing retention in simulated hours (24, the default's)")
     p.add_argument("--no-save", action="store_true")
+    p.add_argument("--resume", type=Path, metavar="WORK",
+                   help="go on with the stopped soak whose work folder this is (its "
+                        "parameters and result file are the first run's)")
     a = p.parse_args(argv)
     if (24 * 60) % a.batch_minutes:
         p.error("--batch-minutes must divide a day (1440)")
-    work = Path(tempfile.mkdtemp(prefix="kmon-soak-"))
-    header = machine_header("soak", "bench.bench_soak", argv)
-    path = result_path("soak")
+    if a.resume is not None:
+        state = SoakState.load(a.resume)
+        work, st = a.resume, state.doc
+        header, path = st["header"], Path(st["result_path"])
+        params = [st[k] for k in ("brokers", "days", "batch_minutes", "vacuum_sim_h",
+                                  "landing_sim_h")]
+    else:
+        work = Path(tempfile.mkdtemp(prefix="kmon-soak-"))
+        header = machine_header("soak", "bench.bench_soak", argv)
+        path = result_path("soak")
+        params = [a.brokers, a.days, a.batch_minutes, a.vacuum_sim_h, a.landing_sim_h]
+        state = SoakState.new(work, brokers=a.brokers, days=a.days,
+                              batch_minutes=a.batch_minutes, vacuum_sim_h=a.vacuum_sim_h,
+                              landing_sim_h=a.landing_sim_h, day0=sim_day0(a.days))
+        state.doc.update(header=header, result_path=str(path))
 
     def save_so_far(r: dict) -> None:
         if not a.no_save:
             save("soak", {**header, **r}, path)
 
     try:
-        r = soak(a.brokers, a.days, a.batch_minutes, a.vacuum_sim_h, a.landing_sim_h, work,
-                 on_day=save_so_far)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        r = soak(*params, work, on_day=save_so_far, state=state)
+    except BaseException:
+        # The lake, the checkpoints and soak-state.json stay, to go on from.
+        print(f"bench_soak: stopped; go on with: python -m bench.bench_soak --resume {work}",
+              file=sys.stderr, flush=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
     doc = {**header, **r}
     print(json.dumps({k: v for k, v in doc.items() if k != "snapshots"}, indent=1))
     save_so_far(r)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import os
 import time
 from collections import defaultdict

@@ -1,9 +1,12 @@
 """The soak benchmark's clock handling (bench/bench_soak.py): the root-cause queries it
-times are the cookbook's, anchored at the simulated now instead of the wall clock."""
+times are the cookbook's, anchored at the simulated now instead of the wall clock; its
+state file, which a stopped run goes on from."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+
+import pytest
 
 from bench.bench_soak import WINDOWS_QUERIES, at_sim_now, query_title, scaled_hours, sim_day0
 from jobs.table_docs import cookbook_queries
@@ -41,3 +44,17 @@ def test_the_simulated_week_starts_at_a_midnight_and_ends_before_now():
 def test_retentions_scale_with_the_compression():
     assert scaled_hours(168, 168) == 1.0
     assert scaled_hours(24, 240) == 0.1
+
+
+def test_soak_state_survives_a_restart_and_a_missing_one_is_named(tmp_path):
+    from bench.bench_soak import SoakState
+
+    state = SoakState.new(tmp_path, brokers=3, days=7, batch_minutes=240, vacuum_sim_h=48.0,
+                          landing_sim_h=24.0, day0=1_700_000_000_000)
+    state.doc.update(delivered=9, delivering=10, pending=[[2, 1_700_172_800_000]])
+    state.save()
+    again = SoakState.load(tmp_path)
+    assert again.doc == state.doc
+    assert not (tmp_path / (SoakState.FILE + ".tmp")).exists()
+    with pytest.raises(SystemExit, match="no soak-state.json"):
+        SoakState.load(tmp_path / "elsewhere")
