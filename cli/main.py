@@ -160,7 +160,7 @@ def cmd_matrix(args, config) -> int:
         return command.list_scenarios()
     if args.action == "run":
         return command.run(config, names, record=not args.no_record, port=args.exporter_port,
-                           warmup_s=args.warmup, command=line)
+                           warmup_s=args.warmup, command=line, resume=args.resume)
     if args.action == "replay":
         return command.replay(config, names, step_s=args.step, command=line,
                               results_dir=args.results_dir)
@@ -431,6 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--warmup", type=_positive_seconds, metavar="S",
                     help="`run`: seconds of healthy load per cluster before its first scenario "
                          "(default 150)")
+    sp.add_argument("--resume", type=Path, metavar="RESULTS",
+                    help="`run`: go on with a run that stopped, from its results file "
+                         "(bench/results/matrix-live-*.json, saved after every scenario): "
+                         "the scenarios it asked for that have no result yet, into it")
     sp.add_argument("--step", type=_positive_seconds, default=20.0,
                     help="`replay`: evaluate the detectors every this many recorded seconds "
                          "(default 20, the live detector trigger)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from matrix import results
@@ -31,25 +32,64 @@ def list_scenarios(out=sys.stdout) -> int:
 
 
 def run(config, names: list[str] | None, *, record: bool, port: int, command: str,
-        warmup_s: float | None = None, out=sys.stdout) -> int:
+        warmup_s: float | None = None, resume: Path | None = None, out=sys.stdout) -> int:
+    """The scenarios live; the result file is rewritten after each one (``complete``
+    false until every scenario asked for has run), so a run cut short keeps what it did
+    and `resume` (that file) runs the rest into it: the whole matrix takes longer than
+    one sitting on a small machine."""
+    import json
     from dataclasses import replace
 
-    from matrix.live import MatrixSettings
-
     from matrix.corpus import CORPUS_DIR
-    from matrix.live import run_matrix
+    from matrix.live import MatrixSettings, run_matrix
 
-    scenarios = by_name(names)
+    rows: list[dict] = []
+    runs: list[dict] = []
+    path = None
+    if resume is not None:
+        try:
+            prior = json.loads(resume.read_text())
+        except (OSError, ValueError) as e:
+            print(f"kmon matrix run: --resume {resume}: {e}", file=out)
+            return 2
+        if prior.get("mode") != "live":
+            print(f"kmon matrix run: --resume {resume}: not a live matrix result", file=out)
+            return 2
+        rows, runs, path = list(prior["scenarios"]), list(prior.get("runs", [])), resume
+        names = prior.get("asked") or [s.name for s in catalog()]
+        command = prior["command"]
+    asked = [s.name for s in by_name(names)]
+    done_names = {r["scenario"] for r in rows}
+    scenarios = [s for s in by_name(asked) if s.name not in done_names]
+    runs.append({"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "commit": results.commit(), "scenarios": [s.name for s in scenarios]})
     meta = {"recorded_with": command, "commit": results.commit(), "machine": results.machine()}
     settings = MatrixSettings() if warmup_s is None else replace(MatrixSettings(),
                                                                   warmup_s=warmup_s)
-    done = run_matrix(config, scenarios, corpus=CORPUS_DIR if record else None, port=port,
-                      settings=settings, meta=meta, out=out)
-    scores = [r.score for r in done]
+
+    def save(complete: bool) -> Path:
+        nonlocal path
+        path = results.write("live", command, rows, results.scores_of(rows), path=path,
+                             asked=asked, complete=complete, runs=runs)
+        return path
+
+    def on_result(r) -> None:
+        rows.append(r.to_json())
+        save(complete=False)
+
+    if scenarios:
+        print(f"kmon matrix run: {len(scenarios)} scenario(s) to run"
+              + (f", {len(done_names)} done before ({resume})" if resume else ""),
+              file=out, flush=True)
+        run_matrix(config, scenarios, corpus=CORPUS_DIR if record else None, port=port,
+                   settings=settings, meta=meta, out=out, on_result=on_result)
+    scores = results.scores_of(rows)
+    complete = {r["scenario"] for r in rows} >= set(asked)
+    path = save(complete)
     print("\n" + results.console_table(scores), file=out)
-    path = results.write("live", command, [r.to_json() for r in done], scores)
-    print(f"\nresults: {path}", file=out, flush=True)
-    complete = len(done) == len(scenarios)
+    print(f"\nresults: {path}" + ("" if complete else
+                                  f" (not complete: go on with kmon matrix run --resume {path})"),
+          file=out, flush=True)
     return 0 if complete and all(s.passed for s in scores) else 1
 
 

@@ -98,7 +98,8 @@ class MatrixSession(LiveDemo):
                 if hasattr(f, "uninstall"):
                     f.uninstall()
 
-    def run_all(self) -> list[ScenarioResult]:
+    def run_all(self, on_result=None) -> list[ScenarioResult]:
+        """Every scenario of the session in turn; `on_result(result)` after each."""
         import signal
 
         self.previous_handlers = {s: signal.signal(s, self.on_signal)
@@ -117,6 +118,8 @@ class MatrixSession(LiveDemo):
                                 f"{s.summary} ---")
                     self.results.append(self.run_scenario(s, fault))
                     r = self.results[-1]
+                    if on_result is not None:
+                        on_result(r)
                     self.p.note(f"{s.name}: {'PASS' if r.score.passed else 'FAIL'}"
                                 + "".join(f"\n        {x}" for x in r.score.failures()))
             return self.results
@@ -182,8 +185,9 @@ class MatrixSession(LiveDemo):
 
 def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPUS_DIR,
                settings: MatrixSettings | None = None, port: int = 0, meta: dict,
-               out) -> list[ScenarioResult]:
-    """Every scenario, grouped by topology (one cluster each, in catalog order)."""
+               out, on_result=None) -> list[ScenarioResult]:
+    """Every scenario, grouped by topology (one cluster each, in catalog order);
+    `on_result(result)` after each."""
     from demo.lock import DemoLock
     from demo.preflight import preflight
     from demo.settings import demo_config
@@ -202,7 +206,7 @@ def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPU
             preflight(cfg, port)
             session = MatrixSession(cfg, topo, group, settings=settings, port=port,
                                     corpus=corpus, meta=meta, out=out)
-            results += session.run_all()
+            results += session.run_all(on_result)
             if session.stop.is_set():
                 break
     return results

@@ -33,17 +33,35 @@ def commit() -> str:
 
 
 def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore],
-          out_dir: Path = RESULTS_DIR) -> Path:
-    """rows: one dict per scenario (score + what the mode adds)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+          out_dir: Path | None = None, *, path: Path | None = None, **extra) -> Path:
+    """rows: one dict per scenario (score + what the mode adds). `path`: rewrite that file
+    (a live run saves what it has after each scenario) instead of a new
+    matrix-<mode>-<stamp>.json; `extra`: more top-level keys."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = out_dir / f"matrix-{mode}-{stamp}.json"
-    path.write_text(json.dumps({"mode": mode, "command": command, "date": stamp,
-                                "commit": commit(), "machine": machine(),
-                                "detect_within_s": DETECT_WITHIN_S,
-                                "classes": class_table(scores), "scenarios": rows},
-                               indent=2, default=str))
+    if path is None:
+        out_dir = out_dir or RESULTS_DIR
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"matrix-{mode}-{stamp}.json"
+    else:
+        stamp = json.loads(path.read_text())["date"] if path.exists() else stamp
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"mode": mode, "command": command, "date": stamp,
+                               "commit": commit(), "machine": machine(),
+                               "detect_within_s": DETECT_WITHIN_S,
+                               "classes": class_table(scores), **extra, "scenarios": rows},
+                              indent=2, default=str))
+    tmp.replace(path)
     return path
+
+
+def scores_of(rows: list[dict]) -> list[ScenarioScore]:
+    """The scores back from result rows (`ScenarioScore.to_json`)."""
+    scores = [ScenarioScore(r["scenario"], r["fault_class"]) for r in rows]
+    for sc, r in zip(scores, rows):
+        sc.expects = [ExpectScore(**{k: v for k, v in e.items() if k != "passed"})
+                      for e in r["expects"]]
+        sc.unexplained = list(r["unexplained"])
+    return scores
 
 
 def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
@@ -60,11 +78,7 @@ def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
             rows[r["scenario"]] = {**r, "run": {k: run.get(k) for k in ("command", "date",
                                                                          "commit")}}
     last = runs[-1]
-    scores = [ScenarioScore(r["scenario"], r["fault_class"]) for r in rows.values()]
-    for sc, r in zip(scores, rows.values()):
-        sc.expects = [ExpectScore(**{k: v for k, v in e.items() if k != "passed"})
-                      for e in r["expects"]]
-        sc.unexplained = list(r["unexplained"])
+    scores = scores_of(list(rows.values()))
     return {**last, "scenarios": list(rows.values()), "classes": class_table(scores),
             "runs": [{k: run.get(k) for k in ("command", "date", "commit")} for run in runs]}
 
@@ -137,7 +151,10 @@ def render_doc(live: dict | None, replay: dict | None, scenarios: list) -> str:
            f"within {DETECT_WITHIN_S:.0f} s of the fault becoming visible, and any other "
            f"finding in the scenario's time is unexplained (a false page). "
            f"`kmon matrix run` runs them live and records each into tests/corpus/; "
-           f"`kmon matrix replay` (and CI) replays the recordings with no cluster.", "",
+           f"`kmon matrix replay` (and CI) replays the recordings with no cluster. The whole "
+           f"live matrix takes hours on a small machine: its result file is saved after "
+           f"each scenario, and `kmon matrix run --resume <that file>` runs the scenarios it "
+           f"has no result for yet.", "",
            "## Scenarios", "", "| scenario | class | topology | how |", "|---|---|---|---|"]
     out += [f"| {s.name} | {s.fault_class} | {s.topology.describe()} | {s.summary} |"
             for s in scenarios]

@@ -1,0 +1,81 @@
+"""`kmon matrix run`'s result file (matrix/command.py): saved after every scenario, so a run
+cut short keeps what it did, and `--resume` runs the rest into the same file.
+
+The live part (clusters, faults) is `matrix.live.run_matrix`; here it is replaced by a
+stand-in that scores each scenario it is given and stops after `stop_after`, as a session
+ended by Ctrl-C or a closing sitting does: what is checked is the bookkeeping."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+import matrix.live
+from matrix import command, results
+from matrix.scenarios import catalog
+from matrix.score import ExpectScore, ScenarioScore
+
+
+class _Result:
+    def __init__(self, name: str, fault_class: str):
+        self.score = ScenarioScore(name, fault_class, [ExpectScore(
+            part="p", found=True, cause_ok=True, severity_ok=True, seconds=12.0)])
+
+    def to_json(self) -> dict:
+        return {**self.score.to_json(), "topology": "3b-1c"}
+
+
+@pytest.fixture
+def live(monkeypatch, tmp_path):
+    ran: list[list[str]] = []
+    state = {"stop_after": None}
+
+    def run_matrix(config, scenarios, *, on_result, **_):
+        ran.append([s.name for s in scenarios])
+        for i, s in enumerate(scenarios):
+            if state["stop_after"] is not None and i == state["stop_after"]:
+                return
+            on_result(_Result(s.name, s.fault_class))
+
+    monkeypatch.setattr(matrix.live, "run_matrix", run_matrix)
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    return ran, state
+
+
+def test_a_cut_run_keeps_its_scenarios_and_resume_runs_only_the_rest(live, tmp_path):
+    ran, state = live
+    names = [s.name for s in catalog()][:5]
+    state["stop_after"] = 2
+    out = io.StringIO()
+    assert command.run(None, names, record=False, port=0, command="kmon matrix run x",
+                       out=out) == 1
+    [path] = tmp_path.glob("matrix-live-*.json")
+    doc = json.loads(path.read_text())
+    assert doc["complete"] is False and doc["asked"] == names
+    assert [r["scenario"] for r in doc["scenarios"]] == names[:2]
+    assert f"--resume {path}" in out.getvalue()
+
+    state["stop_after"] = None
+    assert command.run(None, ["ignored-on-resume"], record=False, port=0,
+                       command="kmon matrix run y", resume=path, out=io.StringIO()) == 0
+    assert ran == [names, names[2:]]
+    doc = json.loads(path.read_text())
+    assert doc["complete"] is True and doc["command"] == "kmon matrix run x"
+    assert [r["scenario"] for r in doc["scenarios"]] == names
+    assert [len(r["scenarios"]) for r in doc["runs"]] == [5, 3]
+    assert list(tmp_path.glob("matrix-live-*.json")) == [path]
+    assert {r["scenario"] for r in results.newest("live", tmp_path)["scenarios"]} == set(names)
+
+
+def test_resume_refuses_a_file_that_is_not_a_live_result(live, tmp_path):
+    bad = tmp_path / "matrix-replay-x.json"
+    bad.write_text(json.dumps({"mode": "replay", "scenarios": []}))
+    out = io.StringIO()
+    assert command.run(None, None, record=False, port=0, command="c", resume=bad, out=out) == 2
+    assert "not a live matrix result" in out.getvalue()
+    out = io.StringIO()
+    assert command.run(None, None, record=False, port=0, command="c",
+                       resume=tmp_path / "missing.json", out=out) == 2
+    assert "missing.json" in out.getvalue()
