@@ -116,8 +116,13 @@ class MatrixSession(LiveDemo):
                         break
                     self.p.note(f"--- scenario {i}/{len(self.scenarios)}: {s.name}: "
                                 f"{s.summary} ---")
-                    self.results.append(self.run_scenario(s, fault))
-                    r = self.results[-1]
+                    r = self.run_scenario(s, fault)
+                    if self.stop.is_set():
+                        # Stopped (Ctrl-C) mid-scenario: its waits ended early, so its
+                        # score would be a false failure; left out, a --resume runs it.
+                        self.p.note(f"{s.name}: stopped before it ended, not scored")
+                        break
+                    self.results.append(r)
                     if on_result is not None:
                         on_result(r)
                     self.p.note(f"{s.name}: {'PASS' if r.score.passed else 'FAIL'}"
@@ -163,7 +168,7 @@ class MatrixSession(LiveDemo):
                                                        f"{d['severity']} {d['type']} "
                                                        f"({d['cause']}) {d['entity']}"
                                                        for t, d in seen]}, error=error)
-        if self.corpus is not None and error is None:
+        if self.corpus is not None and error is None and not self.stop.is_set():
             result.recording = str(self.record(s, truth, history_from, ended))
         return result
 
