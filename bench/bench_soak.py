@@ -238,12 +238,10 @@ class SoakState:
 
 def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
          landing_sim_h: float, work: Path, out=sys.stderr,
-         on_day: Callable[[dict], None] | None = None,
-         state: SoakState | None = None) -> dict:
+         on_day: Callable[[dict], None] | None = None, *, state: SoakState) -> dict:
     """The soak (see the module docstring); its result. `on_day` gets the result so far
     (``complete`` false) after each simulated day's figures: a run cut short keeps them.
-    `state` (`SoakState.load`) resumes a run that was stopped; a new run keeps its own in
-    `work`."""
+    `state`: `SoakState.new` for a new run, `SoakState.load` to resume a stopped one."""
     from infra.lake import Lake, register_tables
     from infra.spark_session import build_spark_session, log_retention
     from jobs.detect import ANOMALIES_TABLE, ensure_anomalies_table
@@ -255,14 +253,9 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     sim = FleetSim(templates_from_recording(), brokers)
     windows_per_batch = batch_minutes * 60_000 // WINDOW_MS
     batches_per_day = DAY_MS // (batch_minutes * 60_000)
-    resumed = state is not None and bool(state.doc["runs"])
-    if state is None:
-        state = SoakState.new(work, brokers=brokers, days=days, batch_minutes=batch_minutes,
-                              vacuum_sim_h=vacuum_sim_h, landing_sim_h=landing_sim_h,
-                              day0=sim_day0(days))
+    resumed = bool(state.doc["runs"])
     st = state.doc
     day0 = st["day0"]
-    sim.requests_written = st["requests_written"]
     lake_root = work / "lake"
     config = Config().with_overrides(
         spark={"storage_root": str(lake_root)}, watch={"cluster": sim.cluster},

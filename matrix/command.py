@@ -58,12 +58,14 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
         rows, runs, path = list(prior["scenarios"]), list(prior.get("runs", [])), resume
         names = prior.get("asked") or [s.name for s in catalog()]
         command = prior["command"]
-    asked = [s.name for s in by_name(names)]
+    wanted = by_name(names)
+    asked = [s.name for s in wanted]
     done_names = {r["scenario"] for r in rows}
-    scenarios = [s for s in by_name(asked) if s.name not in done_names]
+    scenarios = [s for s in wanted if s.name not in done_names]
+    commit = results.commit()
     runs.append({"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "commit": results.commit(), "scenarios": [s.name for s in scenarios]})
-    meta = {"recorded_with": command, "commit": results.commit(), "machine": results.machine()}
+                 "commit": commit, "scenarios": [s.name for s in scenarios]})
+    meta = {"recorded_with": command, "commit": commit, "machine": results.machine()}
     settings = MatrixSettings() if warmup_s is None else replace(MatrixSettings(),
                                                                   warmup_s=warmup_s)
 
