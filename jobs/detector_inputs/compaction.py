@@ -119,8 +119,12 @@ def read_cleaner_runs(spark: SparkSession, lake: Lake, r: TimeRange) -> list[Cle
 def growth_range(r: TimeRange, growth_window_s: float,
                  step_s: float = SIZE_STEP_S) -> TimeRange:
     """The growing-partition rule's window before r.end_ms, two steps more: the rule wants
-    a sample at or before the window's start, and a step's point is its last scrape."""
-    return TimeRange(r.end_ms - int((growth_window_s + 2 * step_s) * 1000), r.end_ms)
+    a sample at or before the window's start, and a step's point is its last scrape. It
+    starts on a step boundary, so its first step is whole, as it was when an earlier
+    evaluation read it (the live detector keeps the steps it read: window_cache.py)."""
+    step_ms = int(step_s * 1000)
+    start = r.end_ms - int((growth_window_s + 2 * step_s) * 1000)
+    return TimeRange(start // step_ms * step_ms, r.end_ms)
 
 
 def compacted_topics(configs: Iterable[CompactedTopicConfig]) -> dict[str, set[str]]:

@@ -49,11 +49,16 @@ class WindowReadCache:
         self.windows_read: dict[str, int] = {}  # per read, the range ms read last time
 
     def read(self, name: str, r: TimeRange, window_ms: int,
-             read_range: Callable[[TimeRange], Sequence[T]]) -> list[T]:
+             read_range: Callable[[TimeRange], Sequence[T]],
+             time_of: Callable[[T], int] = lambda x: x.window_start_ms,
+             reread_ms: int | None = None) -> list[T]:
         """The items of windows in `r` (as `read_range(r)` would give them), reading only
-        the part of `r` that the cache cannot answer."""
-        fresh_from = max(r.start_ms,
-                         (r.end_ms - self.reread_ms) // window_ms * window_ms)
+        the part of `r` that the cache cannot answer. `time_of(item)`: the time that puts
+        an item in a window (its window's start by default; a row's own time for reads
+        of rows, whose `window_ms` only aligns what is read again); `reread_ms`: this
+        read's own margin (the cache's by default)."""
+        reread = self.reread_ms if reread_ms is None else reread_ms
+        fresh_from = max(r.start_ms, (r.end_ms - reread) // window_ms * window_ms)
         with self._lock:
             kept = self._kept.get(name)
         if kept is not None:
@@ -65,7 +70,7 @@ class WindowReadCache:
             fresh_from = r.start_ms
             old: list[T] = []
         else:
-            old = [x for x in kept[2] if r.start_ms <= x.window_start_ms < fresh_from]
+            old = [x for x in kept[2] if r.start_ms <= time_of(x) < fresh_from]
         new = list(read_range(TimeRange(fresh_from, r.end_ms))) if fresh_from < r.end_ms else []
         out = old + new
         with self._lock:

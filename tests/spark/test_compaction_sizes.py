@@ -162,3 +162,24 @@ def test_the_rule_fires_for_the_partitions_that_grow_uncleaned(inputs, config):
 def test_without_topic_configs_only_consumer_offsets_is_read(spark, lake, config):
     bare = read_inputs(spark, lake, config, END - 300_000, END)
     assert {(s.topic, s.partition) for s in bare.partition_sizes} == {("__consumer_offsets", 7)}
+
+
+def test_the_live_detectors_cached_history_reads_equal_whole_reads(spark, lake, config):
+    """The live detector keeps the sizes, cleaner runs and cleaner gauges it read and
+    reads again only the last HISTORY_REREAD_MS (jobs/detector_inputs/__init__.py
+    `_incremental`): evaluated every 20 s over the last five minutes, as the detector
+    query does, each gives what a whole read of the growth window gives, while the sizes
+    read cover about three minutes of the window's twelve."""
+    from jobs.detector_inputs import WindowReadCache
+
+    cache = WindowReadCache()
+    compared = 0
+    for now in range(END - 300_000 + 7_000, END + 1, 20_000):
+        got = read_inputs(spark, lake, config, now - 300_000, now, CONFIGS, window_cache=cache)
+        want = read_inputs(spark, lake, config, now - 300_000, now, CONFIGS)
+        for name in ("partition_sizes", "cleaner_runs", "cleaner_gauges"):
+            assert getattr(got, name) == getattr(want, name), (name, now)
+        compared += len(want.partition_sizes) + len(want.cleaner_runs)
+        name = next(k for k in cache.windows_read if k.startswith("partition_sizes"))
+        assert now == END - 300_000 + 7_000 or cache.windows_read[name] <= 180_000
+    assert compared > 500

@@ -92,3 +92,37 @@ def test_reads_are_kept_apart_by_name_and_window_length():
 def test_reread_s_must_be_positive():
     with pytest.raises(ValueError, match="reread_s"):
         WindowReadCache(reread_s=0)
+
+
+@dataclass(frozen=True)
+class Sample:
+    observed_ms: int
+    value: int
+
+
+def test_rows_by_their_own_time_with_the_reads_own_margin():
+    """Rows (a scrape each, at any time, not windows) keyed by `time_of`: a continuation
+    reads again only from `reread_ms` before the end (aligned down to `window_ms`) and
+    gives the rows a whole read gives; a row that came later than the margin is not
+    seen, as for windows."""
+    rows = {T0 + i * 7_000 + 1_234: i for i in range(-100, 100)}
+    reads: list[TimeRange] = []
+
+    def read(r: TimeRange) -> list[Sample]:
+        reads.append(r)
+        return [Sample(t, v) for t, v in sorted(rows.items()) if r.start_ms <= t < r.end_ms]
+
+    cache = WindowReadCache(reread_s=60)
+    now = T0 + 5_000
+    for step in range(15):
+        got = cache.read("gauges", _range(now), W, read, time_of=lambda s: s.observed_ms,
+                         reread_ms=120_000)
+        assert got == read(_range(now))
+        if step:
+            assert reads[-2] == TimeRange((now - 120_000) // W * W, now)
+        now += 20_000
+    late = now - 150_000 + 3        # older than the margin when it lands
+    rows[late] = -1
+    got = cache.read("gauges", _range(now), W, read, time_of=lambda s: s.observed_ms,
+                     reread_ms=120_000)
+    assert Sample(late, -1) not in got and Sample(late, -1) in read(_range(now))
