@@ -57,6 +57,7 @@ from detectors.partition_signals import (
     members_at,
     messages_reread,
     offsets_at,
+    offsets_out_of_range,
     offsets_past_log_end,
     reset_target_of,
     still_in_log,
@@ -110,9 +111,10 @@ def reset_detection(e: ClientOffsetReset, commits: Sequence[OffsetCommit],
     before = _last_commit_before(commits, e.event_ms) if e.group else None
     if is_benign_reset(e, before is not None):
         return None
-    at = offsets_at(offsets, e.event_ms)
     from_offset = e.from_offset if e.from_offset is not None else (
         before.offset if before else None)
+    at = (offsets_out_of_range(offsets, e.event_ms, from_offset, e.to_offset is not None)
+          if e.reason is ResetReason.OUT_OF_RANGE else offsets_at(offsets, e.event_ms))
     to_offset = resolved_target_offset(e, at)
     skipped = (to_offset - from_offset
                if None not in (from_offset, to_offset) and to_offset > from_offset else 0)

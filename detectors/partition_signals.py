@@ -235,6 +235,28 @@ def offsets_at(series: Sequence[PartitionOffsets], t_ms: int) -> PartitionOffset
     return found
 
 
+def offsets_out_of_range(series: Sequence[PartitionOffsets], t_ms: int, position: int | None,
+                         target_logged: bool) -> PartitionOffsets | None:
+    """The partition's offsets at a reset the broker answered OFFSET_OUT_OF_RANGE at
+    `position`: as `offsets_at`, unless that sample still has `position` in the log. It
+    may then have been taken before what moved the log (retention or delete_records
+    raising the log start, a truncation): the first later sample that has `position` out
+    of range describes the reset. When later samples still have it in the log, the broker
+    answered out of range for a position in the log (KAFKA-9543) and the sample stands.
+    With no later sample yet, it stands only when the client logged the offset it reset
+    to; otherwise None (unknown until the next sample): a symbolic target (librdkafka's
+    BEGINNING) read against a stale log start made a forward reset past deleted records a
+    rewind to offset 0."""
+    at = offsets_at(series, t_ms)
+    if position is None or at is None or not still_in_log(position, at):
+        return at
+    later = [o for o in series if o.observed_ms > t_ms]
+    moved = next((o for o in later if not still_in_log(position, o)), None)
+    if moved is not None:
+        return moved
+    return at if later or target_logged else None
+
+
 def pair_reset_events(events: Iterable[ClientOffsetReset],
                       pair_window_ms: int) -> list[ClientOffsetReset]:
     """Join the Java client's cause line and position line into one reset.

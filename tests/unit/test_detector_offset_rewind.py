@@ -542,6 +542,36 @@ def scenarios():
                                                        "skipped": 4000, "possible_loss": True,
                                                        "restore_to": 1000, "target": "latest"}})
 
+    # delete_records (or retention) moved the log start past a stopped group's commit; the
+    # member comes back, is out of range and resets to BEGINNING (librdkafka logs no
+    # offset): forward, past the deleted records. The sample before the reset still has
+    # the old log start; the one after has the new.
+    yield Scenario(
+        "reset_to_earliest_past_deleted_records_is_forward",
+        commits((0, 1000), (60, 1435), (320, 1500)),
+        offsets=ends((0, 1100, 0), (240, 1520, 0), (310, 1560, 1500)),
+        members=members((0, 1), (200, 0), (300, 1)),
+        resets=[reset(300, ResetReason.OUT_OF_RANGE, frm=1435, target=ResetTarget.EARLIEST)],
+        detections={(AnomalyType.OFFSET_RESET, ENTITY): ("auto_reset_after_out_of_range",
+                                                         Severity.HIGH, ActionKind.PAGE_HUMAN)},
+        evidence={(AnomalyType.OFFSET_RESET, ENTITY): {
+            "from_offset": 1435, "to_offset": 1500, "skipped": 65, "duplicates": 0,
+            "log_start_at_reset": 1500, "target": "earliest", "restore_to": None}})
+
+    # The same before the next sample: the target is unknown, not offset 0.
+    yield Scenario(
+        "reset_to_earliest_before_the_next_sample_is_of_unknown_size",
+        commits((0, 1000), (60, 1435)),
+        offsets=ends((0, 1100, 0), (240, 1520, 0)),
+        members=members((0, 1), (200, 0), (300, 1)),
+        resets=[reset(300, ResetReason.OUT_OF_RANGE, frm=1435, target=ResetTarget.EARLIEST)],
+        now_s=305,
+        detections={(AnomalyType.OFFSET_RESET, ENTITY): ("auto_reset_after_out_of_range",
+                                                         Severity.HIGH, ActionKind.PAGE_HUMAN)},
+        evidence={(AnomalyType.OFFSET_RESET, ENTITY): {
+            "from_offset": 1435, "to_offset": None, "skipped": 0, "duplicates": 0,
+            "target": "earliest"}})
+
     # Burrow #714: lag was zero all along, then the group jumped back.
     yield Scenario(
         "zero_lag_does_not_hide_a_rewind",
