@@ -83,6 +83,7 @@ class LiveDemo:
         self.stop = threading.Event()
         self.tracker = FindingTracker(out)
         self.cluster = self.workload = self.monitor = self.ctx = None
+        self.stats_hook = None
         self.outcomes: list[FaultOutcome] = []
         self.healthy: list = []
         self.warm_start_ms = 0
@@ -142,7 +143,9 @@ class LiveDemo:
         self.p.step("workload: orders (acks=all, group billing), clicks (acks=1, group "
                     "analytics), compacted customers, ledger (unclean election allowed)")
         bootstrap = self.cluster.bootstrap_servers
-        self.workload = Workload(bootstrap, self.config.work_dir / "demo" / "clients")
+        self.stats_hook = self.client_stats_hook() if self.settings.client_stats else None
+        self.workload = Workload(bootstrap, self.config.work_dir / "demo" / "clients",
+                                 stats_cb=self.stats_hook)
         create_topics(bootstrap, [NewTopic("orders", 6, 3, config={"min.insync.replicas": "2"}),
                                   NewTopic("clicks", 6, 3)])
         self.ctx = FaultContext(self.cluster, self.workload, say=self.p.note, stop=self.stop)
@@ -153,6 +156,16 @@ class LiveDemo:
         self.workload.start_producer(ProducerSpec("clicks-producer", "clicks", rate, acks="1"))
         self.workload.start_consumer(ConsumerSpec("billing", ("orders",)))
         self.workload.start_consumer(ConsumerSpec("analytics", ("clicks",)))
+
+    def client_stats_hook(self):
+        """The hook the workload's clients hand their statistics to, as an application
+        would install it, into the lake's landing folder."""
+        from infra.lake import Lake
+        from ingest.client_stats_hook import kmon_stats_hook
+        from kmon.monitor import sink_factory
+
+        sink = sink_factory(self.config, Lake(self.config.storage_root))("client-stats")
+        return kmon_stats_hook(self.config.watch.cluster, sink)
 
     def start_monitor(self) -> None:
         from prometheus_client import CollectorRegistry
@@ -291,6 +304,9 @@ class LiveDemo:
             self.ctx.close()
         if self.workload is not None:
             self.workload.stop()
+        if self.stats_hook is not None:
+            self.stats_hook.close()
+            self.stats_hook.sink.close()
         if self.monitor is not None:
             self.monitor.stop()
         if self.cluster is not None and not self.keep:

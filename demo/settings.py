@@ -20,6 +20,7 @@ class DemoSettings:
                                      # that would show it to resolve
     exporter_port: int = 9464
     rate_per_s: float = 40.0         # messages/s per workload producer
+    client_stats: bool = False       # the workload's clients ship librdkafka statistics
 
 
 SHORT = DemoSettings(warmup_s=90.0, detect_timeout_s=240.0, settle_s=5.0)

@@ -9,6 +9,11 @@ with their own producers and groups.
 Every client survives brokers being paused, stopped and restarted: errors are counted
 and logged, never raised into the caller.
 
+With a `stats_cb` (an `ingest.client_stats_hook.ClientStatsHook`, as an application would
+install it), every client emits its librdkafka statistics every
+`statistics_interval_ms` into it: the slow-link rule judges producers by their own round
+trips (detectors/slow_broker/client_links.py).
+
 Producers are not idempotent unless their spec asks (librdkafka's default). librdkafka
 2.16.0's idempotent producer busy-loops its broker threads while a replica of its
 partitions is frozen: with the slow-broker fault's freezes (1.5 s of every 2 s) one
@@ -25,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +44,13 @@ class ProducerSpec:
     value_bytes: int = 200
     key_space: int | None = None   # keys k0..k<n-1> (a compacted topic), else unkeyed
     idempotent: bool = False       # enable.idempotence (acks=all only); see the module doc
+    bootstrap: str | None = None   # its own path to the cluster (a proxy); None: the workload's
 
 
 def producer_config(spec: ProducerSpec, bootstrap: str) -> dict:
     """librdkafka settings of a workload producer (its logger aside)."""
-    conf = {"bootstrap.servers": bootstrap, "client.id": spec.name, "acks": spec.acks,
-            "linger.ms": 100, "message.timeout.ms": 30000}
+    conf = {"bootstrap.servers": spec.bootstrap or bootstrap, "client.id": spec.name,
+            "acks": spec.acks, "linger.ms": 100, "message.timeout.ms": 30000}
     if spec.idempotent:
         if spec.acks != "all":
             raise ValueError(f"producer {spec.name}: an idempotent producer needs acks=all, "
@@ -92,13 +99,23 @@ def _file_logger(path: Path, name: str) -> logging.Logger:
 class Workload:
     """Start producers and consumers; stop them one by one or all together."""
 
-    def __init__(self, bootstrap: str, log_dir: Path):
+    def __init__(self, bootstrap: str, log_dir: Path, *,
+                 stats_cb: Callable[[str], None] | None = None,
+                 statistics_interval_ms: int = 5000):
         self.bootstrap = bootstrap
         self.log_dir = Path(log_dir)
+        self.stats_cb, self.statistics_interval_ms = stats_cb, statistics_interval_ms
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.producers: dict[str, _Running] = {}
         self.consumers: dict[str, _Running] = {}
         self.consumer_specs: dict[str, ConsumerSpec] = {}
+
+    def _stats(self) -> dict:
+        """The statistics settings of every client (none without a stats_cb)."""
+        if self.stats_cb is None:
+            return {}
+        return {"statistics.interval.ms": self.statistics_interval_ms,
+                "stats_cb": self.stats_cb}
 
     # ---- producers ---------------------------------------------------------------------
 
@@ -113,7 +130,7 @@ class Workload:
         from confluent_kafka import KafkaException, Producer
 
         counts = self.producers[spec.name].counts
-        conf = {**producer_config(spec, self.bootstrap),
+        conf = {**producer_config(spec, self.bootstrap), **self._stats(),
                 "logger": _file_logger(self.log_dir / f"{spec.name}.log", spec.name)}
 
         def delivered(err, _msg):
@@ -184,7 +201,8 @@ class Workload:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": spec.group,
                       "client.id": spec.client_id, "auto.offset.reset": spec.auto_offset_reset,
                       "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
-                      "logger": _file_logger(self.consumer_log(spec.group), spec.group)})
+                      "logger": _file_logger(self.consumer_log(spec.group), spec.group),
+                      **self._stats()})
         c.subscribe(list(spec.topics))
         try:
             while not stop.is_set():

@@ -18,6 +18,13 @@ advertised at ``replication[b]`` (a proxy) or its own port; the proxied nodes us
 their inter-broker listener, the others keep PLAINTEXT (and so reach the proxied node
 through its advertised proxy). Controller traffic uses the CONTROLLER listener: never
 proxied.
+
+A client's own path through a proxy (`Routes.client_link`, for
+matrix.mechanisms.slow_link): every broker gets a third listener, CLIENTLINK, on a port
+of its own, advertised at ``client_link[b]`` (a proxy in front of it). Kafka answers a
+client's metadata with the addresses of the listener it came in on, so a client that
+bootstraps at the proxies reaches every broker through them and every other client and
+replica takes the direct path.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class Node:
     # "" in the state of a cluster laid out before roles were kept: filled in on load.
     roles: str = ""
     replication_port: int = 0   # the REPLICATION listener's port, 0: none
+    client_link_port: int = 0   # the CLIENTLINK listener's port, 0: none
 
     @property
     def is_broker(self) -> bool:
@@ -82,10 +90,15 @@ class Routes:
     """Ports advertised instead of a node's own (see the module docstring)."""
     advertised: dict[int, int] = field(default_factory=dict)    # node -> PLAINTEXT port
     replication: dict[int, int] = field(default_factory=dict)   # node -> REPLICATION port
+    client_link: dict[int, int] = field(default_factory=dict)   # node -> CLIENTLINK port
 
     @property
     def needs_replication_listener(self) -> bool:
         return bool(self.advertised) and bool(self.replication)
+
+    @property
+    def needs_client_link_listener(self) -> bool:
+        return bool(self.client_link)
 
 
 def free_port() -> int:
@@ -158,6 +171,10 @@ def node_properties(n: Node, nodes: list[Node], routes: Routes,
             listeners.append(f"REPLICATION://127.0.0.1:{n.replication_port}")
             port = routes.replication.get(n.node_id, n.replication_port)
             advertised.append(f"REPLICATION://127.0.0.1:{port}")
+        if n.client_link_port:
+            listeners.append(f"CLIENTLINK://127.0.0.1:{n.client_link_port}")
+            port = routes.client_link.get(n.node_id, n.client_link_port)
+            advertised.append(f"CLIENTLINK://127.0.0.1:{port}")
     if n.is_controller:
         listeners.append(f"CONTROLLER://127.0.0.1:{n.controller_port}")
     props = {
@@ -167,7 +184,8 @@ def node_properties(n: Node, nodes: list[Node], routes: Routes,
         "listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map":
-            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,REPLICATION:PLAINTEXT,"
+            "CLIENTLINK:PLAINTEXT",
         "log.dirs": str(n.data_dir),
     }
     if n.is_broker:

@@ -207,7 +207,9 @@ class LocalCluster:
         name laid out before with another shape is replaced)."""
         self.size, self.controllers, self.dedicated_controllers = self.requested_shape
         roles = node_roles(self.size, self.controllers, self.dedicated_controllers)
-        per_node = 4 if self.routes.needs_replication_listener else 3
+        replication = self.routes.needs_replication_listener
+        client_link = self.routes.needs_client_link_listener
+        per_node = 3 + replication + client_link
         ports = allocate_ports(len(roles), per_node, self.config.local_cluster.base_port)
         if self.home.exists():
             shutil.rmtree(self.home)
@@ -215,9 +217,12 @@ class LocalCluster:
         self.cluster_id = _kafka_uuid()
         self.nodes = []
         for i, (role, p) in enumerate(zip(roles, ports)):
-            replication = p[3] if per_node == 4 and "broker" in role else 0
+            extra = list(p[3:]) if "broker" in role else []
+            replication_port = extra.pop(0) if replication and extra else 0
+            client_link_port = extra.pop(0) if client_link and extra else 0
             self.nodes.append(Node(i + 1, p[0], p[1], p[2], str(self.home / f"node-{i + 1}"),
-                                   roles=role, replication_port=replication))
+                                   roles=role, replication_port=replication_port,
+                                   client_link_port=client_link_port))
         for n in self.nodes:
             n.log_dir.mkdir(parents=True)
             n.data_dir.mkdir(parents=True)

@@ -141,7 +141,7 @@ def run_detectors(inputs: DetectorInputs, config: DetectionConfig, now_ms: int) 
                              isr_shrinks=inputs.isr_shrinks, client_sends=inputs.client_sends,
                              baselines=inputs.baselines, outages=inputs.broker_outages,
                              leadership_gains=inputs.leadership_gains,
-                             config=config.slow_broker),
+                             client_rtts=inputs.client_rtts, config=config.slow_broker),
         *detect_offset_anomalies(inputs.commits, offsets=inputs.partition_offsets,
                                  resets=inputs.resets, memberships=inputs.memberships,
                                  truncations=inputs.truncations,

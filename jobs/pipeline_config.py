@@ -41,8 +41,9 @@ class PipelineSection:
                                  "micro-batch has a fixed cost, so on a small machine fewer of "
                                  "them leave room for the ones that matter", 60.0, min=0.5,
                                  max=3600)
-    slow_streams: list = _key("Streams read by the silver_slow query, on slow_trigger_s",
-                              ["client_stats", "partition_offsets", "quarantine"])
+    slow_streams: list = _key("Streams read by the silver_slow query, on slow_trigger_s "
+                              "(client_stats is not: the slow-link rule reads it)",
+                              ["partition_offsets", "quarantine"])
     dedupe_window_s: int = _key("How long silver remembers record ids to drop repeats an agent "
                                 "re-sent after a crash (state is bounded by this)", 600,
                                 min=10, max=86400)

@@ -49,6 +49,7 @@ class MatrixSettings(DemoSettings):
     settle_s: float = 90.0            # after heal: late findings still count; then the next
                                       # scenario's recorded history starts (HISTORY_GAP_S)
     warmup_s: float = 150.0
+    client_stats: bool = True         # the slow-link rule judges producers by them
 
 
 @dataclass

@@ -95,7 +95,8 @@ from remediation.guards import (
 )
 
 # slow_broker causes that are not the broker's own fault: moving leadership would not help.
-CLIENT_OR_NETWORK_CAUSES = frozenset({"client_slow_read", "network_send_slow",
+CLIENT_OR_NETWORK_CAUSES = frozenset({"client_slow_read", "client_slow_link",
+                                      "network_send_slow",
                                       "response_send_slow", "quota_throttled"})
 HUMAN_ONLY_TYPES = frozenset({AnomalyType.UNCLEAN_ELECTION, AnomalyType.LOG_TRUNCATION})
 OFFSET_TYPES = frozenset({AnomalyType.OFFSET_REWIND, AnomalyType.OFFSET_RESET})

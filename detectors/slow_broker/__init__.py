@@ -118,6 +118,14 @@ send, and at least client_slow_request_share (0.5) of them. Finding: slow_client
 brokers, its requests, the slow ones, its send p99 and its share of each broker's
 requests.
 
+Slow producer links (client_links.py; its docstring has the rule): a producer behind a
+slow network path waits long for every answer while the brokers serve it as fast as
+anyone; only its librdkafka statistics show it (`ClientRttWindow`: its rtt p99 per
+broker). Per window and producer: at every broker judged, its rtt p99 minus the broker's
+Produce TotalTime TP99 is the Produce threshold or more, and other producers at that
+broker were fine (or it is so at two brokers or more). Finding: slow_client on
+"client:<client_id>", cause client_slow_link, severity warning, action none.
+
 Slow-follower attribution for a leader L (a Produce verdict dominated by Remote):
 the follower's "holdback" at a leader is max(max_fetch_gap_ms, send_p99_ms): how long the
 leader waited on it outside purgatory. A follower L had fetching in earlier windows that
@@ -220,6 +228,7 @@ from detectors.slow_broker.detect import assess_windows, detect_slow_brokers
 from detectors.slow_broker.follower_blame import FollowerView, blame_follower
 from detectors.slow_broker.inputs import (
     STAGES,
+    ClientRttWindow,
     ClientSendWindow,
     FollowerFetchWindow,
     IsrShrink,
@@ -244,6 +253,7 @@ __all__ = [
     "BrokerOutage",
     "BrokerState",
     "BrokerStateChange",
+    "ClientRttWindow",
     "ClientSendWindow",
     "FollowerFetchWindow",
     "FollowerView",

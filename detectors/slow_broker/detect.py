@@ -16,10 +16,12 @@ from detectors.slow_broker.attribution import (
     is_cluster_wide,
     slow_follower_attribution,
 )
+from detectors.slow_broker.client_links import judge_links
 from detectors.slow_broker.clients import judge_clients
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.follower_blame import FollowerView, holdback_view
 from detectors.slow_broker.inputs import (
+    ClientRttWindow,
     ClientSendWindow,
     FollowerFetchWindow,
     IsrShrink,
@@ -226,11 +228,13 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   history: _History, external: Mapping[tuple[int, str], float],
                   view: FollowerView, sends: Sequence[ClientSendWindow],
                   config: SlowBrokerSection, out: set[int] = frozenset(),
-                  new_leaders: set[int] = frozenset()) -> WindowAssessment:
+                  new_leaders: set[int] = frozenset(),
+                  rtts: Sequence[ClientRttWindow] = ()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
     were out (`out`: restarting, crashed, shut down) explain and the Remote waits of
     brokers that had just become leaders (`new_leaders`), then judge cluster-wide; the
-    clients are judged on their own requests beside it (clients.py).
+    clients are judged on their own requests beside it (clients.py), and producers on
+    their own round trips (client_links.py).
 
     The order matters: attribution needs the suspect rows of every broker (a follower is
     blamed by other brokers' rows), and the cluster-wide judgement needs attribution (a
@@ -251,10 +255,11 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                             api_verdicts=verdicts, brokers=brokers,
                             brokers_with_traffic=with_traffic, blamed=blamed_set,
                             cluster_wide=wide, clients=judge_clients(sends, rows, config),
-                            excused=excused)
+                            links=judge_links(rtts, rows, config), excused=excused)
 
 
-Windowed = TypeVar("Windowed", RequestStageWindow, FollowerFetchWindow, ClientSendWindow)
+Windowed = TypeVar("Windowed", RequestStageWindow, FollowerFetchWindow, ClientSendWindow,
+                   ClientRttWindow)
 
 
 def by_cluster_window(items: Iterable[Windowed]) -> dict[tuple[str, int], list[Windowed]]:
@@ -283,6 +288,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    baselines: Iterable[LatencyBaseline] = (),
                    outages: Sequence[BrokerOutage] = (),
                    leadership_gains: Sequence[LeadershipGain] = (),
+                   client_rtts: Iterable[ClientRttWindow] = (),
                    config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
     """Every window of the input, oldest first, per cluster (see `assess_window`)."""
     config = config or SlowBrokerSection()
@@ -292,6 +298,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     grid_origin = {cluster: start for cluster, start in rows_by_cw}
     shrinks_by_cw = shrinks_by_cluster_window(isr_shrinks, grid_origin, window_ms)
     sends_by_cw = by_cluster_window(client_sends)
+    rtts_by_cw = by_cluster_window(client_rtts)
     external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, norm_api(b.api))] = b.p99_ms
@@ -313,7 +320,8 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                                  out_during(outages, cluster, start, start + window_ms),
                                  new_leaders_during(leadership_gains, cluster, start,
                                                     start + window_ms,
-                                                    int(config.leadership_grace_s * 1000))))
+                                                    int(config.leadership_grace_s * 1000)),
+                                 rtts_by_cw.get((cluster, start), ())))
     return out
 
 
@@ -324,13 +332,16 @@ def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
                         baselines: Iterable[LatencyBaseline] = (),
                         outages: Sequence[BrokerOutage] = (),
                         leadership_gains: Sequence[LeadershipGain] = (),
+                        client_rtts: Iterable[ClientRttWindow] = (),
                         config: SlowBrokerSection | None = None) -> list[Detection]:
     """slow_broker, cluster_wide_slowness and slow_client detections from the input
     windows; `outages` (outages.py): when brokers were out (their windows set aside);
-    `leadership_gains` (handovers.py): when brokers became leaders."""
+    `leadership_gains` (handovers.py): when brokers became leaders; `client_rtts`
+    (client_links.py): the producers' own round trips, from their statistics."""
     config = config or SlowBrokerSection()
     assessments = assess_windows(rows, follower_fetches=follower_fetches,
                                  isr_shrinks=isr_shrinks, client_sends=client_sends,
                                  baselines=baselines, outages=outages,
-                                 leadership_gains=leadership_gains, config=config)
+                                 leadership_gains=leadership_gains, client_rtts=client_rtts,
+                                 config=config)
     return detections_from(assessments, config)

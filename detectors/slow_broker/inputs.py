@@ -77,6 +77,19 @@ class ClientSendWindow:
 
 
 @dataclass(frozen=True)
+class ClientRttWindow:
+    """A client's own view of one broker in a window, from its librdkafka statistics: the
+    highest rtt p99 (request sent to response received, ms) of its documents in the
+    window; `client_type` producer or consumer (detectors/slow_broker/client_links.py)."""
+    cluster: str
+    window_start_ms: int
+    client_id: str
+    client_type: str
+    broker: int
+    rtt_p99_ms: float
+
+
+@dataclass(frozen=True)
 class LatencyBaseline:
     cluster: str
     broker: int

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from core.findings import Detection
+from detectors.slow_broker.client_links import link_detection
 from detectors.slow_broker.clients import client_detection
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.evidence import broker_detection, cluster_wide_detection
@@ -26,14 +27,14 @@ def recent_windows(assessments: Sequence[WindowAssessment], config: SlowBrokerSe
             for c, end in latest.items()}
 
 
-Key = tuple  # ("cluster",), ("broker", id) or ("client", client_id)
+Key = tuple  # ("cluster",), ("broker", id), ("client", client_id) or ("link", client_id)
 
 
 def flagged_keys(a: WindowAssessment) -> set[Key]:
     """What a window holds a verdict for: the cluster, or the brokers; and the clients
     slow by their own requests. A broker whose verdict is only its slow clients
     (Role.CLIENT) holds none: the clients are the findings (clients.py)."""
-    keys: set[Key] = {("client", c) for c in a.clients}
+    keys: set[Key] = {("client", c) for c in a.clients} | {("link", c) for c in a.links}
     if a.cluster_wide:
         return keys | {("cluster",)}
     return keys | {("broker", b) for b, v in a.brokers.items()
@@ -59,12 +60,16 @@ def detections_from(assessments: Sequence[WindowAssessment],
                       else config.persistence_windows)
             if len(windows) < needed:
                 continue
+            if k[0] == "link" and len(flagged.get(("client", k[1]), ())) >= needed:
+                continue   # one slow_client finding per client: its slow reads say more
             latest = by_cw[(cluster, max(windows))]
             if k[0] == "cluster":
                 detections.append(cluster_wide_detection(latest, windows, config))
             elif k[0] == "client":
                 detections.append(client_detection(cluster, latest.clients[k[1]], windows,
                                                    config))
+            elif k[0] == "link":
+                detections.append(link_detection(cluster, latest.links[k[1]], windows, config))
             else:
                 detections.append(broker_detection(cluster, latest.brokers[k[1]], windows,
                                                    config))

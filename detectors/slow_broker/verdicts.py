@@ -30,6 +30,7 @@ class SlowBrokerCause(StrEnum):
     SLOW_UNATTRIBUTED = "slow_unattributed"
     # Not a broker fault:
     CLIENT_SLOW_READ = "client_slow_read"
+    CLIENT_SLOW_LINK = "client_slow_link"
     QUOTA_THROTTLED = "quota_throttled"
     # Too many brokers at once:
     CLUSTER_WIDE_SLOWNESS = "cluster_wide_slowness"
@@ -124,6 +125,8 @@ class WindowAssessment:
     blamed: set[int]
     cluster_wide: bool
     clients: dict[str, ClientVerdict] = field(default_factory=dict)
+    # Producers whose own network path was slow (client_links.py): client -> verdict.
+    links: dict = field(default_factory=dict)
     # Verdicts set aside because the broker, or the follower they blame, was out
     # (restarting, crashed, shut down: outages.py): broker -> the verdict.
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)

@@ -15,6 +15,8 @@ One module per detector's inputs, each docstring saying where every input comes 
   ISR shrinks (silver.log_events).
 - client_sends.py: the slow-broker and slow-client rules' per-client send times
   (silver.request_stages).
+- client_rtts.py: the slow-link rule's producers' round trips per broker
+  (silver.client_stats).
 - partition_signals.py: offset commits, partition offsets, client offset resets, log
   truncations, group membership, who committed (OffsetCommit request-log lines), group
   coordinator loads.
@@ -53,6 +55,7 @@ from detectors.partition_signals import (
 )
 from detectors.slow_broker import (
     BrokerOutage,
+    ClientRttWindow,
     ClientSendWindow,
     FollowerFetchWindow,
     IsrShrink,
@@ -64,6 +67,7 @@ from detectors.lost_range import LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from jobs.detection_config import DetectionConfig
+from jobs.detector_inputs.client_rtts import read_client_rtts
 from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
 from jobs.detector_inputs.request_windows import (
     read_window_baselines,
@@ -142,7 +146,8 @@ __all__ = [
     "fresh_windows_until", "growth_range", "latency_column", "leader_epochs_from",
     "leadership_gains_from",
     "merge_controller_ticks", "read_leader_epochs",
-    "read_baselines", "read_cleaner_gauges", "read_cleaner_runs", "read_client_sends",
+    "read_baselines", "read_cleaner_gauges", "read_cleaner_runs", "read_client_rtts",
+    "read_client_sends",
     "read_commits", "read_follower_fetches", "read_inputs", "read_log_events",
     "read_memberships", "read_meter_ticks", "read_partition_offsets",
     "read_partition_sizes", "read_resets",
@@ -165,6 +170,7 @@ class DetectorInputs:
     broker_outages: list[BrokerOutage] = field(default_factory=list)
     leadership_gains: list[LeadershipGain] = field(default_factory=list)
     client_sends: list[ClientSendWindow] = field(default_factory=list)
+    client_rtts: list[ClientRttWindow] = field(default_factory=list)
     commits: list[OffsetCommit] = field(default_factory=list)
     partition_offsets: list[PartitionOffsets] = field(default_factory=list)
     resets: list[ClientOffsetReset] = field(default_factory=list)
@@ -239,7 +245,7 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
                        window_cache)
     # The longest chain first, so it never waits for a free thread.
     chains = (_partition_signal_chain, _request_stage_chain, _baseline_chain, _meter_tick_chain,
-              _cleaner_gauge_chain, _compaction_history_chain)
+              _cleaner_gauge_chain, _compaction_history_chain, _client_rtt_chain)
     _run_all(spark, [functools.partial(chain, reading) for chain in chains], parallelism)
     return reading.out
 
@@ -325,6 +331,11 @@ def _baseline_chain(x: _Reading) -> None:
 
     x.out.baselines = x.out.timed("baselines", lambda: (
         read() if x.baseline_cache is None else x.baseline_cache(x.r.start_ms, read)))
+
+
+def _client_rtt_chain(x: _Reading) -> None:
+    x.out.client_rtts = x.out.timed("client_rtts", lambda: read_client_rtts(
+        x.spark, x.lake, x.config.slow_broker, x.r))
 
 
 def _partition_signal_chain(x: _Reading) -> None:

@@ -109,3 +109,31 @@ def test_advertised_port_and_replication_listener_for_a_proxied_broker(tmp_path)
                                            f"REPLICATION://127.0.0.1:40101")
     assert f"REPLICATION://127.0.0.1:{n1.replication_port}" in one["listeners"]
     assert cluster.advertised_ports == {2: 40002}
+
+
+def test_a_client_link_listener_on_every_broker_advertised_at_its_proxy(tmp_path):
+    from infra.cluster_layout import Routes
+
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     local_cluster={"base_port": 0, "brokers": 3,
+                                                    "controllers": 0, "dedicated_controllers": 1})
+    routes = Routes(client_link={1: 40201, 2: 40202, 3: 40203})
+    cluster = LocalCluster(config, name="client-link", routes=routes)
+    cluster._layout()
+    brokers, [controller] = cluster.broker_nodes, cluster.controller_nodes
+    for n in brokers:
+        props = _properties(n.server_properties)
+        assert n.client_link_port and n.client_link_port not in (
+            n.client_port, n.controller_port, n.metrics_port)
+        assert props["listeners"] == (f"PLAINTEXT://127.0.0.1:{n.client_port},"
+                                      f"CLIENTLINK://127.0.0.1:{n.client_link_port}")
+        assert props["advertised.listeners"] == (f"PLAINTEXT://127.0.0.1:{n.client_port},"
+                                                 f"CLIENTLINK://127.0.0.1:{40200 + n.node_id}")
+        assert props["inter.broker.listener.name"] == "PLAINTEXT"
+        assert "CLIENTLINK:PLAINTEXT" in props["listener.security.protocol.map"]
+    assert controller.client_link_port == 0
+    assert "CLIENTLINK" not in _properties(controller.server_properties)["listeners"]
+    # The clients' bootstrap stays the direct one; the saved state keeps the ports.
+    assert cluster.bootstrap_servers == ",".join(n.bootstrap for n in brokers)
+    again = LocalCluster(config, name="client-link")
+    assert [n.client_link_port for n in again.nodes] == [n.client_link_port for n in cluster.nodes]

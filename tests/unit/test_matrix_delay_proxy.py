@@ -105,3 +105,34 @@ def test_delayed_broker_routes_the_cluster_and_states_its_truth(tmp_path):
                             "cause": "remote_produce_slow_follower"})
     assert not victims.names({"type": "slow_broker", "entity": "broker:2"})
     assert victims.names({"type": "slow_broker", "entity": "broker:21"})
+
+
+def test_slow_producer_link_routes_every_broker_and_states_its_truth(tmp_path):
+    from infra.local_cluster import LocalCluster
+    from kmon.config import Config
+    from matrix.mechanisms.slow_link import SlowProducerLink
+
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     local_cluster={"base_port": 0})
+    cluster = LocalCluster(config, name="linked", brokers=3)
+    fault = SlowProducerLink()
+    fault.install(cluster)
+    try:
+        assert set(cluster.routes.client_link) == {1, 2, 3}
+        assert not cluster.routes.advertised and not cluster.routes.replication
+        cluster._layout()
+        for n in cluster.broker_nodes:
+            props = n.server_properties.read_text()
+            assert f"CLIENTLINK://127.0.0.1:{cluster.routes.client_link[n.node_id]}" in props
+            assert "inter.broker.listener.name=PLAINTEXT" in props
+        assert fault.bootstrap(cluster) == ",".join(
+            f"127.0.0.1:{cluster.routes.client_link[b]}" for b in (1, 2, 3))
+    finally:
+        fault.uninstall()
+    [e] = fault.expect()
+    assert e.matches({"type": "slow_client", "entity": "client:far-producer",
+                      "cause": "client_slow_link"})
+    assert not e.matches({"type": "slow_client", "entity": "client:far-producer",
+                          "cause": "client_slow_read"})
+    assert not e.names({"type": "slow_broker", "entity": "broker:1"})
+    assert fault.explained() == ()

@@ -1,0 +1,156 @@
+"""Slow producer links: a producer whose requests take long on the way, not at the broker.
+
+A producer behind a slow network path (a congested uplink, a cross-region route, a
+misbehaving proxy or NAT) waits long for every answer, yet every broker it writes to
+serves its requests as fast as anyone's: the broker's request log starts its timer when
+the whole request has arrived and stops it when the response is handed to the socket, so
+nothing of the link shows there. Only the client sees it, as the round-trip time in its
+librdkafka statistics (`rtt`, per broker: from the request's send to its response).
+
+Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 of the
+client's statistics documents in the window (silver.client_stats, scope broker). A p99
+of 0 (or none) means the client sent that broker nothing in the interval (librdkafka's
+window is empty) and is left out. The broker's side is the window's Produce stage row:
+its TotalTime TP99 over every client's Produce requests.
+
+Rule, per cluster, window and producer (`judge_links`):
+1. producers only: a consumer's rtt is mostly its fetch wait (fetch.wait.max.ms, 500 ms
+   by default, whenever there is nothing new to read), a normal thing; consumers are
+   judged by their own reads (clients.py);
+2. at each broker, the time on the link is the client's rtt p99 minus the broker's
+   Produce TotalTime TP99 in the window (what the broker itself took, at its slowest);
+   with no Produce row for the broker in the window (a frozen broker logs nothing) the
+   broker is not judged: unknown, not slow;
+3. the link is slow at a broker when that difference is the Produce threshold
+   (threshold_ms, or api_threshold_ms) or more;
+4. peers: at a broker where more than slow_client_share of the producers seen (more than
+   one) are slow at once, it is the broker's side (its network, its host), not theirs:
+   left out for every producer there;
+5. the producer's link is slow in the window when it was slow at every broker judged
+   for it, and that is either two brokers or more, or one where other producers were
+   fine: a producer that talks to one broker with no peer cannot tell its link from the
+   broker's network, and says nothing.
+Persistence as for brokers (persistence.py). Output: a `Detection` of type slow_client on
+"client:<client_id>", cause client_slow_link, severity warning, action none (kmon cannot
+fix a client's network; its owner can).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from core.findings import (
+    ActionKind,
+    AnomalyType,
+    Detection,
+    EntityKind,
+    Severity,
+    client_entity,
+)
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.inputs import ClientRttWindow, RequestStageWindow
+from detectors.slow_broker.latency import norm_api, threshold_for
+from detectors.slow_broker.verdicts import SlowBrokerCause
+
+PRODUCE = "Produce"
+
+
+@dataclass(frozen=True)
+class LinkVerdict:
+    """A producer whose link was slow in one window: at each broker judged, its rtt p99,
+    the broker's own Produce TP99 and the difference."""
+    client_id: str
+    threshold_ms: float
+    brokers: tuple[Mapping, ...]
+    excluded_brokers: tuple[int, ...] = ()   # brokers slow to most of their producers
+
+    @property
+    def link_ms(self) -> float:
+        """The smallest time on the link over the brokers: what every path shows."""
+        return min(b["link_ms"] for b in self.brokers)
+
+
+def _broker_produce_p99(rows: Sequence[RequestStageWindow]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for r in rows:
+        if norm_api(r.api) == norm_api(PRODUCE):
+            out[r.broker] = max(out.get(r.broker, 0.0), float(r.total_p99_ms))
+    return out
+
+
+def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWindow],
+                config: SlowBrokerSection) -> dict[str, LinkVerdict]:
+    """The producers whose link was slow in one window (of one cluster)."""
+    threshold = threshold_for(PRODUCE, config)
+    server = _broker_produce_p99(rows)
+    # Per client and broker the highest rtt p99 of its documents in the window.
+    rtt: dict[tuple[str, int], float] = {}
+    for x in rtts:
+        if x.client_type != "producer" or not x.rtt_p99_ms or x.rtt_p99_ms <= 0:
+            continue
+        key = (x.client_id, x.broker)
+        rtt[key] = max(rtt.get(key, 0.0), float(x.rtt_p99_ms))
+
+    at_broker: dict[int, dict[str, dict]] = defaultdict(dict)
+    for (client, broker), p99 in rtt.items():
+        if broker not in server:
+            continue
+        link = p99 - server[broker]
+        at_broker[broker][client] = {"broker": broker, "rtt_p99_ms": round(p99, 3),
+                                     "broker_produce_p99_ms": round(server[broker], 3),
+                                     "link_ms": round(link, 3), "slow": link >= threshold}
+
+    judged: dict[str, list[dict]] = defaultdict(list)
+    excluded: dict[str, list[int]] = defaultdict(list)
+    for broker, clients in at_broker.items():
+        slow = [c for c, e in clients.items() if e["slow"]]
+        broker_side = len(clients) > 1 and len(slow) > config.slow_client_share * len(clients)
+        for client, e in clients.items():
+            if broker_side:
+                excluded[client].append(broker)
+            else:
+                judged[client].append({**e, "peers": len(clients) - 1})
+
+    out = {}
+    for client, seen in judged.items():
+        if not all(e["slow"] for e in seen):
+            continue
+        if len(seen) < 2 and seen[0]["peers"] == 0:
+            continue
+        out[client] = LinkVerdict(
+            client_id=client, threshold_ms=threshold,
+            brokers=tuple(sorted(({k: v for k, v in e.items() if k != "slow"} for e in seen),
+                                 key=lambda e: e["broker"])),
+            excluded_brokers=tuple(sorted(excluded[client])))
+    return out
+
+
+def link_detection(cluster: str, v: LinkVerdict, flagged: list[int],
+                   config: SlowBrokerSection) -> Detection:
+    """A slow_client finding (cause client_slow_link) from the latest flagged window."""
+    brokers = [b["broker"] for b in v.brokers]
+    where = ", ".join(str(b) for b in brokers)
+    peered = [b["broker"] for b in v.brokers if b["peers"]]
+    peers = (f"; other producers were fast at broker(s) {', '.join(map(str, peered))}"
+             if peered else "")
+    rtt = max(b["rtt_p99_ms"] for b in v.brokers)
+    served = max(b["broker_produce_p99_ms"] for b in v.brokers)
+    return Detection(
+        cluster=cluster, type=AnomalyType.SLOW_CLIENT, severity=Severity.WARNING,
+        entity_kind=EntityKind.CLIENT, entity=client_entity(v.client_id),
+        first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
+        cause=SlowBrokerCause.CLIENT_SLOW_LINK,
+        explanation=(f"Producer {v.client_id} waits {rtt:,.0f} ms (rtt p99) for answers from "
+                     f"broker(s) {where}, which served Produce requests in {served:,.0f} ms "
+                     f"(TotalTime TP99) at most: {v.link_ms:,.0f} ms or more of every round "
+                     f"trip is spent between this client and the brokers{peers}: its network path "
+                     f"or its own host, not a broker fault."),
+        suggested_action=ActionKind.NONE,
+        evidence={"client_id": v.client_id, "api": PRODUCE, "brokers": brokers,
+                  "link_ms": round(v.link_ms, 3), "rtt_p99_ms": round(rtt, 3),
+                  "threshold_ms": round(v.threshold_ms, 3), "per_broker": list(v.brokers),
+                  "brokers_left_out": list(v.excluded_brokers),
+                  "window_s": config.window_s, "windows_flagged": len(flagged),
+                  "windows_considered": config.persistence_lookback_windows})

@@ -1,0 +1,102 @@
+"""The slow-link rule's input on Spark (jobs/detector_inputs/client_rtts.py): librdkafka
+statistics documents through the pipeline into silver.client_stats, read back as
+`ClientRttWindow`s, and the rule finds the producer behind a slow link in them.
+
+The documents are the captured producer's and consumer's (tests/fixtures/client_stats,
+librdkafka 2.16.0), renamed and with their rtt windows set, two a window (every 5 s) for
+three 10-second windows of a three-broker cluster:
+- far-producer: rtt p99 800 ms at every broker in windows 1 and 2 (20 ms in window 0), and
+  broker 3's window empty (p99 0: it sent broker 3 nothing);
+- orders: 20 ms at every broker, 35 ms in its second document of each window;
+- a consumer at 505 ms (its fetch wait): not read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from detectors.slow_broker import RequestStageWindow, SlowBrokerSection, detect_slow_brokers
+from infra.lake import Lake
+from ingest.client_stats import parse_client_stats
+from ingest.sinks import LandingSink
+from jobs.detector_inputs import read_client_rtts
+from jobs.detector_inputs.tables import TimeRange
+from jobs.pipeline import Pipeline
+from jobs.streams import QUARANTINE, stream
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "client_stats" / "librdkafka-2.16.jsonl"
+T0 = 1_767_225_600_000   # on the 10 s grid
+W = 10_000
+CONFIG = SlowBrokerSection()
+
+
+def captured() -> dict[str, dict]:
+    docs = [json.loads(x) for x in FIXTURE.read_text().splitlines() if x.startswith("{")]
+    return {"producer": next(d for d in docs if d["type"] == "producer"),
+            "consumer": next(d for d in docs if d["type"] == "consumer")}
+
+
+def document(template: dict, client: str, rtt_ms: dict[int, float]) -> str:
+    """The captured document as `client`'s, with each broker's rtt p99 (ms) set."""
+    doc = json.loads(json.dumps(template))
+    doc["client_id"], doc["name"] = client, f"{client}#{template['type']}-1"
+    for b in doc["brokers"].values():
+        if b.get("nodeid", -1) >= 0:
+            b["rtt"]["p99"] = int(rtt_ms[b["nodeid"]] * 1000)
+    return json.dumps(doc)
+
+
+def documents() -> list[tuple[int, str]]:
+    t = captured()
+    out = []
+    for w in range(3):
+        for k in range(2):
+            ts = T0 + w * W + 2_000 + k * 5_000
+            far = 800.0 if w else 20.0
+            out.append((ts, document(t["producer"], "far-producer", {1: far, 2: far, 3: 0.0})))
+            out.append((ts, document(t["producer"], "orders",
+                                     dict.fromkeys((1, 2, 3), 35.0 if k else 20.0))))
+            out.append((ts, document(t["consumer"], "billing", dict.fromkeys((1, 2, 3), 505.0))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def lake(spark, kmon_config, tmp_path_factory) -> Lake:
+    lake = Lake(str(tmp_path_factory.mktemp("client-rtts") / "lake"))
+    sink = LandingSink(lake.landing_root, "test")
+    for i, (ts, doc) in enumerate(documents()):
+        records = parse_client_stats(doc, cluster="c1", ts_ms=ts)
+        assert isinstance(records, list), records
+        for j, rec in enumerate(records):
+            sink.send("client_stats", "k", {**rec, "record_id": f"test:{i}:{j}"})
+    sink.flush()
+    Pipeline(spark, lake, kmon_config.pipeline,
+             streams=(stream("client_stats"), stream(QUARANTINE))).process_available()
+    assert spark.read.format("delta").load(lake.table("silver", QUARANTINE)).count() == 0
+    return lake
+
+
+def test_the_producers_round_trips_per_window_and_broker(spark, lake):
+    rtts = read_client_rtts(spark, lake, CONFIG, TimeRange(T0, T0 + 3 * W))
+    got = {((x.window_start_ms - T0) // W, x.client_id, x.broker): x.rtt_p99_ms for x in rtts}
+    assert got == {
+        # far-producer: broker 3's empty window left out
+        **{(w, "far-producer", b): (800.0 if w else 20.0) for w in range(3) for b in (1, 2)},
+        # orders: the higher of its two documents a window; the consumer is not read
+        **{(w, "orders", b): 35.0 for w in range(3) for b in (1, 2, 3)},
+    }
+    assert {x.client_type for x in rtts} == {"producer"}
+    assert read_client_rtts(spark, lake, CONFIG, TimeRange(T0 + 3 * W, T0 + 4 * W)) == []
+
+
+def test_the_producer_behind_the_slow_link_is_found_in_them(spark, lake):
+    rtts = read_client_rtts(spark, lake, CONFIG, TimeRange(T0, T0 + 3 * W))
+    rows = [RequestStageWindow("c1", b, "Produce", T0 + w * W, 600, 8.0)
+            for w in range(3) for b in (1, 2, 3)]
+    got = {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts, config=CONFIG)}
+    assert set(got) == {"client:far-producer"}
+    assert got["client:far-producer"].cause == "client_slow_link"
+    assert got["client:far-producer"].evidence["brokers"] == [1, 2]

@@ -1,0 +1,145 @@
+"""Slow producer links judged by the producers' own round trips
+(detectors/slow_broker/client_links.py), on the windows of test_detector_slow_broker:
+three brokers serving Produce in 8 ms (TotalTime TP99), 10-second windows, the fault in
+the last two of ten."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.findings import ActionKind, AnomalyType, EntityKind, Severity
+from detectors.slow_broker import ClientRttWindow, ClientSendWindow, detect_slow_brokers
+from tests.unit.test_detector_slow_broker import (
+    BROKERS,
+    CONFIG,
+    FAULT,
+    LAST,
+    W,
+    healthy,
+    replaced,
+    start,
+)
+
+pytestmark = pytest.mark.unit
+
+ALL = range(LAST + 1)
+
+
+def rtt(client: str, w: int, broker: int, p99: float, kind: str = "producer"
+        ) -> ClientRttWindow:
+    return ClientRttWindow("c1", start(w), client, kind, broker, p99)
+
+
+def peers(windows=ALL, brokers=BROKERS, p99: float = 12.0) -> list[ClientRttWindow]:
+    """Two healthy producers at every broker: rtt a few ms over the broker's 8 ms."""
+    return [rtt(c, w, b, p99) for w in windows for b in brokers for c in ("orders", "clicks")]
+
+
+def behind_slow_link(windows=FAULT, brokers=BROKERS, p99: float = 820.0,
+                     client: str = "far-producer") -> list[ClientRttWindow]:
+    return [rtt(client, w, b, 12.0) for w in ALL if w not in windows for b in brokers] + [
+        rtt(client, w, b, p99) for w in windows for b in brokers]
+
+
+def found(rows, rtts, sends=(), config=CONFIG):
+    return {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts,
+                                                     client_sends=sends, config=config)}
+
+
+def test_a_producer_behind_a_slow_link_is_a_slow_client_and_no_broker_is_blamed():
+    got = found(healthy(), peers() + behind_slow_link())
+    assert set(got) == {"client:far-producer"}
+    d = got["client:far-producer"]
+    assert (d.type, d.entity_kind, d.cause, d.suggested_action, d.severity) == (
+        AnomalyType.SLOW_CLIENT, EntityKind.CLIENT, "client_slow_link", ActionKind.NONE,
+        Severity.WARNING)
+    assert (d.first_seen_ms, d.last_seen_ms) == (start(LAST - 1), start(LAST) + W)
+    e = d.evidence
+    assert (e["brokers"], e["api"], e["rtt_p99_ms"], e["link_ms"]) == ([1, 2, 3], "Produce",
+                                                                        820.0, 812.0)
+    assert e["per_broker"][0] == {"broker": 1, "rtt_p99_ms": 820.0,
+                                  "broker_produce_p99_ms": 8.0, "link_ms": 812.0, "peers": 2}
+    assert (e["windows_flagged"], e["brokers_left_out"]) == (2, [])
+    assert "far-producer" in d.explanation and "fast at broker(s) 1, 2, 3" in d.explanation
+
+
+def test_one_slow_window_is_not_a_finding():
+    assert found(healthy(), peers() + behind_slow_link(windows={LAST})) == {}
+
+
+def test_a_link_slow_by_less_than_the_threshold_is_not_slow():
+    # 300 ms is the Produce threshold: 8 + 291 is 291 ms on the link.
+    assert found(healthy(), peers() + behind_slow_link(p99=299.0)) == {}
+    assert set(found(healthy(), peers() + behind_slow_link(p99=308.0))) == {
+        "client:far-producer"}
+
+
+def test_a_slow_broker_answering_late_to_every_producer_is_no_slow_link():
+    # Broker 2 takes 900 ms itself: every producer's rtt there follows it.
+    rows = replaced(healthy(), 2, "Produce", FAULT, total=900.0, local=890.0)
+    slow_at_2 = [rtt(c, w, 2, 905.0) for w in FAULT for c in ("orders", "clicks", "far")]
+    got = found(rows, peers() + slow_at_2)
+    assert not any(e.startswith("client:") for e in got), got
+
+
+def test_the_network_in_front_of_one_broker_is_that_brokers_side_not_a_client_link():
+    # Every producer waits 800 ms at broker 2 (a delaying proxy in front of it), broker 2
+    # logs Produce at 8 ms: most producers slow there, so none of them is its link.
+    slow_at_2 = [rtt(c, w, 2, 808.0) for w in FAULT for c in ("orders", "clicks", "far")]
+    fast = [rtt("far", w, b, 12.0) for w in ALL for b in (1, 3)]
+    assert found(healthy(), peers() + slow_at_2 + fast) == {}
+    # A producer writing only to broker 2 (one partition, led by 2) is not blamed either:
+    # its peers there are as slow as it is.
+    only_2 = [rtt("one-partition", w, 2, 808.0) for w in FAULT]
+    assert found(healthy(), peers() + slow_at_2 + fast + only_2) == {}
+
+
+def test_a_broker_that_logged_no_produce_in_the_window_is_not_judged():
+    # Broker 3 frozen: no Produce row for it in the fault windows, its clients' rtt high.
+    rows = [r for r in healthy() if not (r.broker == 3 and r.api == "Produce"
+                                         and (r.window_start_ms - start(0)) // W in FAULT)]
+    frozen = [rtt("far", w, 3, 2500.0) for w in FAULT]
+    fast = [rtt("far", w, b, 12.0) for w in ALL for b in (1, 2)]
+    assert found(rows, peers(brokers=(1, 2)) + frozen + fast) == {}
+
+
+def test_consumers_are_not_judged_by_their_rtt():
+    # A consumer's rtt is its fetch wait (fetch.wait.max.ms) when there is nothing to read.
+    idle = [rtt("reader", w, b, 505.0, kind="consumer") for w in ALL for b in BROKERS]
+    assert found(healthy(), peers() + idle) == {}
+
+
+def test_one_broker_and_no_peer_cannot_tell_the_link_from_the_brokers_network():
+    alone = behind_slow_link(brokers=(1,))
+    assert found(healthy(), alone) == {}
+    # With a healthy peer at that broker, it can.
+    assert set(found(healthy(), alone + peers(brokers=(1,)))) == {"client:far-producer"}
+
+
+def test_two_brokers_without_peers_are_enough():
+    assert set(found(healthy(), behind_slow_link(brokers=(1, 3)))) == {"client:far-producer"}
+
+
+def test_a_broker_the_producer_sent_nothing_is_left_out():
+    # librdkafka's window is empty (p99 0) at broker 3: judged on brokers 1 and 2.
+    idle_at_3 = [rtt("far-producer", w, 3, 0.0) for w in ALL]
+    got = found(healthy(), peers() + behind_slow_link(brokers=(1, 2)) + idle_at_3)
+    assert got["client:far-producer"].evidence["brokers"] == [1, 2]
+
+
+def test_fast_at_one_broker_is_not_a_slow_link():
+    # Slow at 1 and 2 but fast at 3: a path to two brokers, not the client's link.
+    slow = behind_slow_link(brokers=(1, 2))
+    fast = [rtt("far-producer", w, 3, 12.0) for w in ALL]
+    assert found(healthy(), peers() + slow + fast) == {}
+
+
+def test_a_client_both_slow_to_read_and_behind_a_slow_link_is_one_finding():
+    sends = [ClientSendWindow("c1", start(w), 1, "far-producer", 2, 3100.0, "Produce",
+                              slow_requests=2) for w in FAULT]
+    sends += [ClientSendWindow("c1", start(w), 1, c, 200, 0.4, "Produce", slow_requests=0)
+              for w in FAULT for c in ("orders", "clicks")]
+    got = detect_slow_brokers(healthy(), client_rtts=peers() + behind_slow_link(),
+                              client_sends=sends, config=CONFIG)
+    mine = [d for d in got if d.entity == "client:far-producer"]
+    assert [d.cause for d in mine] == ["client_slow_read"]
