@@ -76,7 +76,7 @@ def catalog() -> list[Scenario]:
           _make("slow_client", "SlowReader", broker=1),
           "one client drains its fetch responses at 256 kB/s: ~2% of broker 1's requests"),
         S("slow-link-3b", "slow_client", THREE, _make("slow_link", "SlowProducerLink"),
-          "one producer's own path to every broker delayed 200 ms each way by a TCP proxy"),
+          "one producer's own path to every broker delayed 300 ms each way by a TCP proxy"),
         S("app-seek-3b", "rewind", THREE, _make("rewinds", "ApplicationSeekCommit"),
           "a live member seeks back 100 messages and commits, no rebalance"),
         S("stale-process-3b", "rewind", THREE, _make("rewinds", "StaleProcessCommit"),
