@@ -69,10 +69,19 @@ and the evidence lists every rule's result:
 Per compacted partition:
 5. compacted_partition_growing: over at least growth_window_s with growth_min_samples
    samples, the size never dropped by more than growth_drop_tolerance between samples,
-   and grew by growth_min_ratio or more; and no cleaner run on that partition in the
-   window (a partition that is cleaned but still grows has a growing key space, which is
-   not lag). __consumer_offsets gets its own cause (consumer_offsets_not_compacted) and
-   severity high: slow coordinator loads, stale offsets.
+   and grew by growth_min_ratio or more, and by more than the cleaner lets a partition
+   grow on purpose; and no cleaner run on that partition in the window (a partition that
+   is cleaned but still grows has a growing key space, which is not lag).
+   __consumer_offsets gets its own cause (consumer_offsets_not_compacted) and severity
+   high: slow coordinator loads, stale offsets.
+   What the cleaner lets grow, and is not lag: the active segment is never cleaned, so a
+   partition no larger than its topic's segment.bytes has nothing to clean (a young
+   __consumer_offsets partition grows toward 100 MB for hours on a quiet cluster); and the
+   cleaner picks a log only once its dirty share reaches min.cleanable.dirty.ratio r, so
+   a partition grows by up to 1/(1 - r) - 1 of its clean size between two cleanings (100%
+   at the default 0.5). Growth within either is how compaction works; the rule asks for
+   more (with the topic's config unknown: the dirty allowance at
+   default_min_cleanable_dirty_ratio, and no segment size).
 
 Scoring: dead and stalled high; uncleanable and falling behind warning; a growing
 compacted partition warning, __consumer_offsets high. Unfixable by kmon: every finding
@@ -147,7 +156,10 @@ class CompactionLagSection:
                                   "(several cleaner cycles) to count as not compacted", 7200.0,
                                   min=60, max=30 * 86400)
     growth_min_ratio: float = _key("Growth over the window, as a fraction of the first size, "
-                                   "that counts", 0.25, min=0, max=1000)
+                                   "that counts, at least: a partition also has to outgrow "
+                                   "what its topic's min.cleanable.dirty.ratio lets it grow "
+                                   "between two cleanings (100% at 0.5)", 0.25, min=0,
+                                   max=1000)
     growth_drop_tolerance: float = _key("A shrink smaller than this fraction between two samples "
                                         "is noise, not a clean", 0.02, min=0, max=1)
     growth_min_samples: int = _key("Size samples needed in the window", 6, min=2, max=100000)
@@ -187,6 +199,7 @@ class CompactedTopicConfig:
     topic: str
     min_cleanable_dirty_ratio: float | None = None
     max_compaction_lag_ms: int | None = None
+    segment_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +240,8 @@ class GrowthAssessment:
     largest_drop: float          # the largest shrink between two samples, as a fraction
     cleaned_in_window: bool
     growing: bool
+    required_ratio: float = 0.0  # the growth that counts (growth_min_ratio or the dirty allowance)
+    segment_bytes: int | None = None   # the topic's segment.bytes, when known
 
 
 # --- broker rules ----------------------------------------------------------------------
@@ -369,9 +384,23 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
 
 # --- partition rule --------------------------------------------------------------------
 
+def growth_allowance(topic: CompactedTopicConfig | None, config: CompactionLagSection) -> float:
+    """How much a partition of the topic grows between two cleanings on purpose: up to a
+    dirty share of min.cleanable.dirty.ratio r, 1/(1 - r) - 1 of its clean size (with r
+    unknown, the brokers' default from default_min_cleanable_dirty_ratio); at least
+    growth_min_ratio; infinite for r = 1 (never cleaned by ratio)."""
+    r = topic.min_cleanable_dirty_ratio if topic is not None and \
+        topic.min_cleanable_dirty_ratio is not None else config.default_min_cleanable_dirty_ratio
+    if r >= 1:
+        return float("inf")
+    return max(config.growth_min_ratio, 1 / (1 - r) - 1)
+
+
 def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
-                  config: CompactionLagSection) -> GrowthAssessment:
-    """Rule 5 for one compacted partition's time-ordered sizes."""
+                  config: CompactionLagSection,
+                  topic: CompactedTopicConfig | None = None) -> GrowthAssessment:
+    """Rule 5 for one compacted partition's time-ordered sizes; `topic`: its topic's
+    config, when known (the dirty allowance and the active segment's size)."""
     window_start = series[-1].observed_ms - config.growth_window_s * 1000
     in_window = [s for s in series if s.observed_ms >= window_start]
     # The window must really span growth_window_s: start from the last sample at or before
@@ -385,16 +414,20 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
     largest_drop = max(drops, default=0.0)
     cleaned = any(first.observed_ms <= r.end_ms <= last.observed_ms for r in runs)
     span_ms = last.observed_ms - first.observed_ms
+    required = growth_allowance(topic, config)
+    segment = topic.segment_bytes if topic is not None else None
     growing = (span_ms >= config.growth_window_s * 1000
                and len(in_window) >= config.growth_min_samples
                and largest_drop <= config.growth_drop_tolerance
                and first.size_bytes > 0
-               and last.size_bytes >= first.size_bytes * (1 + config.growth_min_ratio)
+               and last.size_bytes >= first.size_bytes * (1 + required)
+               and (segment is None or last.size_bytes > segment)
                and not cleaned)
     return GrowthAssessment(topic=last.topic, partition=last.partition, window_ms=span_ms,
                             samples=len(in_window), first_bytes=first.size_bytes,
                             last_bytes=last.size_bytes, largest_drop=largest_drop,
-                            cleaned_in_window=cleaned, growing=growing)
+                            cleaned_in_window=cleaned, growing=growing,
+                            required_ratio=required, segment_bytes=segment)
 
 
 # --- detections ------------------------------------------------------------------------
@@ -482,7 +515,9 @@ def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detecti
         evidence={"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
                   "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
                   "window_ms": a.window_ms, "samples": a.samples,
-                  "largest_drop": round(a.largest_drop, 4)})
+                  "largest_drop": round(a.largest_drop, 4),
+                  "required_growth_ratio": round(a.required_ratio, 4),
+                  "segment_bytes": a.segment_bytes})
 
 
 def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
@@ -514,11 +549,12 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
     for s in sizes:
         sizes_by_tp[(s.cluster, s.topic, s.partition)].append(s)
+    topics = {(c.cluster, c.topic): c for cs in configs_by_cluster.values() for c in cs}
     for (cluster, topic, partition), series in sorted(sizes_by_tp.items()):
         series.sort(key=lambda s: s.observed_ms)
         tp_runs = [r for r in runs
                    if (r.cluster, r.topic, r.partition) == (cluster, topic, partition)]
-        a = assess_growth(series, tp_runs, config)
+        a = assess_growth(series, tp_runs, config, topics.get((cluster, topic)))
         if a.growing:
             detections.append(growth_detection(cluster, a, series[-1].observed_ms))
     return detections

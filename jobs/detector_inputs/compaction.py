@@ -180,10 +180,12 @@ def compacted_topic_config(cluster: str, topic: str,
     ratio = entries.get("min.cleanable.dirty.ratio")
     lag = entries.get("max.compaction.lag.ms")
     lag_ms = int(lag) if lag not in (None, "") else None
+    segment = entries.get("segment.bytes")
     return CompactedTopicConfig(
         cluster=cluster, topic=topic,
         min_cleanable_dirty_ratio=float(ratio) if ratio not in (None, "") else None,
-        max_compaction_lag_ms=None if lag_ms is None or lag_ms >= LONG_MAX else lag_ms)
+        max_compaction_lag_ms=None if lag_ms is None or lag_ms >= LONG_MAX else lag_ms,
+        segment_bytes=int(segment) if segment not in (None, "") else None)
 
 
 def describe_compacted_topics(admin_config: Any, cluster: str,

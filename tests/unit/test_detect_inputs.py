@@ -237,8 +237,8 @@ def test_client_data_is_wanted_only_where_send_could_explain_a_slow_row():
       "max.compaction.lag.ms": str(2 ** 63 - 1)},
      CompactedTopicConfig("c1", "t", 0.5, None)),
     ({"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": "0.1",
-      "max.compaction.lag.ms": "3600000"},
-     CompactedTopicConfig("c1", "t", 0.1, 3_600_000)),
+      "max.compaction.lag.ms": "3600000", "segment.bytes": "104857600"},
+     CompactedTopicConfig("c1", "t", 0.1, 3_600_000, 104_857_600)),
 ])
 def test_topic_configs_keep_compacted_topics_only(entries, expected):
     assert compacted_topic_config("c1", "t", entries) == expected

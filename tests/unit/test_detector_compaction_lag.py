@@ -250,30 +250,57 @@ def sizes(topic, partition, values, step_ms=15 * MIN):
             for i, v in enumerate(values)]
 
 
-GROWING = [100e6 + i * 6e6 for i in range(11)]            # +60% over 2.5 h, never cleaned
+GROWING = [100e6 + i * 20e6 for i in range(11)]           # x2.1 over 2 h, never cleaned
+WITHIN_DIRTY_RATIO = [100e6 + i * 6e6 for i in range(11)]  # +51% over 2 h: r = 0.5 allows it
 SAWTOOTH = [100e6, 110e6, 120e6, 80e6, 90e6, 100e6, 110e6, 78e6, 88e6, 98e6, 108e6]
+YOUNG = [1e6 + i * 0.3e6 for i in range(11)]              # x2.1, all in the active segment
 
 
-@pytest.mark.parametrize("series,runs,growing,cause,severity", [
-    (sizes("__consumer_offsets", 12, GROWING), [], True, "consumer_offsets_not_compacted",
-     Severity.HIGH),
-    (sizes("users", 0, GROWING), [], True, "compacted_partition_growing", Severity.WARNING),
-    (sizes("users", 0, SAWTOOTH), [], False, None, None),
-    (sizes("users", 0, GROWING), [CleanerRun("c1", 2, "users", 0, T0 + HOUR)], False, None, None),
-    (sizes("users", 0, GROWING[:5]), [], False, None, None),
+def topic(name, ratio=None, segment=None):
+    return CompactedTopicConfig("c1", name, min_cleanable_dirty_ratio=ratio,
+                                segment_bytes=segment)
+
+
+@pytest.mark.parametrize("series,runs,config,growing,cause,severity", [
+    (sizes("__consumer_offsets", 12, GROWING), [], None, True,
+     "consumer_offsets_not_compacted", Severity.HIGH),
+    (sizes("users", 0, GROWING), [], None, True, "compacted_partition_growing",
+     Severity.WARNING),
+    (sizes("users", 0, SAWTOOTH), [], None, False, None, None),
+    (sizes("users", 0, GROWING), [CleanerRun("c1", 2, "users", 0, T0 + HOUR)], None, False,
+     None, None),
+    (sizes("users", 0, GROWING[:5]), [], None, False, None, None),
+    # Between two cleanings a log grows until its dirty share reaches the topic's ratio.
+    (sizes("users", 0, WITHIN_DIRTY_RATIO), [], None, False, None, None),
+    (sizes("users", 0, WITHIN_DIRTY_RATIO), [], topic("users", ratio=0.5), False, None, None),
+    (sizes("users", 0, WITHIN_DIRTY_RATIO), [], topic("users", ratio=0.1), True,
+     "compacted_partition_growing", Severity.WARNING),
+    (sizes("users", 0, GROWING), [], topic("users", ratio=0.8), False, None, None),
+    # The active segment is never cleaned: a partition no larger than one has nothing to
+    # clean (a young __consumer_offsets partition on a quiet cluster).
+    (sizes("__consumer_offsets", 3, YOUNG), [], topic("__consumer_offsets", segment=104857600),
+     False, None, None),
+    (sizes("__consumer_offsets", 3, YOUNG), [], topic("__consumer_offsets", segment=1048576),
+     True, "consumer_offsets_not_compacted", Severity.HIGH),
 ], ids=["consumer_offsets_growing_is_called_out", "compacted_partition_growing",
         "compacted_partition_sawtooth_is_healthy", "cleaned_partition_with_growing_key_space",
-        "one_hour_is_too_short_to_tell"])
-def test_partition_growth(series, runs, growing, cause, severity):
-    a = assess_growth(series, runs, CONFIG)
+        "one_hour_is_too_short_to_tell", "growth_within_the_default_dirty_ratio",
+        "growth_within_the_topics_dirty_ratio", "growth_past_a_strict_dirty_ratio",
+        "growth_within_a_lenient_dirty_ratio", "all_in_the_active_segment",
+        "past_the_active_segment"])
+def test_partition_growth(series, runs, config, growing, cause, severity):
+    a = assess_growth(series, runs, CONFIG, config)
     assert a.growing is growing
-    detections = detect_compaction_lag([], runs=runs, sizes=series, config=CONFIG)
+    detections = detect_compaction_lag([], runs=runs, sizes=series, config=CONFIG,
+                                       topic_configs=[config] if config else [])
     if not growing:
         assert detections == []
         return
     [d] = detections
     assert (d.cause, d.severity, d.entity_kind.value) == (cause, severity, "partition")
     # The window reaches back to the last sample at or before 2 h before the latest one.
-    assert (d.evidence["first_bytes"], d.evidence["last_bytes"]) == (106e6, 160e6)
-    assert d.evidence["growth_ratio"] == pytest.approx(160 / 106 - 1, abs=1e-4)
+    first, last = series[1].size_bytes, series[-1].size_bytes
+    assert (d.evidence["first_bytes"], d.evidence["last_bytes"]) == (first, last)
+    assert d.evidence["growth_ratio"] == pytest.approx(last / first - 1, abs=1e-4)
+    assert d.evidence["required_growth_ratio"] == pytest.approx(a.required_ratio)
     assert d.last_seen_ms - d.first_seen_ms == 135 * MIN
