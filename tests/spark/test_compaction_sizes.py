@@ -5,8 +5,9 @@ every 10 s: the exporter's `kafka_log_log_size` lines go through the scraper's p
 (ingest/jmx_scraper.py), the landing sink and the real bronze and silver jobs; the
 cleaner's run summaries go through the broker-log parser the same way. Then
 `read_inputs` builds the detector's inputs with compaction_lag.growth_window_s = 600 and
-`run_detectors` applies the rules. Every partition grows ~0.1% a second, the replica on
-broker 2 a little larger than the others:
+`run_detectors` applies the rules. Every partition grows ~0.15% a second (x2.5 over the
+window: past the 100% a partition may grow between two cleanings at the default
+min.cleanable.dirty.ratio 0.5), the replica on broker 2 a little larger than the others:
 
 - __consumer_offsets-7 is never cleaned (and no topic config names it: Kafka always
   compacts it, so it is read anyway): consumer_offsets_not_compacted;
@@ -54,8 +55,8 @@ SERVER_LOG = Path(__file__).parent.parent / "fixtures" / "broker_log" / "kafka-4
 
 
 def size(topic: str, partition: int, broker: int, ts_ms: int) -> float:
-    """A replica's bytes: growing 0.1% a second from 1 MB, cut once by a cleaning."""
-    grown = 1e6 * 1.001 ** ((ts_ms - T0) / 1000) * BROKERS[broker]
+    """A replica's bytes: growing 0.15% a second from 1 MB, cut once by a cleaning."""
+    grown = 1e6 * 1.0015 ** ((ts_ms - T0) / 1000) * BROKERS[broker]
     cleaned_ms, kept = CLEANED.get((topic, partition), (None, 1.0))
     return round(grown * (kept if cleaned_ms is not None and ts_ms >= cleaned_ms else 1.0))
 
@@ -156,7 +157,7 @@ def test_the_rule_fires_for_the_partitions_that_grow_uncleaned(inputs, config):
     evidence = found["__consumer_offsets-7"].evidence
     assert evidence["samples"] >= config.compaction_lag.growth_min_samples
     assert evidence["window_ms"] >= WINDOW_S * 1000
-    assert evidence["growth_ratio"] > config.compaction_lag.growth_min_ratio
+    assert evidence["growth_ratio"] > evidence["required_growth_ratio"] == 1.0
 
 
 def test_without_topic_configs_only_consumer_offsets_is_read(spark, lake, config):
