@@ -72,7 +72,7 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
     def save(complete: bool) -> Path:
         nonlocal path
         path = results.write("live", command, rows, results.scores_of(rows), path=path,
-                             asked=asked, complete=complete, runs=runs)
+                             at_commit=commit, asked=asked, complete=complete, runs=runs)
         return path
 
     def on_result(r) -> None:

@@ -33,10 +33,13 @@ def commit() -> str:
 
 
 def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore],
-          out_dir: Path | None = None, *, path: Path | None = None, **extra) -> Path:
+          out_dir: Path | None = None, *, path: Path | None = None,
+          at_commit: str | None = None, **extra) -> Path:
     """rows: one dict per scenario (score + what the mode adds). `path`: rewrite that file
     (a live run saves what it has after each scenario) instead of a new
-    matrix-<mode>-<stamp>.json; `extra`: more top-level keys."""
+    matrix-<mode>-<stamp>.json; `at_commit`: the commit the run started at (read once: a
+    run of hours outlives commits made meanwhile, and HEAD at a save is not the code that
+    ran); `extra`: more top-level keys."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     if path is None:
         out_dir = out_dir or RESULTS_DIR
@@ -46,7 +49,8 @@ def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore]
         stamp = json.loads(path.read_text())["date"] if path.exists() else stamp
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"mode": mode, "command": command, "date": stamp,
-                               "commit": commit(), "machine": machine(),
+                               "commit": commit() if at_commit is None else at_commit,
+                               "machine": machine(),
                                "detect_within_s": DETECT_WITHIN_S,
                                "classes": class_table(scores), **extra, "scenarios": rows},
                               indent=2, default=str))
@@ -72,15 +76,34 @@ def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
     if not files:
         return None
     rows: dict[str, dict] = {}
-    runs = [json.loads(f.read_text()) for f in files]
-    for run in runs:
-        for r in run["scenarios"]:
-            rows[r["scenario"]] = {**r, "run": {k: run.get(k) for k in ("command", "date",
-                                                                         "commit")}}
-    last = runs[-1]
+    files_data = [json.loads(f.read_text()) for f in files]
+    runs: list[dict] = []
+    for data in files_data:
+        parts = _runs_of(data)
+        runs += parts
+        for r in data["scenarios"]:
+            # the last run that was to run it: a resumed one reran what the cut one left
+            part = next((p for p in reversed(parts) if r["scenario"] in p["scenarios"]),
+                        parts[-1])
+            rows[r["scenario"]] = {**r, "run": {k: part[k] for k in ("command", "date",
+                                                                      "commit")}}
+    last = files_data[-1]
     scores = scores_of(list(rows.values()))
     return {**last, "scenarios": list(rows.values()), "classes": class_table(scores),
-            "runs": [{k: run.get(k) for k in ("command", "date", "commit")} for run in runs]}
+            "runs": [{k: p[k] for k in ("command", "date", "commit")} for p in runs]}
+
+
+def _runs_of(data: dict) -> list[dict]:
+    """The runs that wrote one result file: a resumed live run lists each (its start and
+    the commit it started at); any other file is one run."""
+    if data.get("runs"):
+        return [{"command": data.get("command"),
+                 "date": (p.get("started_utc") or "").replace("-", "").replace(":", ""),
+                 "commit": p.get("commit"), "scenarios": p.get("scenarios", [])}
+                for p in data["runs"]]
+    return [{"command": data.get("command"), "date": data.get("date"),
+             "commit": data.get("commit"), "scenarios": [r["scenario"]
+                                                         for r in data["scenarios"]]}]
 
 
 def console_table(scores: list[ScenarioScore]) -> str:

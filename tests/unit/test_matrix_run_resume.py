@@ -44,10 +44,13 @@ def live(monkeypatch, tmp_path):
     return ran, state
 
 
-def test_a_cut_run_keeps_its_scenarios_and_resume_runs_only_the_rest(live, tmp_path):
+def test_a_cut_run_keeps_its_scenarios_and_resume_runs_only_the_rest(live, tmp_path,
+                                                                     monkeypatch):
     ran, state = live
     names = [s.name for s in catalog()][:5]
     state["stop_after"] = 2
+    heads = iter(["c0ffee1", "beef002", "d00d003"])
+    monkeypatch.setattr(results, "commit", lambda: next(heads))
     out = io.StringIO()
     assert command.run(None, names, record=False, port=0, command="kmon matrix run x",
                        out=out) == 1
@@ -66,7 +69,14 @@ def test_a_cut_run_keeps_its_scenarios_and_resume_runs_only_the_rest(live, tmp_p
     assert [r["scenario"] for r in doc["scenarios"]] == names
     assert [len(r["scenarios"]) for r in doc["runs"]] == [5, 3]
     assert list(tmp_path.glob("matrix-live-*.json")) == [path]
-    assert {r["scenario"] for r in results.newest("live", tmp_path)["scenarios"]} == set(names)
+    # Each run keeps the commit it started at (HEAD read once, at its start: commits made
+    # while a run of hours goes on are not what it ran), and so does each of its rows.
+    assert [r["commit"] for r in doc["runs"]] == ["c0ffee1", "beef002"]
+    assert doc["commit"] == "beef002"
+    newest = results.newest("live", tmp_path)
+    assert {r["scenario"] for r in newest["scenarios"]} == set(names)
+    assert [r["run"]["commit"] for r in newest["scenarios"]] == ["c0ffee1"] * 2 + ["beef002"] * 3
+    assert [r["commit"] for r in newest["runs"]] == ["c0ffee1", "beef002"]
 
 
 def test_resume_refuses_a_file_that_is_not_a_live_result(live, tmp_path):
