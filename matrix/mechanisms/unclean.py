@@ -259,6 +259,13 @@ class UncleanNoLoss(MatrixFault):
         return (COMMITS_RETRIED, *collateral_expects(self.collateral))
 
     def prepare(self, ctx: FaultContext) -> None:
+        """Nothing at the session's start: the topic is made when the scenario starts. Made
+        here, it lived through the session's earlier scenarios, and one that stopped both
+        its brokers (the demo's unclean election, unclean-rf2-3b) elected its replica
+        uncleanly too; that finding, rightly open for minutes, was this scenario's finding
+        (same partition, same type) and hid it (live matrix of 20261128T203230Z)."""
+
+    def _create(self, ctx: FaultContext) -> None:
         from confluent_kafka.admin import NewTopic
 
         from demo.workload import create_topics
@@ -278,6 +285,7 @@ class UncleanNoLoss(MatrixFault):
     def inject(self, ctx: FaultContext, run: FaultRun) -> None:
         cl = ctx.cluster
         check_quorum_survives(cl, {self.leader, self.follower})
+        self._create(ctx)
         self._write(ctx)   # acks=all: every record is on both replicas
         wait_replicas_back(ctx, self.topic, [self.leader, self.follower])
         run.notes["end_before"] = end_offset(ctx.bootstrap, self.topic)
