@@ -41,14 +41,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from core.findings import (
-    ActionKind,
-    AnomalyType,
-    Detection,
-    EntityKind,
-    Severity,
-    client_entity,
-)
+from core.findings import Detection
+from detectors.slow_broker.clients import client_finding
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import ClientRttWindow, RequestStageWindow
 from detectors.slow_broker.latency import norm_api, threshold_for
@@ -137,20 +131,14 @@ def link_detection(cluster: str, v: LinkVerdict, flagged: list[int],
              if peered else "")
     rtt = max(b["rtt_p99_ms"] for b in v.brokers)
     served = max(b["broker_produce_p99_ms"] for b in v.brokers)
-    return Detection(
-        cluster=cluster, type=AnomalyType.SLOW_CLIENT, severity=Severity.WARNING,
-        entity_kind=EntityKind.CLIENT, entity=client_entity(v.client_id),
-        first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
-        cause=SlowBrokerCause.CLIENT_SLOW_LINK,
-        explanation=(f"Producer {v.client_id} waits {rtt:,.0f} ms (rtt p99) for answers from "
-                     f"broker(s) {where}, which served Produce requests in {served:,.0f} ms "
-                     f"(TotalTime TP99) at most: {v.link_ms:,.0f} ms or more of every round "
-                     f"trip is spent between this client and the brokers{peers}: its network path "
-                     f"or its own host, not a broker fault."),
-        suggested_action=ActionKind.NONE,
-        evidence={"client_id": v.client_id, "api": PRODUCE, "brokers": brokers,
-                  "link_ms": round(v.link_ms, 3), "rtt_p99_ms": round(rtt, 3),
-                  "threshold_ms": round(v.threshold_ms, 3), "per_broker": list(v.brokers),
-                  "brokers_left_out": list(v.excluded_brokers),
-                  "window_s": config.window_s, "windows_flagged": len(flagged),
-                  "windows_considered": config.persistence_lookback_windows})
+    return client_finding(
+        cluster, v.client_id, flagged, config, SlowBrokerCause.CLIENT_SLOW_LINK,
+        f"Producer {v.client_id} waits {rtt:,.0f} ms (rtt p99) for answers from "
+        f"broker(s) {where}, which served Produce requests in {served:,.0f} ms "
+        f"(TotalTime TP99) at most: {v.link_ms:,.0f} ms or more of every round "
+        f"trip is spent between this client and the brokers{peers}: its network path "
+        f"or its own host, not a broker fault.",
+        {"client_id": v.client_id, "api": PRODUCE, "brokers": brokers,
+         "link_ms": round(v.link_ms, 3), "rtt_p99_ms": round(rtt, 3),
+         "threshold_ms": round(v.threshold_ms, 3), "per_broker": list(v.brokers),
+         "brokers_left_out": list(v.excluded_brokers)})

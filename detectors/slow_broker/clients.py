@@ -134,6 +134,19 @@ def _broker_evidence(s: ClientSendWindow, threshold_ms: float,
             "share_of_broker_requests": share}
 
 
+def client_finding(cluster: str, client_id: str, flagged: list[int], config: SlowBrokerSection,
+                   cause: SlowBrokerCause, explanation: str, evidence: dict) -> Detection:
+    """A slow_client finding (warning, no action: kmon cannot fix a client) from the
+    client's flagged windows, its evidence ending with the persistence it met."""
+    return Detection(
+        cluster=cluster, type=AnomalyType.SLOW_CLIENT, severity=Severity.WARNING,
+        entity_kind=EntityKind.CLIENT, entity=client_entity(client_id),
+        first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
+        cause=cause, explanation=explanation, suggested_action=ActionKind.NONE,
+        evidence={**evidence, "window_s": config.window_s, "windows_flagged": len(flagged),
+                  "windows_considered": config.persistence_lookback_windows})
+
+
 def client_detection(cluster: str, v: ClientVerdict, flagged: list[int],
                      config: SlowBrokerSection) -> Detection:
     """A slow_client finding from the client's latest flagged window."""
@@ -143,22 +156,15 @@ def client_detection(cluster: str, v: ClientVerdict, flagged: list[int],
     share = max(shares) if shares else None
     where = ", ".join(str(b) for b in brokers)
     share_text = f", {share:.1%} of the requests there at most" if share is not None else ""
-    return Detection(
-        cluster=cluster, type=AnomalyType.SLOW_CLIENT, severity=Severity.WARNING,
-        entity_kind=EntityKind.CLIENT, entity=client_entity(v.client_id),
-        first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
-        cause=SlowBrokerCause.CLIENT_SLOW_READ,
-        explanation=(f"Client {v.client_id} reads its {v.api} responses slowly: "
-                     f"{v.slow_requests} of its {v.requests} requests took "
-                     f"{v.threshold_ms:,.0f} ms or more to send (ResponseSend p99 "
-                     f"{v.send_p99_ms:,.0f} ms) from broker(s) {where}{share_text}; the "
-                     f"client's problem, not a broker fault."),
-        suggested_action=ActionKind.NONE,
-        evidence={"client_id": v.client_id, "api": v.api, "apis": list(v.apis),
-                  "brokers": brokers, "requests": v.requests,
-                  "slow_requests": v.slow_requests, "send_p99_ms": round(v.send_p99_ms, 3),
-                  "threshold_ms": round(v.threshold_ms, 3), "per_broker": list(v.brokers),
-                  "share_of_broker_requests": share,
-                  "brokers_left_out": list(v.excluded_brokers),
-                  "window_s": config.window_s, "windows_flagged": len(flagged),
-                  "windows_considered": config.persistence_lookback_windows})
+    return client_finding(
+        cluster, v.client_id, flagged, config, SlowBrokerCause.CLIENT_SLOW_READ,
+        f"Client {v.client_id} reads its {v.api} responses slowly: "
+        f"{v.slow_requests} of its {v.requests} requests took "
+        f"{v.threshold_ms:,.0f} ms or more to send (ResponseSend p99 "
+        f"{v.send_p99_ms:,.0f} ms) from broker(s) {where}{share_text}; the "
+        f"client's problem, not a broker fault.",
+        {"client_id": v.client_id, "api": v.api, "apis": list(v.apis),
+         "brokers": brokers, "requests": v.requests,
+         "slow_requests": v.slow_requests, "send_p99_ms": round(v.send_p99_ms, 3),
+         "threshold_ms": round(v.threshold_ms, 3), "per_broker": list(v.brokers),
+         "share_of_broker_requests": share, "brokers_left_out": list(v.excluded_brokers)})

@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Callable, Union
 
+from demo.faults.base import now_ms
+
 log = logging.getLogger(__name__)
 
 Target = Union[tuple[str, int], Callable[[], tuple[str, int]]]
@@ -189,3 +191,20 @@ class DelayProxy:
         finally:
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)
+
+
+def hold_delay(ctx, run, proxy: DelayProxy, duration_s: float, until, heal: Callable[[], None]
+               ) -> None:
+    """Keep a delay the caller turned on (at run.fault_ms) until `until()` is true (the
+    finding arrived), duration_s has passed or the run is stopping; then note how long it
+    was on and what the proxy forwarded, and `heal()` (also when this raises)."""
+    deadline = time.monotonic() + duration_s
+    try:
+        while time.monotonic() < deadline and not ctx.stopping():
+            if until is not None and until():
+                break
+            ctx.sleep(1.0)
+    finally:
+        run.notes["delayed_s"] = round((now_ms() - run.fault_ms) / 1000, 1)
+        run.notes["proxy"] = dict(proxy.stats)
+        heal()

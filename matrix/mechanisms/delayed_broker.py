@@ -26,11 +26,10 @@ follower (remote_produce_slow_follower).
 from __future__ import annotations
 
 import logging
-import time
 
 from demo.faults.base import FaultContext, FaultRun, now_ms, wait_for
 from matrix.fault import COMMITS_RETRIED, MatrixFault
-from matrix.mechanisms.delay_proxy import DelayProxy
+from matrix.mechanisms.delay_proxy import DelayProxy, hold_delay
 from matrix.mechanisms.demo_faults import culprit, victims
 from matrix.truth import Expect
 
@@ -103,16 +102,7 @@ class DelayedBroker(MatrixFault):
         run.notes.update(broker=self.broker, delay_ms=self.delay_ms,
                          bandwidth_bytes_s=self.bandwidth_bytes_s,
                          replication_routed=self.replication_routed)
-        deadline = time.monotonic() + self.duration_s
-        try:
-            while time.monotonic() < deadline and not ctx.stopping():
-                if until is not None and until():
-                    break
-                ctx.sleep(1.0)
-        finally:
-            run.notes["delayed_s"] = round((now_ms() - run.fault_ms) / 1000, 1)
-            run.notes["proxy"] = dict(self.proxy.stats)
-            self.heal(ctx)
+        hold_delay(ctx, run, self.proxy, self.duration_s, until, lambda: self.heal(ctx))
 
     def heal(self, ctx: FaultContext) -> None:
         if self.proxy is not None:

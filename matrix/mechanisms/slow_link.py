@@ -24,11 +24,9 @@ too close to the 300 ms threshold to tell.
 
 from __future__ import annotations
 
-import time
-
 from demo.faults.base import FaultContext, FaultRun, now_ms
 from matrix.fault import MatrixFault
-from matrix.mechanisms.delay_proxy import DelayProxy
+from matrix.mechanisms.delay_proxy import DelayProxy, hold_delay
 from matrix.mechanisms.rewind_clients import stop_producer
 from matrix.truth import Expect
 
@@ -93,16 +91,7 @@ class SlowProducerLink(MatrixFault):
         run.fault_ms = now_ms()
         run.notes.update(client_id=self.client_id, delay_ms=self.delay_ms,
                          brokers=sorted(ctx.cluster.routes.client_link))
-        deadline = time.monotonic() + self.duration_s
-        try:
-            while time.monotonic() < deadline and not ctx.stopping():
-                if until is not None and until():
-                    break
-                ctx.sleep(1.0)
-        finally:
-            run.notes["delayed_s"] = round((now_ms() - run.fault_ms) / 1000, 1)
-            run.notes["proxy"] = dict(self.proxy.stats)
-            self.heal(ctx)
+        hold_delay(ctx, run, self.proxy, self.duration_s, until, lambda: self.heal(ctx))
 
     def heal(self, ctx: FaultContext) -> None:
         if self.proxy is not None:
