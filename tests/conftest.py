@@ -35,8 +35,13 @@ def kmon_config(tmp_path_factory):
     """The repository's default configuration with the lake in a temporary folder."""
     lake = tmp_path_factory.mktemp("lake")
     # 4g: one session serves every Spark test, two dozen corpus replays among them.
+    # The test clusters' brokers use the client compiler only: a cluster start and its first
+    # 30 s idle took 20-23 CPU-s instead of 31-35 on the 2-core CI machine
+    # (python -m bench.cluster_start_cpu), CPU the corpus replays beside this run get
+    # instead. The demo's and the fault matrix's clusters keep the JVM's default.
     return load_config().with_overrides(spark={"storage_root": str(lake), "shuffle_partitions": 2,
-                                               "driver_memory": "4g"})
+                                               "driver_memory": "4g"},
+                                        local_cluster={"jvm_options": ["-XX:TieredStopAtLevel=1"]})
 
 
 @pytest.fixture(scope="session")

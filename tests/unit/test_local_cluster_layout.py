@@ -137,3 +137,31 @@ def test_a_client_link_listener_on_every_broker_advertised_at_its_proxy(tmp_path
     assert cluster.bootstrap_servers == ",".join(n.bootstrap for n in brokers)
     again = LocalCluster(config, name="client-link")
     assert [n.client_link_port for n in again.nodes] == [n.client_link_port for n in cluster.nodes]
+
+
+def test_jvm_options_come_after_kmons_own_on_every_broker_command(tmp_path, monkeypatch):
+    import infra.local_cluster as local_cluster
+
+    cluster = _laid_out(tmp_path, brokers=1, jvm_options=["-XX:TieredStopAtLevel=1", "-Xss2m"])
+    launched = []
+
+    class Started:
+        pid = 4242
+
+        def __init__(self, cmd, **_kw):
+            launched.append(cmd)
+
+    monkeypatch.setattr(cluster.deps, "ensure", lambda name: [tmp_path / "agent.jar"])
+    monkeypatch.setattr(local_cluster.subprocess, "Popen", Started)
+    cluster._launch(cluster.nodes[0], "classpath")
+    cmd = launched[0]
+    at = cmd.index("-XX:MaxGCPauseMillis=20")
+    assert cmd[at + 1:at + 3] == ["-XX:TieredStopAtLevel=1", "-Xss2m"]
+    assert cmd.index("-Xss2m") < cmd.index("kafka.Kafka")
+
+
+def test_a_jvm_option_that_is_not_one_names_the_key(tmp_path):
+    from core.config_keys import ConfigError
+
+    with pytest.raises(ConfigError, match=r"local_cluster\.jvm_options.*'Xmx1g'"):
+        Config().with_overrides(local_cluster={"jvm_options": ["-Xss2m", "Xmx1g"]})
