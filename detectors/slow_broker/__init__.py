@@ -154,7 +154,13 @@ and the unattributed; victims, slow clients and quotas are not blamed. If more t
 cluster_wide_share (0.5) of the brokers with traffic are blamed, and at least
 cluster_wide_min_brokers (2), the window yields one cluster_wide_slowness verdict
 instead of any broker verdict: a fleet-wide signal is not a broker's fault (and the
-remediation step must not move leadership off half the fleet). It is detected when
+remediation step must not move leadership off half the fleet). A broker too quiet to be
+judged in the window (under min_requests_per_window, not pooled) counts as slow here when
+it served at least quiet_slow_min_requests (50) requests over its threshold, at
+history_ratio x its own baseline, slow in its own stages (a queue or Local): a stall of
+the host or the cluster slows every broker and cuts the quieter ones' traffic below the
+floor, and the busiest broker was otherwise blamed alone (throttled-cleaner-3b live,
+while the only controller restarted on a starved host). It is detected when
 cluster_wide_persistence_windows (3) of the last persistence_lookback_windows hold it: it
 names no culprit and suggests no action, and two slow windows on every broker were a
 host's stall in the matrix's healthy runs (rolling-restart-3b: the restarted JVMs warming
@@ -189,6 +195,7 @@ JoinGroup, SyncGroup], history_ratio = 3.0, corroborated_history_ratio = 1.5,
 min_history_windows = 6, peer_ratio = 3.0,
 min_peers = 2, persistence_windows = 2, persistence_lookback_windows = 3,
 cluster_wide_share = 0.5, cluster_wide_persistence_windows = 3, cluster_wide_min_brokers = 2,
+quiet_slow_min_requests = 50,
 follower_holdback_floor_ms = 1000,
 follower_ratio = 3.0, slow_client_share = 0.5, max_named_clients = 5,
 client_min_slow_requests = 2, client_slow_request_share = 0.5,

@@ -164,3 +164,22 @@ def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBroker
     if not with_traffic or len(blamed) < config.cluster_wide_min_brokers:
         return False
     return len(blamed) / len(with_traffic) > config.cluster_wide_share
+
+
+# A broker's own stages: slow there, the broker (or its host) is slow, not what it waits on.
+OWN_STAGES = ("request_queue", "local", "response_queue")
+
+
+def quiet_but_slow(verdicts: Sequence[ApiVerdict], out: set[int],
+                   config: SlowBrokerSection) -> set[int]:
+    """Brokers with a row too quiet to be judged (not even pooled) that was slow all the
+    same: at least quiet_slow_min_requests requests, over the threshold, slow against its
+    own history, its dominant stage one of the broker's own; brokers that were out left
+    out. They are blamed for nothing, but count as slow when the cluster-wide judgement
+    asks how many brokers were slow at once."""
+    if config.quiet_slow_min_requests <= 0:
+        return set()
+    return {v.row.broker for v in verdicts
+            if not v.enough_traffic and v.row.broker not in out
+            and v.row.requests >= config.quiet_slow_min_requests
+            and v.over_threshold and v.slow_vs_history and v.dominant_stage in OWN_STAGES}

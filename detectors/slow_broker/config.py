@@ -74,6 +74,15 @@ class SlowBrokerSection:
         "a loaded 2-core host)", 3, min=1, max=1000)
     cluster_wide_min_brokers: int = _key("Fewest blamed brokers that can make a cluster-wide "
                                          "event", 2, min=1, max=100000)
+    quiet_slow_min_requests: int = _key(
+        "A broker/API window with too few requests to be judged (min_requests_per_window), "
+        "but at least this many, over its threshold, slow against its own history and slow "
+        "in its own stages (a queue or Local, not Remote, Throttle or ResponseSend) counts as "
+        "slow in the cluster-wide judgement though it is blamed for nothing: a stall of the "
+        "host or of the cluster slows every broker and cuts the quieter ones' traffic below "
+        "the floor, leaving the busiest one alone to blame (throttled-cleaner-3b live: broker "
+        "1 called network_threads_saturated while broker 2, at 65 Fetch a window, was as "
+        "slow). 0: only judged brokers count", 50, min=0, max=1_000_000_000)
     follower_holdback_floor_ms: float = _key("A follower that leaves its leader waiting this "
                                              "long (longest gap between its fetches) is late",
                                              1000.0, min=1, max=600000)

@@ -14,6 +14,7 @@ from detectors.slow_broker.attribution import (
     attribute,
     corroborated_by_follower,
     is_cluster_wide,
+    quiet_but_slow,
     slow_follower_attribution,
 )
 from detectors.slow_broker.client_links import judge_links
@@ -232,7 +233,8 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   rtts: Sequence[ClientRttWindow] = ()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
     were out (`out`: restarting, crashed, shut down) explain and the Remote waits of
-    brokers that had just become leaders (`new_leaders`), then judge cluster-wide; the
+    brokers that had just become leaders (`new_leaders`), then judge cluster-wide (counting
+    the brokers too quiet to judge that were as slow, attribution.quiet_but_slow); the
     clients are judged on their own requests beside it (clients.py), and producers on
     their own round trips (client_links.py).
 
@@ -249,13 +251,16 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     excused.update(set_aside_handovers(brokers, set(new_leaders)))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
-    wide = is_cluster_wide(blamed_set, with_traffic | blamed_set, config)
+    # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).
+    quiet = quiet_but_slow(verdicts, set(out), config) - blamed_set
+    wide = is_cluster_wide(blamed_set | quiet, with_traffic | blamed_set | quiet, config)
     history.remember(verdicts)
     return WindowAssessment(cluster=cluster, window_start_ms=window_start_ms,
                             api_verdicts=verdicts, brokers=brokers,
                             brokers_with_traffic=with_traffic, blamed=blamed_set,
                             cluster_wide=wide, clients=judge_clients(sends, rows, config),
-                            links=judge_links(rtts, rows, config), excused=excused)
+                            links=judge_links(rtts, rows, config), excused=excused,
+                            quiet_slow=quiet)
 
 
 Windowed = TypeVar("Windowed", RequestStageWindow, FollowerFetchWindow, ClientSendWindow,

@@ -104,18 +104,22 @@ def cluster_wide_detection(a: WindowAssessment, flagged: list[int],
         lats = [v.latency_ms for v in a.api_verdicts if v.row.api == api and v.enough_traffic]
         medians[api] = _round(statistics.median(lats))
     stage = stages.most_common(1)[0][0] if stages else None
-    share = len(a.blamed) / max(1, len(a.brokers_with_traffic | a.blamed))
+    slow = a.blamed | a.quiet_slow
+    judged = a.brokers_with_traffic | slow
+    share = len(slow) / max(1, len(judged))
+    quiet = f" ({len(a.quiet_slow)} of them too quiet to judge alone)" if a.quiet_slow else ""
     return Detection(
         cluster=a.cluster, type=AnomalyType.CLUSTER_WIDE_SLOWNESS, severity=Severity.HIGH,
         entity_kind=EntityKind.CLUSTER, entity=cluster_entity(a.cluster),
         first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
         cause=SlowBrokerCause.CLUSTER_WIDE_SLOWNESS,
-        explanation=(f"{len(a.blamed)} of {len(a.brokers_with_traffic | a.blamed)} brokers with "
-                     f"traffic are slow at once"
+        explanation=(f"{len(slow)} of {len(judged)} brokers with traffic are slow at once"
+                     f"{quiet}"
                      f"{f' (mostly {STAGE_NAMES[stage]})' if stage else ''}: a cluster-wide "
                      f"event, not one broker's fault; no broker is blamed."),
         suggested_action=ActionKind.PAGE_HUMAN,
         evidence={"brokers_blamed": sorted(a.blamed)[:100], "brokers_blamed_count": len(a.blamed),
+                  "brokers_slow_but_quiet": sorted(a.quiet_slow)[:100],
                   "brokers_with_traffic": len(a.brokers_with_traffic), "share": _round(share),
                   "causes": dict(causes), "dominant_stage": stage,
                   "median_latency_ms_by_api": medians, "window_s": config.window_s,

@@ -130,3 +130,6 @@ class WindowAssessment:
     # Verdicts set aside because the broker, or the follower they blame, was out
     # (restarting, crashed, shut down: outages.py): broker -> the verdict.
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)
+    # Brokers blamed for nothing, too quiet to judge, whose requests were as slow: counted
+    # as slow brokers in the cluster-wide judgement (attribution.quiet_but_slow).
+    quiet_slow: set[int] = field(default_factory=set)

@@ -151,6 +151,17 @@ def over_the_threshold_before_the_fault():
     return rows
 
 
+def _stalled(quiet_requests: int, quiet_stages: dict | None = None,
+             quiet_windows: set = FAULT) -> list:
+    """Broker 3 gone (restarting) for the last three windows; broker 1's fetches wait 600 ms
+    for a network thread in them; in `quiet_windows` (the last two), broker 2's
+    `quiet_requests` Produce requests wait as long (or have `quiet_stages`)."""
+    rows = [r for r in healthy() if not (r.broker == 3 and window_of(r) in HELD)]
+    rows = replaced(rows, 1, "FetchConsumer", HELD, total=1100.0, rsq=600.0, excl=600.0)
+    return replaced(rows, 2, "Produce", quiet_windows, requests=quiet_requests,
+                    **(quiet_stages or dict(total=650.0, rsq=640.0)))
+
+
 def scenarios():
     yield Scenario(
         "healthy_quiet_cluster_fetch_purgatory_is_not_slow", healthy(),
@@ -385,6 +396,39 @@ def scenarios():
         "a_cluster_wide_stall_of_two_windows_pages_nobody", stall, cluster_wide=True,
         verdicts={b: (Role.CULPRIT, "local_disk_or_page_cache") for b in BROKERS},
         detections={})
+
+    # throttled-cleaner-3b live: broker 3 (also the only controller) restarting on a
+    # starved 2-core host. Brokers 1 and 2 stalled alike (network and handler queues), but
+    # broker 2 served 65 fetches a window, too few to judge alone until a second window
+    # pooled with the first, so broker 1 was blamed alone in two windows of three
+    # (network_threads_saturated, high). Counted as slow, broker 2 makes the window
+    # cluster-wide: two such windows page nobody (a_cluster_wide_stall_of_two_windows...).
+    yield Scenario(
+        "a_stall_that_leaves_a_broker_too_quiet_to_judge_is_still_cluster_wide",
+        _stalled(quiet_requests=65), cluster_wide=True,
+        verdicts={1: (Role.CULPRIT, "network_threads_saturated"),
+                  2: (Role.CULPRIT, "network_threads_saturated")},
+        detections={})
+
+    # The quiet broker's one slow request among twenty is no sign of a stall: broker 1 is.
+    yield Scenario(
+        "a_quiet_brokers_one_slow_request_does_not_make_a_stall",
+        _stalled(quiet_requests=20), first_window=LAST - 2,
+        verdicts={1: (Role.CULPRIT, "network_threads_saturated")},
+        detections={"broker:1": (AnomalyType.SLOW_BROKER, "network_threads_saturated",
+                                 ActionKind.MOVE_LEADERSHIP, Severity.HIGH)})
+
+    # A quiet broker slow because it waits on others (Remote) is not slow itself: in the
+    # window it is too quiet to judge, broker 1 is blamed alone (in all three windows).
+    yield Scenario(
+        "a_quiet_broker_waiting_in_remote_is_not_a_stall",
+        _stalled(quiet_requests=65, quiet_stages=dict(total=1150.0, rsq=5.0, remote=1140.0),
+                 quiet_windows={LAST - 1}),
+        first_window=LAST - 2,
+        verdicts={1: (Role.CULPRIT, "network_threads_saturated")},
+        detections={"broker:1": (AnomalyType.SLOW_BROKER, "network_threads_saturated",
+                                 ActionKind.MOVE_LEADERSHIP, Severity.HIGH)},
+        evidence={"broker:1": {"windows_flagged": 3}})
 
     yield Scenario(
         "low_traffic_broker_ignored",
@@ -641,3 +685,24 @@ def test_a_window_under_the_threshold_is_never_pooled():
     from detectors.slow_broker.latency import pooled_traffic
 
     assert pooled_traffic(40, 290.0, 300.0, [(400, 900.0)], CONFIG) is None
+
+
+def test_a_quiet_broker_as_slow_as_it_usually_is_makes_no_stall():
+    # Broker 2's usual Produce TP99 (an external baseline) is as high as in the stall: it
+    # is not slow against its history, so broker 1 stays blamed alone in the window where
+    # broker 2 is too quiet to judge.
+    rows = _stalled(quiet_requests=65)
+    usual = [LatencyBaseline("c1", 2, "Produce", 600.0)]
+    by_window = {window_of(a): a for a in assess_windows(rows, baselines=usual, config=CONFIG)}
+    assert by_window[LAST - 1].quiet_slow == set()
+    assert not by_window[LAST - 1].cluster_wide
+    quiet = {window_of(a): a for a in assess_windows(rows, config=CONFIG)}
+    assert quiet[LAST - 1].quiet_slow == {2} and quiet[LAST - 1].cluster_wide
+
+
+def test_quiet_slow_min_requests_0_counts_only_judged_brokers():
+    rows = _stalled(quiet_requests=65)
+    off = replace(CONFIG, quiet_slow_min_requests=0)
+    found = {d.entity: d.cause for d in detect_slow_brokers(rows, config=off)}
+    assert found == {"broker:1": "network_threads_saturated"}
+    assert detect_slow_brokers(rows, config=CONFIG) == []
