@@ -67,8 +67,9 @@ class LocalClusterSection:
     heap: str = _key("Java heap per broker (-Xmx and -Xms)", "512m")
     jvm_options: list = _key("More JVM options for every node, after kmon's own, e.g. "
                              "[\"-XX:TieredStopAtLevel=1\"]: the client compiler only, a "
-                             "third less CPU to start and idle on a short-lived cluster (the "
-                             "test suite's), slower under sustained load", [])
+                             "third less CPU to start and idle a short-lived cluster "
+                             "(python -m bench.cluster_start_cpu), slower under sustained "
+                             "load", [])
     ready_timeout_s: float = _key("How long to wait for the cluster to be ready", 120.0,
                                   min=5, max=3600)
     extra_broker_config: dict = _key("Extra server.properties entries for every broker", {})

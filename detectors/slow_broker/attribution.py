@@ -5,7 +5,7 @@ once to be any one broker's fault."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from core.findings import ActionKind, Severity, broker_entity
 from detectors.slow_broker.config import SlowBrokerSection
@@ -170,7 +170,7 @@ def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBroker
 OWN_STAGES = ("request_queue", "local", "response_queue")
 
 
-def quiet_but_slow(verdicts: Sequence[ApiVerdict], out: set[int],
+def quiet_but_slow(verdicts: Sequence[ApiVerdict], out: AbstractSet[int],
                    config: SlowBrokerSection) -> set[int]:
     """Brokers with a row too quiet to be judged (not even pooled) that was slow all the
     same: at least quiet_slow_min_requests requests, over the threshold, slow against its

@@ -252,7 +252,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).
-    quiet = quiet_but_slow(verdicts, set(out), config) - blamed_set
+    quiet = quiet_but_slow(verdicts, out, config) - blamed_set
     wide = is_cluster_wide(blamed_set | quiet, with_traffic | blamed_set | quiet, config)
     history.remember(verdicts)
     return WindowAssessment(cluster=cluster, window_start_ms=window_start_ms,
