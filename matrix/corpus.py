@@ -8,7 +8,11 @@ compacted topics' configs, the configuration overrides it ran under and its time
   server, controller, state-change and log-cleaner logs, the lines stamped in the time
   range (with the unstamped lines that continue them), xz-compressed (`raw/node-<id>/`).
   A replay runs the real request-log and broker-log agents over them, so a parser change
-  is judged on the recorded lines without recording again.
+  is judged on the recorded lines without recording again. From before the range the
+  broker logs keep only the events that show leader epochs (`HISTORY_KINDS`), over the
+  unclean-election detector's replay lookback (`history_s`): a controller restarted in
+  the scenario logs again the elections of its metadata log, and only the epochs seen
+  before tell those from new elections, live and in the replay alike.
 - The other streams as their agents published them (`landing/<stream>/`, gzipped JSON
   lines with `ts_ms` in the range): JMX samples, __consumer_offsets commits and group
   metadata, end offsets, client logs and statistics. Commits and group membership are
@@ -49,6 +53,11 @@ FROM_RAW = ("request_stages", "log_events", "quarantine")
 REQUEST_LOG = "kafka-request.log"
 BROKER_LOG_FILES = ("server.log", "controller.log", "state-change.log", "log-cleaner.log")
 STATE_HISTORY_S = 600
+# Broker-log events kept from before the recording (the kinds jobs.detector_inputs.elections
+# reads leader epochs from, EPOCH_KINDS), and how far back by default: the unclean-election
+# detector's replay_lookback_s.
+HISTORY_KINDS = ("leader_change", "unclean_election")
+EPOCH_HISTORY_S = 7200.0
 MANIFEST = "manifest.json"
 
 
@@ -68,14 +77,22 @@ class Recording:
 
 def record(landing: Path, dest: Path, *, scenario: str, title: str, topology: dict,
            truth: GroundTruth, start_ms: int, end_ms: int, topic_configs: list[dict],
-           overrides: dict, meta: dict, nodes: list[tuple[int, Path]]) -> Path:
-    """Keep [start_ms, end_ms] of the scenario in `dest` (see the module docstring):
-    `nodes` are (node id, log folder) of every node; returns `dest`."""
+           overrides: dict, meta: dict, nodes: list[tuple[int, Path]],
+           history_s: float = EPOCH_HISTORY_S) -> Path:
+    """Keep [start_ms, end_ms] of the scenario in `dest` (see the module docstring), and
+    the broker logs' leader-epoch events of the `history_s` before it: `nodes` are (node
+    id, log folder) of every node; returns `dest`."""
     shutil.rmtree(dest, ignore_errors=True)
-    counts = {}
+    counts, before = {}, {}
     for node, log_dir in nodes:
         for name in (REQUEST_LOG, *BROKER_LOG_FILES):
             lines = stamped_lines(Path(log_dir), name, start_ms, end_ms)
+            if name != REQUEST_LOG and history_s > 0:
+                history = history_events(Path(log_dir), name,
+                                         start_ms - int(history_s * 1000), start_ms)
+                if history:
+                    before[f"node-{node}/{name}"] = len(history)
+                lines = history + lines
             if lines:
                 target = dest / "raw" / f"node-{node}"
                 target.mkdir(parents=True, exist_ok=True)
@@ -98,7 +115,8 @@ def record(landing: Path, dest: Path, *, scenario: str, title: str, topology: di
     manifest = {"scenario": scenario, "title": title, "topology": topology,
                 "start_ms": start_ms, "end_ms": end_ms, "truth": truth.to_json(),
                 "topic_configs": topic_configs, "config_overrides": overrides,
-                "lines": counts, **meta}
+                "lines": counts, "history_s": history_s, "history_kinds": list(HISTORY_KINDS),
+                "history_events": before, **meta}
     dest.mkdir(parents=True, exist_ok=True)
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     return dest
@@ -126,6 +144,23 @@ def stamped_lines(log_dir: Path, name: str, start_ms: int, end_ms: int) -> list[
                     keep = False
             if keep:
                 out.append(line if line.endswith(b"\n") else line + b"\n")
+    return out
+
+
+def history_events(log_dir: Path, name: str, since_ms: int, until_ms: int,
+                   kinds: tuple[str, ...] = HISTORY_KINDS) -> list[bytes]:
+    """The whole events of a broker log (a stamped line and the lines that continue it)
+    stamped in [since_ms, until_ms) that the broker-log parser classes as one of `kinds`,
+    as lines, in file order."""
+    from ingest.broker_log import EventAssembler, parse_event
+
+    out = []
+    for event in EventAssembler().feed_all(stamped_lines(log_dir, name, since_ms, until_ms - 1)):
+        if not isinstance(event, str):
+            continue     # not UTF-8: the parser would quarantine it, no epoch in it
+        rec = parse_event(event, cluster="", broker=0)
+        if isinstance(rec, dict) and rec["kind"] in kinds:
+            out.extend(line.encode() + b"\n" for line in event.split("\n"))
     return out
 
 

@@ -184,7 +184,8 @@ class MatrixSession(LiveDemo):
                       start_ms=start_ms, end_ms=end_ms,
                       topic_configs=[dataclasses.asdict(c) for c in configs],
                       overrides=self.topology.overrides(), meta=self.meta,
-                      nodes=[(n.node_id, n.log_dir) for n in self.cluster.nodes])
+                      nodes=[(n.node_id, n.log_dir) for n in self.cluster.nodes],
+                      history_s=self.config.unclean_election.replay_lookback_s)
         self.p.note(f"recorded into {dest}")
         return dest
 

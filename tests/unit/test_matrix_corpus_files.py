@@ -42,3 +42,76 @@ def test_rolled_files_are_read_oldest_first(tmp_path):
         b"[2026-11-26 05:03:00,000] DEBUG Completed request:{}\n")
     got = stamped_lines(tmp_path, "kafka-request.log", 0, 2**62)
     assert [x[15:17] for x in got] == [b"01", b"02", b"03"]
+
+
+# ---- what a recording keeps from before its range ----------------------------------------
+
+LEADER = ("[{}] INFO [Broker id=1] Leader unclean-t-0 with topic id Some(v2CcNjHzQ-qHdPLiDA1chw) "
+          "starts at leader epoch {} from offset 0 with partition epoch 0, high watermark 0, "
+          "ISR [1,2], adding replicas [] and removing replicas [] . Previous leader None and "
+          "previous leader epoch was -1. (state.change.logger)\n")
+UNCLEAN = ("[{}] INFO [QuorumController id=1] UNCLEAN partition change for unclean-t-0 with "
+           "topic ID v2CcNjHzQ-qHdPLiDA1chw: isr: [1] -> [2], leader: 1 -> 2, "
+           "leaderRecoveryState: RECOVERED -> RECOVERING, leaderEpoch: 0 -> 1, "
+           "partitionEpoch: 1 -> 2 (org.apache.kafka.controller.ReplicationControlManager)\n")
+SHRINK = ("[{}] INFO [Partition orders-2 broker=1] Shrinking ISR from 2,3,1 to 1,2. Leader: "
+          "(highWatermark: 399, endOffset: 441). Out of sync replicas: (brokerId: 3, endOffset: "
+          "399, lastCaughtUpTimeMs: 1795343968926). (kafka.cluster.Partition)\n")
+
+
+def test_history_keeps_only_the_leader_epoch_events_of_the_lookback(tmp_path):
+    from matrix.corpus import history_events
+
+    (tmp_path / "state-change.log").write_text(
+        LEADER.format("2026-11-26 02:59:00,000", 1)       # before the lookback
+        + LEADER.format("2026-11-26 04:00:00,000", 2)
+        + SHRINK.format("2026-11-26 04:10:00,000")          # no epoch: left out
+        + UNCLEAN.format("2026-11-26 04:20:00,000")
+        + "\tan unstamped line continuing it\n"
+        + LEADER.format("2026-11-26 05:00:00,000", 3))      # the range itself
+    start = stamp_to_ms("2026-11-26 05:00:00,000")
+    got = history_events(tmp_path, "state-change.log", start - 7200_000, start)
+    assert got == [LEADER.format("2026-11-26 04:00:00,000", 2).encode(),
+                   UNCLEAN.format("2026-11-26 04:20:00,000").encode(),
+                   b"\tan unstamped line continuing it\n"]
+
+
+def test_a_recording_puts_the_history_before_its_range_and_counts_it(tmp_path):
+    import json
+    import lzma
+
+    from matrix.corpus import MANIFEST, record
+    from matrix.truth import GroundTruth
+
+    logs = tmp_path / "node-1"
+    logs.mkdir()
+    (logs / "state-change.log").write_text(
+        LEADER.format("2026-11-26 04:00:00,000", 2) + SHRINK.format("2026-11-26 04:10:00,000")
+        + SHRINK.format("2026-11-26 05:00:05,000") + LEADER.format("2026-11-26 05:00:06,000", 3))
+    (logs / "kafka-request.log").write_text(
+        "[2026-11-26 04:59:00,000] DEBUG Completed request:{} (kafka.request.logger)\n"
+        "[2026-11-26 05:00:01,000] DEBUG Completed request:{} (kafka.request.logger)\n")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    start, end = stamp_to_ms("2026-11-26 05:00:00,000"), stamp_to_ms("2026-11-26 05:05:00,000")
+    truth = GroundTruth(scenario="s", fault_class="healthy", fault_ms=start + 1000)
+    dest = record(landing, tmp_path / "rec", scenario="s", title="t", topology={},
+                  truth=truth, start_ms=start, end_ms=end, topic_configs=[], overrides={},
+                  meta={}, nodes=[(1, logs)], history_s=7200)
+    kept = lzma.decompress((dest / "raw/node-1/state-change.log.xz").read_bytes()).decode()
+    assert kept == (LEADER.format("2026-11-26 04:00:00,000", 2)
+                    + SHRINK.format("2026-11-26 05:00:05,000")
+                    + LEADER.format("2026-11-26 05:00:06,000", 3))
+    # The request log keeps its range only.
+    requests = lzma.decompress((dest / "raw/node-1/kafka-request.log.xz").read_bytes())
+    assert requests.count(b"\n") == 1 and b"05:00:01" in requests
+    manifest = json.loads((dest / MANIFEST).read_text())
+    assert manifest["history_events"] == {"node-1/state-change.log": 1}
+    assert manifest["history_s"] == 7200
+
+
+def test_history_kinds_are_the_kinds_leader_epochs_are_read_from():
+    from jobs.detector_inputs.elections import EPOCH_KINDS
+    from matrix.corpus import HISTORY_KINDS
+
+    assert set(HISTORY_KINDS) == set(EPOCH_KINDS)
