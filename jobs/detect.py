@@ -67,8 +67,8 @@ from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake
 from jobs.detection_config import DetectionConfig
-from jobs.detector_inputs import (BaselineCache, DetectorInputs, WindowReadCache, check_config,
-                                  read_inputs)
+from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
+                                  check_config, read_inputs)
 from jobs.slow_requests import attach_slow_requests
 from jobs.write_behind import BackgroundJobFailed, WriteBehind
 
@@ -141,7 +141,8 @@ def run_detectors(inputs: DetectorInputs, config: DetectionConfig, now_ms: int) 
                              isr_shrinks=inputs.isr_shrinks, client_sends=inputs.client_sends,
                              baselines=inputs.baselines, outages=inputs.broker_outages,
                              leadership_gains=inputs.leadership_gains,
-                             client_rtts=inputs.client_rtts, config=config.slow_broker),
+                             client_rtts=inputs.client_rtts,
+                             producer_times=inputs.producer_times, config=config.slow_broker),
         *detect_offset_anomalies(inputs.commits, offsets=inputs.partition_offsets,
                                  resets=inputs.resets, memberships=inputs.memberships,
                                  truncations=inputs.truncations,
@@ -289,19 +290,22 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
            topic_configs: Iterable[CompactedTopicConfig] = (),
            previous: Iterable[Finding] | None = None,
            baseline_cache: BaselineCache | None = None,
-           window_cache: WindowReadCache | None = None) -> Assessment:
+           window_cache: WindowReadCache | None = None,
+           commit_seed: CommitSeedCache | None = None) -> Assessment:
     """Steps 1-4 of an evaluation at now_ms over [now - lookback, now): read, detect, the
     lifecycle and correlation. Writes nothing.
 
     `previous`: the result of the last evaluation of this table by the caller, when the
     caller is the table's only writer (the detector query); None reads the table.
     `baseline_cache`: the caller's (the detector query's) slow-broker baselines;
-    `window_cache`: its windows-mode window reads (jobs/detector_inputs/window_cache.py)."""
+    `window_cache`: its windows-mode window reads (jobs/detector_inputs/window_cache.py);
+    `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache)."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
     inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
-                         topic_configs, baseline_cache=baseline_cache, window_cache=window_cache)
+                         topic_configs, baseline_cache=baseline_cache, window_cache=window_cache,
+                         commit_seed=commit_seed)
     detections = attach_slow_requests(
         spark, lake, run_detectors(inputs, config, now_ms),
         windows_mode=config.request_log.mode == "windows",
@@ -457,6 +461,7 @@ class DetectorTicks:
         self.in_background, self.wait_for_data = in_background, wait_for_data
         self.baselines = BaselineCache()
         self.windows = WindowReadCache()
+        self.commit_seed = CommitSeedCache()
         self.last_findings: list[Finding] | None = None
 
     def __call__(self, _batch, _batch_id: int) -> None:
@@ -478,7 +483,8 @@ class DetectorTicks:
         previous, self.last_findings = self.last_findings, None
         a = assess(self.spark, self.lake, self.config, now_ms, self.lookback_s,
                    table=self.table, topic_configs=configs, previous=previous,
-                   baseline_cache=self.baselines, window_cache=self.windows)
+                   baseline_cache=self.baselines, window_cache=self.windows,
+                   commit_seed=self.commit_seed)
         a.data_wait_s = data_wait_s
         return a
 

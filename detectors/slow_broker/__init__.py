@@ -121,10 +121,11 @@ requests.
 Slow producer links (client_links.py; its docstring has the rule): a producer behind a
 slow network path waits long for every answer while the brokers serve it as fast as
 anyone; only its librdkafka statistics show it (`ClientRttWindow`: its rtt p99 per
-broker). Per window and producer: at every broker judged, its rtt p99 minus the broker's
-Produce TotalTime TP99 is the Produce threshold or more, and other producers at that
-broker were fine (or it is so at two brokers or more). Finding: slow_client on
-"client:<client_id>", cause client_slow_link, severity warning, action none.
+broker). Per window and producer: at every broker judged, its rtt p99 minus what the
+broker took for that producer's own Produce requests (`ProducerServerWindow`; the broker's
+Produce TotalTime TP99 where those are not known) is the Produce threshold or more, and
+other producers at that broker were fine (or it is so at two brokers or more). Finding:
+slow_client on "client:<client_id>", cause client_slow_link, severity warning, action none.
 
 Slow-follower attribution for a leader L (a Produce verdict dominated by Remote):
 the follower's "holdback" at a leader is max(max_fetch_gap_ms, send_p99_ms): how long the
@@ -240,6 +241,7 @@ from detectors.slow_broker.inputs import (
     FollowerFetchWindow,
     IsrShrink,
     LatencyBaseline,
+    ProducerServerWindow,
     RequestStageWindow,
 )
 from detectors.slow_broker.latency import (
@@ -267,6 +269,7 @@ __all__ = [
     "IsrShrink",
     "LatencyBaseline",
     "LeadershipGain",
+    "ProducerServerWindow",
     "RequestStageWindow",
     "Role",
     "SlowBrokerSection",

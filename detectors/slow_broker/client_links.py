@@ -10,15 +10,21 @@ librdkafka statistics (`rtt`, per broker: from the request's send to its respons
 Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 of the
 client's statistics documents in the window (silver.client_stats, scope broker). A p99
 of 0 (or none) means the client sent that broker nothing in the interval (librdkafka's
-window is empty) and is left out. The broker's side is the window's Produce stage row:
-its TotalTime TP99 over every client's Produce requests.
+window is empty) and is left out. The broker's side is what the broker took for that
+client's own Produce requests (`ProducerServerWindow`: their TotalTime p99, from the
+request log); where those are not known (the request-log windows mode keeps no
+per-client stage times) it is the window's Produce stage row, the broker's TotalTime
+TP99 over every client's Produce requests. That one understates an acks=all producer's
+wait whenever the leader waits on a follower and most of its Produce requests are
+acks=1: in the live matrix (freeze-short-5b) a leader's Produce TP99 was 989 ms while
+two acks=all producers waited 3-4 s there, and were called slow links.
 
 Rule, per cluster, window and producer (`judge_links`):
 1. producers only: a consumer's rtt is mostly its fetch wait (fetch.wait.max.ms, 500 ms
    by default, whenever there is nothing new to read), a normal thing; consumers are
    judged by their own reads (clients.py);
-2. at each broker, the time on the link is the client's rtt p99 minus the broker's
-   Produce TotalTime TP99 in the window (what the broker itself took, at its slowest);
+2. at each broker, the time on the link is the client's rtt p99 minus the broker's side
+   (above: its own requests' TotalTime p99, else the broker's Produce TotalTime TP99);
    with no Produce row for the broker in the window (a frozen broker logs nothing) the
    broker is not judged: unknown, not slow;
 3. the link is slow at a broker when that difference is the Produce threshold
@@ -44,7 +50,7 @@ from typing import Mapping, Sequence
 from core.findings import Detection
 from detectors.slow_broker.clients import client_finding
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import ClientRttWindow, RequestStageWindow
+from detectors.slow_broker.inputs import ClientRttWindow, ProducerServerWindow, RequestStageWindow
 from detectors.slow_broker.latency import norm_api, threshold_for
 from detectors.slow_broker.verdicts import SlowBrokerCause
 
@@ -75,10 +81,13 @@ def _broker_produce_p99(rows: Sequence[RequestStageWindow]) -> dict[int, float]:
 
 
 def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWindow],
-                config: SlowBrokerSection) -> dict[str, LinkVerdict]:
-    """The producers whose link was slow in one window (of one cluster)."""
+                config: SlowBrokerSection, own: Sequence[ProducerServerWindow] = ()
+                ) -> dict[str, LinkVerdict]:
+    """The producers whose link was slow in one window (of one cluster); `own`: what the
+    brokers took for each producer's own Produce requests in it, where known."""
     threshold = threshold_for(PRODUCE, config)
     server = _broker_produce_p99(rows)
+    own_p99 = {(x.client_id, x.broker): float(x.total_p99_ms) for x in own}
     # Per client and broker the highest rtt p99 of its documents in the window.
     rtt: dict[tuple[str, int], float] = {}
     for x in rtts:
@@ -91,9 +100,12 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
     for (client, broker), p99 in rtt.items():
         if broker not in server:
             continue
-        link = p99 - server[broker]
+        mine = own_p99.get((client, broker))
+        link = p99 - (server[broker] if mine is None else mine)
         at_broker[broker][client] = {"broker": broker, "rtt_p99_ms": round(p99, 3),
                                      "broker_produce_p99_ms": round(server[broker], 3),
+                                     "own_produce_p99_ms": None if mine is None
+                                     else round(mine, 3),
                                      "link_ms": round(link, 3), "slow": link >= threshold}
 
     judged: dict[str, list[dict]] = defaultdict(list)
@@ -130,12 +142,16 @@ def link_detection(cluster: str, v: LinkVerdict, flagged: list[int],
     peers = (f"; other producers were fast at broker(s) {', '.join(map(str, peered))}"
              if peered else "")
     rtt = max(b["rtt_p99_ms"] for b in v.brokers)
-    served = max(b["broker_produce_p99_ms"] for b in v.brokers)
+    own = all(b.get("own_produce_p99_ms") is not None for b in v.brokers)
+    served = max(b["own_produce_p99_ms"] if own else b["broker_produce_p99_ms"]
+                 for b in v.brokers)
     return client_finding(
         cluster, v.client_id, flagged, config, SlowBrokerCause.CLIENT_SLOW_LINK,
         f"Producer {v.client_id} waits {rtt:,.0f} ms (rtt p99) for answers from "
-        f"broker(s) {where}, which served Produce requests in {served:,.0f} ms "
-        f"(TotalTime TP99) at most: {v.link_ms:,.0f} ms or more of every round "
+        f"broker(s) {where}, which served "
+        + (f"its own Produce requests in {served:,.0f} ms (TotalTime p99)" if own else
+           f"Produce requests in {served:,.0f} ms (TotalTime TP99)")
+        + f" at most: {v.link_ms:,.0f} ms or more of every round "
         f"trip is spent between this client and the brokers{peers}: its network path "
         f"or its own host, not a broker fault.",
         {"client_id": v.client_id, "api": PRODUCE, "brokers": brokers,

@@ -27,6 +27,7 @@ from detectors.slow_broker.inputs import (
     FollowerFetchWindow,
     IsrShrink,
     LatencyBaseline,
+    ProducerServerWindow,
     RequestStageWindow,
 )
 from detectors.slow_broker.latency import (
@@ -230,13 +231,14 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   view: FollowerView, sends: Sequence[ClientSendWindow],
                   config: SlowBrokerSection, out: set[int] = frozenset(),
                   new_leaders: set[int] = frozenset(),
-                  rtts: Sequence[ClientRttWindow] = ()) -> WindowAssessment:
+                  rtts: Sequence[ClientRttWindow] = (),
+                  own: Sequence[ProducerServerWindow] = ()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
     were out (`out`: restarting, crashed, shut down) explain and the Remote waits of
     brokers that had just become leaders (`new_leaders`), then judge cluster-wide (counting
     the brokers too quiet to judge that were as slow, attribution.quiet_but_slow); the
     clients are judged on their own requests beside it (clients.py), and producers on
-    their own round trips (client_links.py).
+    their own round trips against their own requests' times (`own`, client_links.py).
 
     The order matters: attribution needs the suspect rows of every broker (a follower is
     blamed by other brokers' rows), and the cluster-wide judgement needs attribution (a
@@ -259,12 +261,12 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                             api_verdicts=verdicts, brokers=brokers,
                             brokers_with_traffic=with_traffic, blamed=blamed_set,
                             cluster_wide=wide, clients=judge_clients(sends, rows, config),
-                            links=judge_links(rtts, rows, config), excused=excused,
+                            links=judge_links(rtts, rows, config, own), excused=excused,
                             quiet_slow=quiet)
 
 
 Windowed = TypeVar("Windowed", RequestStageWindow, FollowerFetchWindow, ClientSendWindow,
-                   ClientRttWindow)
+                   ClientRttWindow, ProducerServerWindow)
 
 
 def by_cluster_window(items: Iterable[Windowed]) -> dict[tuple[str, int], list[Windowed]]:
@@ -294,6 +296,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    outages: Sequence[BrokerOutage] = (),
                    leadership_gains: Sequence[LeadershipGain] = (),
                    client_rtts: Iterable[ClientRttWindow] = (),
+                   producer_times: Iterable[ProducerServerWindow] = (),
                    config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
     """Every window of the input, oldest first, per cluster (see `assess_window`)."""
     config = config or SlowBrokerSection()
@@ -304,6 +307,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     shrinks_by_cw = shrinks_by_cluster_window(isr_shrinks, grid_origin, window_ms)
     sends_by_cw = by_cluster_window(client_sends)
     rtts_by_cw = by_cluster_window(client_rtts)
+    own_by_cw = by_cluster_window(producer_times)
     external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, norm_api(b.api))] = b.p99_ms
@@ -326,7 +330,8 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                                  new_leaders_during(leadership_gains, cluster, start,
                                                     start + window_ms,
                                                     int(config.leadership_grace_s * 1000)),
-                                 rtts_by_cw.get((cluster, start), ())))
+                                 rtts_by_cw.get((cluster, start), ()),
+                                 own_by_cw.get((cluster, start), ())))
     return out
 
 
@@ -338,15 +343,17 @@ def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
                         outages: Sequence[BrokerOutage] = (),
                         leadership_gains: Sequence[LeadershipGain] = (),
                         client_rtts: Iterable[ClientRttWindow] = (),
+                        producer_times: Iterable[ProducerServerWindow] = (),
                         config: SlowBrokerSection | None = None) -> list[Detection]:
     """slow_broker, cluster_wide_slowness and slow_client detections from the input
     windows; `outages` (outages.py): when brokers were out (their windows set aside);
     `leadership_gains` (handovers.py): when brokers became leaders; `client_rtts`
-    (client_links.py): the producers' own round trips, from their statistics."""
+    (client_links.py): the producers' own round trips, from their statistics, and
+    `producer_times` what the brokers took for their Produce requests."""
     config = config or SlowBrokerSection()
     assessments = assess_windows(rows, follower_fetches=follower_fetches,
                                  isr_shrinks=isr_shrinks, client_sends=client_sends,
                                  baselines=baselines, outages=outages,
                                  leadership_gains=leadership_gains, client_rtts=client_rtts,
-                                 config=config)
+                                 producer_times=producer_times, config=config)
     return detections_from(assessments, config)

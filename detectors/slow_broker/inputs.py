@@ -90,6 +90,19 @@ class ClientRttWindow:
 
 
 @dataclass(frozen=True)
+class ProducerServerWindow:
+    """What one producer's own Produce requests took at one broker in a window, from the
+    request log (TotalTime p99 of that client's requests): the broker's side of its round
+    trips, for the slow-link rule (detectors/slow_broker/client_links.py)."""
+    cluster: str
+    window_start_ms: int
+    broker: int
+    client_id: str
+    requests: int
+    total_p99_ms: float
+
+
+@dataclass(frozen=True)
 class LatencyBaseline:
     cluster: str
     broker: int

@@ -16,7 +16,7 @@ One module per detector's inputs, each docstring saying where every input comes 
 - client_sends.py: the slow-broker and slow-client rules' per-client send times
   (silver.request_stages).
 - client_rtts.py: the slow-link rule's producers' round trips per broker
-  (silver.client_stats).
+  (silver.client_stats) and their own Produce requests' times (silver.request_stages).
 - partition_signals.py: offset commits, partition offsets, client offset resets, log
   truncations, group membership, who committed (OffsetCommit request-log lines), group
   coordinator loads.
@@ -61,13 +61,14 @@ from detectors.slow_broker import (
     IsrShrink,
     LatencyBaseline,
     LeadershipGain,
+    ProducerServerWindow,
     RequestStageWindow,
 )
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from jobs.detection_config import DetectionConfig
-from jobs.detector_inputs.client_rtts import read_client_rtts
+from jobs.detector_inputs.client_rtts import read_client_rtts, read_producer_times
 from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
 from jobs.detector_inputs.request_windows import (
     read_window_baselines,
@@ -103,6 +104,7 @@ from jobs.detector_inputs.partition_signals import (
     COMMIT_KEY,
     COMMIT_ORDER,
     COMMIT_SEED_S,
+    CommitSeedCache,
     client_reset_from_row,
     commit_request_from_row,
     coordinator_loads_from,
@@ -138,7 +140,7 @@ __all__ = [
     "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
     "COUNTER_SEED_S", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
     "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "REQUEST_STAGE_KEYS", "SIZE_STEP_S",
-    "UNCLEAN_METER", "BaselineCache", "DetectorInputs", "TimeRange", "TopicConfigCache",
+    "UNCLEAN_METER", "BaselineCache", "CommitSeedCache", "DetectorInputs", "TimeRange", "TopicConfigCache",
     "WindowReadCache",
     "check_config", "cleaner_runs_from", "client_reset_from_row", "commit_request_from_row",
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
@@ -147,6 +149,7 @@ __all__ = [
     "leadership_gains_from",
     "merge_controller_ticks", "read_leader_epochs",
     "read_baselines", "read_cleaner_gauges", "read_cleaner_runs", "read_client_rtts",
+    "read_producer_times",
     "read_client_sends",
     "read_commits", "read_follower_fetches", "read_inputs", "read_log_events",
     "read_memberships", "read_meter_ticks", "read_partition_offsets",
@@ -171,6 +174,7 @@ class DetectorInputs:
     leadership_gains: list[LeadershipGain] = field(default_factory=list)
     client_sends: list[ClientSendWindow] = field(default_factory=list)
     client_rtts: list[ClientRttWindow] = field(default_factory=list)
+    producer_times: list[ProducerServerWindow] = field(default_factory=list)
     commits: list[OffsetCommit] = field(default_factory=list)
     partition_offsets: list[PartitionOffsets] = field(default_factory=list)
     resets: list[ClientOffsetReset] = field(default_factory=list)
@@ -224,11 +228,13 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
                 topic_configs: Iterable[CompactedTopicConfig] = (), *,
                 parallelism: int = 4,
                 baseline_cache: BaselineCache | None = None,
-                window_cache: WindowReadCache | None = None) -> DetectorInputs:
+                window_cache: WindowReadCache | None = None,
+                commit_seed: CommitSeedCache | None = None) -> DetectorInputs:
     """Every detector input for [start_ms, end_ms) of one lake.
 
     The reads form independent chains (stage windows then the client sends they point
-    at; baselines; follower fetches; log events and client resets, then the commits they
+    at; baselines; follower fetches; the producers' round trips then their own requests'
+    times; log events and client resets, then the commits they
     point at, then those groups' memberships, commit lines and partitions' offsets; meter
     ticks; cleaner gauges; compacted partitions' sizes beside the cleaner runs, over the
     growing-partition rule's window). Each read is a few small Spark jobs with driver
@@ -237,12 +243,13 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     inherits the caller's scheduler pool. The result does not depend on `parallelism`
     (1 reads in order).
     `baseline_cache` (the detector query's) may answer the baselines from an earlier read,
-    and `window_cache` the older windows of the request-log windows mode's reads
-    (jobs/detector_inputs/window_cache.py).
+    `window_cache` the older windows of the request-log windows mode's reads
+    (jobs/detector_inputs/window_cache.py), and `commit_seed` the commits' starting
+    positions (partition_signals.CommitSeedCache).
     """
     reading = _Reading(spark, lake, config, TimeRange(start_ms, end_ms), parallelism,
                        baseline_cache, DetectorInputs(topic_configs=list(topic_configs)),
-                       window_cache)
+                       window_cache, commit_seed)
     # The longest chain first, so it never waits for a free thread.
     chains = (_partition_signal_chain, _request_stage_chain, _baseline_chain, _meter_tick_chain,
               _cleaner_gauge_chain, _compaction_history_chain, _client_rtt_chain)
@@ -261,6 +268,7 @@ class _Reading:
     baseline_cache: BaselineCache | None
     out: DetectorInputs
     window_cache: WindowReadCache | None = None
+    commit_seed: CommitSeedCache | None = None
 
     @property
     def evidence_s(self) -> float:
@@ -317,7 +325,14 @@ def _request_stage_chain(x: _Reading) -> None:
             out.follower_fetches = out.timed("follower_fetches", lambda: (
                 read_follower_fetches(spark, lake, sb, r, stages)))
 
-        x.side_by_side(slow_broker_windows, follower_fetches)
+        def producer_links() -> None:
+            out.client_rtts = out.timed("client_rtts", lambda: read_client_rtts(
+                spark, lake, sb, r))
+            producers = {c.client_id for c in out.client_rtts if c.client_type == "producer"}
+            out.producer_times = out.timed("producer_times", lambda: read_producer_times(
+                spark, lake, sb, r, producers, stages))
+
+        x.side_by_side(slow_broker_windows, follower_fetches, producer_links)
     finally:
         if stages is not None:
             release(stages)
@@ -334,8 +349,11 @@ def _baseline_chain(x: _Reading) -> None:
 
 
 def _client_rtt_chain(x: _Reading) -> None:
-    x.out.client_rtts = x.out.timed("client_rtts", lambda: read_client_rtts(
-        x.spark, x.lake, x.config.slow_broker, x.r))
+    """The producers' round trips, in the request-log windows mode (in the full mode they
+    are read beside their own Produce requests' times, `_request_stage_chain`)."""
+    if x.windows_mode:
+        x.out.client_rtts = x.out.timed("client_rtts", lambda: read_client_rtts(
+            x.spark, x.lake, x.config.slow_broker, x.r))
 
 
 def _partition_signal_chain(x: _Reading) -> None:
@@ -390,7 +408,7 @@ def _commits_and_what_they_point_at(x: _Reading) -> None:
     election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
     reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
     out.commits = out.timed("commits", lambda: read_commits(spark, lake, r, election_tps,
-                                                            reset_gtps))
+                                                            reset_gtps, seed=x.commit_seed))
     offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
                   | {(e.cluster, e.topic, e.partition) for e in out.resets}
                   | {(t.cluster, t.topic, t.partition) for t in out.truncations})

@@ -1,4 +1,8 @@
-"""The slow-link rule's `ClientRttWindow` input, from silver.client_stats.
+"""The slow-link rule's inputs: the producers' round trips (`ClientRttWindow`, from
+silver.client_stats) and what the brokers took for their own Produce requests
+(`ProducerServerWindow`, from silver.request_stages).
+
+Round trips:
 
 Per window/client/broker, the highest rtt p99 of the producers' statistics documents in
 the window (scope broker; librdkafka's rtt window covers the statistics interval before
@@ -6,16 +10,23 @@ the document, and a window of no requests has p99 0: left out here). Consumers a
 read: the rule does not judge them by rtt (detectors/slow_broker/client_links.py). The
 windows are the stage windows' epoch-aligned grid, so a client's row meets its brokers'
 Produce rows. Few rows: one per producer and broker a window.
+
+Own requests: per window, broker and producer (the producers with round trips only), the
+count and TotalTime p99 of its Produce requests, the broker's side of its round trips.
+In the request-log windows mode the lake keeps no per-client stage times: none are read,
+and the rule takes the broker's TP99 instead (client_links.py).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from typing import Iterable
+
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from detectors.slow_broker import ClientRttWindow, SlowBrokerSection
+from detectors.slow_broker import ClientRttWindow, ProducerServerWindow, SlowBrokerSection
 from infra.lake import Lake
-from jobs.detector_inputs.slow_broker import _window_start
+from jobs.detector_inputs.slow_broker import _norm_api, _stages_in, _window_start
 from jobs.detector_inputs.tables import TimeRange, silver_range, sorted_rows, table
 
 
@@ -36,3 +47,29 @@ def read_client_rtts(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
                             client_id=x["client_id"], client_type=x["type"],
                             broker=int(x["node_id"]), rtt_p99_ms=float(x["rtt_p99_ms"]))
             for x in sorted_rows(rows, ("cluster", "window_start_ms", "client_id", "node_id"))]
+
+
+def read_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                        r: TimeRange, producers: Iterable[str],
+                        stages: DataFrame | None = None) -> list[ProducerServerWindow]:
+    """The given producers' own Produce requests per window (whole windows of the range),
+    broker and client: how many, and their TotalTime p99. `stages`: silver.request_stages
+    already read for (at least) the range; None reads it here."""
+    wanted = sorted(set(producers))
+    df = _stages_in(spark, lake, r, stages) if wanted else None
+    if df is None:
+        return []
+    win = config.window_ms
+    rows = (df.where((_norm_api() == "produce") & F.col("client_id").isin(*wanted))
+            .withColumn("window_start_ms", _window_start(win))
+            .where((F.col("window_start_ms") >= r.start_ms)
+                   & (F.col("window_start_ms") + win <= r.end_ms))
+            .groupBy("cluster", "window_start_ms", "broker", "client_id")
+            .agg(F.count(F.lit(1)).alias("requests"),
+                 F.percentile_approx("total_ms", 0.99, 10_000).alias("total_p99_ms"))
+            .collect())
+    return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
+                                 broker=int(x["broker"]), client_id=x["client_id"],
+                                 requests=int(x["requests"]),
+                                 total_p99_ms=float(x["total_p99_ms"] or 0.0))
+            for x in sorted_rows(rows, ("cluster", "window_start_ms", "broker", "client_id"))]

@@ -324,6 +324,29 @@ def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
     assert [(g.broker, g.dead_thread_count) for g in dead] == [(2, 1)]
 
 
+def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config):
+    """The slow-link rule's broker side (read_producer_times): the producers asked for
+    only, whole windows of the range, the p99 of their own Produce TotalTime."""
+    from jobs.detector_inputs import read_producer_times
+
+    sb = kmon_config.slow_broker
+    r = TimeRange(T0, END)
+    got = read_producer_times(spark, lake, sb, r, {"producer-acks-all", "nobody"})
+    assert {((x.window_start_ms - T0) // W, x.broker): (x.client_id, x.requests, x.total_p99_ms)
+            for x in got} == {
+        (w, b): ("producer-acks-all", 100,
+                 600.0 if b == 1 and T0 + w * W >= SLOW_FROM else 10.0)
+        for w in range(6) for b in (1, 2, 3)}
+    stages = request_stage_rows(spark, lake, r)
+    try:
+        assert read_producer_times(spark, lake, sb, r, {"producer-acks-all"}, stages) == got
+    finally:
+        release(stages)
+    assert read_producer_times(spark, lake, sb, r, set()) == []
+    assert read_producer_times(spark, lake, sb, TimeRange(T0 + 5, T0 + W + 5),
+                               {"producer-acks-all"}) == [], "no whole window in the range"
+
+
 def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
         spark, lake, kmon_config, tmp_path):
     """A lake with silver but no gold.request_stages_10s (pipeline.fast_stage_table = false,

@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 
 from core.findings import ActionKind, AnomalyType, EntityKind, Severity
-from detectors.slow_broker import ClientRttWindow, ClientSendWindow, detect_slow_brokers
+from detectors.slow_broker import (
+    ClientRttWindow,
+    ClientSendWindow,
+    ProducerServerWindow,
+    detect_slow_brokers,
+)
 from tests.unit.test_detector_slow_broker import (
     BROKERS,
     CONFIG,
@@ -41,9 +46,17 @@ def behind_slow_link(windows=FAULT, brokers=BROKERS, p99: float = 820.0,
         rtt(client, w, b, p99) for w in windows for b in brokers]
 
 
-def found(rows, rtts, sends=(), config=CONFIG):
+def found(rows, rtts, sends=(), config=CONFIG, own=()):
     return {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts,
-                                                     client_sends=sends, config=config)}
+                                                     client_sends=sends, config=config,
+                                                     producer_times=own)}
+
+
+def own(client: str, windows, brokers, p99: float, requests: int = 40
+        ) -> list[ProducerServerWindow]:
+    """What the brokers took for `client`'s own Produce requests."""
+    return [ProducerServerWindow("c1", start(w), b, client, requests, p99)
+            for w in windows for b in brokers]
 
 
 def test_a_producer_behind_a_slow_link_is_a_slow_client_and_no_broker_is_blamed():
@@ -58,7 +71,8 @@ def test_a_producer_behind_a_slow_link_is_a_slow_client_and_no_broker_is_blamed(
     assert (e["brokers"], e["api"], e["rtt_p99_ms"], e["link_ms"]) == ([1, 2, 3], "Produce",
                                                                         820.0, 812.0)
     assert e["per_broker"][0] == {"broker": 1, "rtt_p99_ms": 820.0,
-                                  "broker_produce_p99_ms": 8.0, "link_ms": 812.0, "peers": 2}
+                                  "broker_produce_p99_ms": 8.0, "own_produce_p99_ms": None,
+                                  "link_ms": 812.0, "peers": 2}
     assert (e["windows_flagged"], e["brokers_left_out"]) == (2, [])
     assert "far-producer" in d.explanation and "fast at broker(s) 1, 2, 3" in d.explanation
 
@@ -143,3 +157,31 @@ def test_a_client_both_slow_to_read_and_behind_a_slow_link_is_one_finding():
                               client_sends=sends, config=CONFIG)
     mine = [d for d in got if d.entity == "client:far-producer"]
     assert [d.cause for d in mine] == ["client_slow_read"]
+
+
+# ---- the broker's side of a producer's round trips: its own requests ----------------------
+
+def test_a_producer_whose_own_requests_waited_at_the_broker_is_no_slow_link():
+    # freeze-short-5b live: the leaders' Produce TP99 over every producer stayed low (most
+    # of their requests acks=1), but the acks=all producers' own requests waited on the
+    # frozen follower about as long as their round trips: not their links.
+    waited = behind_slow_link(p99=3900.0, client="acks-all")
+    assert set(found(healthy(), peers() + waited)) == {"client:acks-all"}   # the TP99 alone
+    mine = own("acks-all", FAULT, BROKERS, 3800.0)
+    assert found(healthy(), peers() + waited, own=mine) == {}
+
+
+def test_a_slow_link_is_found_against_the_producers_own_requests():
+    mine = own("far-producer", ALL, BROKERS, 9.0)
+    got = found(healthy(), peers() + behind_slow_link(), own=mine)
+    e = got["client:far-producer"].evidence
+    assert e["link_ms"] == 811.0
+    assert e["per_broker"][0]["own_produce_p99_ms"] == 9.0
+    assert "its own Produce requests in 9 ms" in got["client:far-producer"].explanation
+
+
+def test_own_requests_at_some_brokers_and_the_tp99_at_the_others():
+    # Known at broker 1 only (it waited there), the TP99 at 2 and 3: slow at 2 and 3 only,
+    # so not slow at every broker judged.
+    mine = own("far-producer", FAULT, (1,), 815.0)
+    assert found(healthy(), peers() + behind_slow_link(), own=mine) == {}
