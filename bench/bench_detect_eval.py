@@ -36,7 +36,8 @@ READS = ("request_stage_rows", "read_stage_windows", "read_client_sends", "read_
          "read_follower_fetches", "read_log_events", "read_resets", "read_commits",
          "read_commit_requests",
          "read_memberships", "read_partition_offsets", "read_meter_ticks",
-         "read_cleaner_gauges", "read_cleaner_runs", "read_partition_sizes", "read_client_rtts")
+         "read_cleaner_gauges", "read_cleaner_runs", "read_partition_sizes", "read_client_rtts",
+         "read_producer_times")
 
 
 def main() -> int:

@@ -140,8 +140,8 @@ __all__ = [
     "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
     "COUNTER_SEED_S", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
     "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "REQUEST_STAGE_KEYS", "SIZE_STEP_S",
-    "UNCLEAN_METER", "BaselineCache", "CommitSeedCache", "DetectorInputs", "TimeRange", "TopicConfigCache",
-    "WindowReadCache",
+    "UNCLEAN_METER", "BaselineCache", "CommitSeedCache", "DetectorInputs", "TimeRange",
+    "TopicConfigCache", "WindowReadCache",
     "check_config", "cleaner_runs_from", "client_reset_from_row", "commit_request_from_row",
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
     "compacted_topics", "dedupe_elections", "describe_compacted_topics",
@@ -291,7 +291,8 @@ class _Reading:
 
 def _request_stage_chain(x: _Reading) -> None:
     """silver.request_stages once, then the stage windows (and the client sends they point
-    at) beside the follower fetches; in the request-log windows mode, the window tables."""
+    at) beside the follower fetches and the producers' round trips (then their own
+    requests' times); in the request-log windows mode, the window tables."""
     from jobs.silver import release
 
     spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out

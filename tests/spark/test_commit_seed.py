@@ -6,8 +6,9 @@ inside a range, once just before it), a group whose starting position is 50 minu
 group whose last commit before its rewind is in the first seed but past the hour before
 the rewind's ranges (no starting position, either way), a tombstone, and two commits at
 one record time told apart by their offsets in __consumer_offsets. Evaluated every 80 s
-(the seed moves every 60 s; then once with the clock stepped back), each read equals the whole one, with every partition asked for and
-with none, while silver is read from at most a minute before each range.
+(the seed moves every 60 s; then once with the clock stepped back), each read equals the
+whole one, with every partition asked for and with none, while silver is read from at
+most a minute before each range.
 """
 
 from __future__ import annotations
