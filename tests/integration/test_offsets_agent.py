@@ -62,6 +62,19 @@ def landed(root: Path, stream: str) -> list[dict]:
     return out
 
 
+def offsets_ends(bootstrap: str) -> dict[int, int]:
+    """The end offset of each __consumer_offsets partition now."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False})
+    try:
+        md = c.list_topics("__consumer_offsets", timeout=30)
+        return {p: c.get_watermark_offsets(TopicPartition("__consumer_offsets", p),
+                                           timeout=30)[1]
+                for p in md.topics["__consumer_offsets"].partitions}
+    finally:
+        c.close()
+
+
 def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for partition, n in counts.items():
@@ -133,6 +146,25 @@ def check_offsets_agents(kafka_cluster, tmp_path, cleanup: ExitStack):
     cleanup.callback(c1.close)
     cleanup.callback(c2.close)
 
+    landing = tmp_path / "landing"
+    positions = tmp_path / "offsets-positions.json"
+    conf = {"bootstrap.servers": bs}
+    # The cluster is shared by the integration tier: __consumer_offsets holds every earlier
+    # test's commits. A reader catches up with them first, from the beginning, at its
+    # default batch size (reading them 5 at a time took 20-104 s in CI, then past the
+    # wait), and saves its positions; the reader abandoned mid-way starts from there.
+    ends_before = offsets_ends(bs)
+    m0 = AgentMetrics(CollectorRegistry(), "offsets")
+    catch_up = OffsetsAgent(CLUSTER, conf, LandingSink(landing, "offsets-0"), positions, m0)
+    cleanup.callback(catch_up.close)
+
+    def caught_up():
+        catch_up.poll_once()
+        saved = catch_up.saved_positions()
+        return all(saved.get(p, 0) >= end for p, end in ends_before.items() if end)
+
+    wait_until(caught_up, 120, "a reader to catch up with __consumer_offsets")
+    catch_up.close()
     # Phase 1, including an explicit old offset (a rewind of g1 on A-0 from 8 to 3).
     c1.commit(topic_a, 0, 5)
     c1.commit(topic_a, 1, 20)
@@ -142,9 +174,6 @@ def check_offsets_agents(kafka_cluster, tmp_path, cleanup: ExitStack):
     c2.commit(topic_b, 1, 3)
     c1.commit(topic_a, 0, 3)
 
-    landing = tmp_path / "landing"
-    positions = tmp_path / "offsets-positions.json"
-    conf = {"bootstrap.servers": bs}
     m1 = AgentMetrics(CollectorRegistry(), "offsets")
     first = OffsetsAgent(CLUSTER, conf, LandingSink(landing, "offsets-1"), positions, m1,
                          batch_records=5)
