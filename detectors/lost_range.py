@@ -63,6 +63,12 @@ class UncleanElection:
     leader_epoch: int | None = None
 
 
+# The log-event kinds whose lines show a partition's leader epoch (`LeaderEpochSeen`): read
+# over the replay lookback (jobs/detector_inputs/elections.py) and kept from before a
+# matrix recording (matrix/corpus.py).
+EPOCH_KINDS = ("leader_change", "unclean_election")
+
+
 @dataclass(frozen=True)
 class LeaderEpochSeen:
     """The partition was seen at this leader epoch at event_ms: a broker's "starts at

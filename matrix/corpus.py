@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from detectors.lost_range import EPOCH_KINDS
 from matrix.fault import finding_dict
 from matrix.score import ScenarioScore, score
 from matrix.truth import GroundTruth
@@ -53,10 +54,9 @@ FROM_RAW = ("request_stages", "log_events", "quarantine")
 REQUEST_LOG = "kafka-request.log"
 BROKER_LOG_FILES = ("server.log", "controller.log", "state-change.log", "log-cleaner.log")
 STATE_HISTORY_S = 600
-# Broker-log events kept from before the recording (the kinds jobs.detector_inputs.elections
-# reads leader epochs from, EPOCH_KINDS), and how far back by default: the unclean-election
-# detector's replay_lookback_s.
-HISTORY_KINDS = ("leader_change", "unclean_election")
+# Broker-log events kept from before the recording (the kinds leader epochs are read from),
+# and how far back by default: the unclean-election detector's replay_lookback_s.
+HISTORY_KINDS = EPOCH_KINDS
 EPOCH_HISTORY_S = 7200.0
 MANIFEST = "manifest.json"
 

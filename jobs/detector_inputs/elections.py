@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from detectors.lost_range import LeaderEpochSeen, UncleanElection
+from detectors.lost_range import EPOCH_KINDS, LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import ELECTION_MERGE_MS, UncleanElectionMeterTick
 from infra.lake import Lake
 from jobs.detector_inputs.tables import TimeRange, broker_metrics, silver_range, table
@@ -120,9 +120,6 @@ def _first(rows: Sequence[Line], key: str) -> int | None:
 
 
 # --- leader epochs seen ------------------------------------------------------------------------
-
-EPOCH_KINDS = ("leader_change", "unclean_election")
-
 
 def leader_epochs_from(rows: Iterable[Line], topics: Mapping[tuple[str, str], str]
                        ) -> list[LeaderEpochSeen]:

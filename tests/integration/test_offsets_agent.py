@@ -21,6 +21,7 @@ from ingest.agent_metrics import AgentMetrics
 from ingest.offsets_agent import OffsetsAgent
 from ingest.partition_offsets_agent import PartitionOffsetsAgent
 from ingest.sinks import LandingSink, SinkError
+from matrix.mechanisms.rewind_clients import watermarks
 from tests.conftest import wait_until
 from tests.integration.test_local_cluster import create_topic
 
@@ -64,15 +65,11 @@ def landed(root: Path, stream: str) -> list[dict]:
 
 def offsets_ends(bootstrap: str) -> dict[int, int]:
     """The end offset of each __consumer_offsets partition now."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False})
-    try:
-        md = c.list_topics("__consumer_offsets", timeout=30)
-        return {p: c.get_watermark_offsets(TopicPartition("__consumer_offsets", p),
-                                           timeout=30)[1]
-                for p in md.topics["__consumer_offsets"].partitions}
-    finally:
-        c.close()
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("__consumer_offsets",
+                                                                   timeout=30)
+    partitions = len(md.topics["__consumer_offsets"].partitions)
+    return {p: end for p, (_, end) in watermarks(bootstrap, "__consumer_offsets",
+                                                 partitions).items()}
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:

@@ -111,7 +111,7 @@ def test_a_recording_puts_the_history_before_its_range_and_counts_it(tmp_path):
 
 
 def test_history_kinds_are_the_kinds_leader_epochs_are_read_from():
-    from jobs.detector_inputs.elections import EPOCH_KINDS
+    from detectors.lost_range import EPOCH_KINDS
     from matrix.corpus import HISTORY_KINDS
 
     assert set(HISTORY_KINDS) == set(EPOCH_KINDS)
