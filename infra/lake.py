@@ -54,9 +54,25 @@ def delta_tables(spark, lake: Lake) -> list[tuple[str, str, str]]:
         if not fs.exists(base):
             continue
         for status in fs.listStatus(base):
-            if fs.exists(jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")):
+            if _has_commit(fs, jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")):
                 found.append((layer, status.getPath().getName(), status.getPath().toString()))
     return sorted(found)
+
+
+def is_commit_file(name: str) -> bool:
+    """A Delta log file that makes a version: ``<20 digits>.json`` or a checkpoint."""
+    stem = name.split(".", 1)[0]
+    return stem.isdigit() and (name.endswith(".json") or ".checkpoint" in name)
+
+
+def _has_commit(fs, log_dir) -> bool:
+    """A `_delta_log` folder holding at least one version. A writer killed during a table's
+    first write leaves the folder empty (or only a temporary file): that is no table yet,
+    and naming it in the catalog fails (DELTA_CREATE_EXTERNAL_TABLE_WITHOUT_TXN_LOG). The
+    next write creates it as version 0."""
+    if not fs.exists(log_dir):
+        return False
+    return any(is_commit_file(s.getPath().getName()) for s in fs.listStatus(log_dir))
 
 
 def partition_values(spark, location: str, column: str) -> list[str]:

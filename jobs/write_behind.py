@@ -37,6 +37,7 @@ class WriteBehind:
         self._error: BaseException | None = None
         self._what = ""
         self.waited_s = 0.0     # how long the last submit waited for the job before it
+        self._lock = threading.Lock()   # submit runs in the query's thread, drain in stop()'s
 
     def submit(self, what: str, job: Callable[[], None]) -> None:
         """Run `job` in the background once the previous job has ended; raise the previous
@@ -53,10 +54,13 @@ class WriteBehind:
             except BaseException as e:  # noqa: BLE001 - kept, raised in the caller's thread
                 self._error = e
 
-        self._what = what
-        self._thread = InheritableThread(target=run, daemon=True,
-                                         name=f"{self.name}: {what}")
-        self._thread.start()
+        thread = InheritableThread(target=run, daemon=True, name=f"{self.name}: {what}")
+        thread.start()
+        # Published only once started: `stop()` drains from another thread, and a drain
+        # that saw the thread before its start() failed ("cannot join thread before it is
+        # started").
+        with self._lock:
+            self._what, self._thread = what, thread
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -65,13 +69,17 @@ class WriteBehind:
         """Wait for the job in flight; raise `BackgroundJobFailed` if it failed (once: the
         error is cleared). With `timeout_s`, a job still running after it is left running
         and TimeoutError is raised."""
-        thread = self._thread
+        with self._lock:
+            thread, what = self._thread, self._what
         if thread is not None:
             thread.join(timeout_s)
             if thread.is_alive():
-                raise TimeoutError(f"{self.name}: {self._what} still running after "
+                raise TimeoutError(f"{self.name}: {what} still running after "
                                    f"{timeout_s:.0f} s")
-            self._thread = None
-        if self._error is not None:
+            with self._lock:
+                if self._thread is thread:
+                    self._thread = None
+        with self._lock:
             error, self._error = self._error, None
-            raise BackgroundJobFailed(f"{self.name}: {self._what} failed: {error}") from error
+        if error is not None:
+            raise BackgroundJobFailed(f"{self.name}: {what} failed: {error}") from error

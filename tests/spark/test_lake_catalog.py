@@ -25,3 +25,26 @@ def test_a_name_moves_to_the_lake_registered_last(spark, tmp_path):
     assert spark.read.format("delta").load(first.table("gold", "catalog_probe")).count() == 3
     register_tables(spark, second)
     assert spark.sql("SELECT count(*) AS n FROM gold.catalog_probe").first()["n"] == 5
+
+
+def test_a_table_whose_first_write_was_killed_is_not_named_until_a_write_creates_it(
+        spark, tmp_path):
+    """kill -9 during a table's first write leaves its folder with data files and an empty
+    `_delta_log` (CI: the restarted `kmon run` failed on gold.remediation_decisions with
+    DELTA_CREATE_EXTERNAL_TABLE_WITHOUT_TXN_LOG). The restart registers the other tables;
+    the next write makes it version 0, without the orphaned file's rows."""
+    import shutil
+    from pathlib import Path
+
+    lake = Lake(str(tmp_path / "lake"))
+    _write(spark, lake, 3)
+    half = Path(lake.table("gold", "half_written"))
+    (half / "_delta_log").mkdir(parents=True)
+    orphan = next(Path(lake.table("gold", "catalog_probe")).glob("*.parquet"))
+    shutil.copy(orphan, half / orphan.name)
+    (half / "_delta_log" / ".00000000000000000000.json.tmp").write_text("")
+
+    assert register_tables(spark, lake) == ["gold.catalog_probe"]
+    spark.range(2).write.format("delta").mode("append").save(str(half))
+    assert sorted(register_tables(spark, lake)) == ["gold.catalog_probe", "gold.half_written"]
+    assert spark.sql("SELECT count(*) AS n FROM gold.half_written").first()["n"] == 2

@@ -85,3 +85,33 @@ def test_drain_raises_the_failure_and_a_timeout_leaves_the_job_running():
     release.set()
     w.drain()
     assert not w.busy()
+
+
+def test_a_drain_from_another_thread_while_a_job_is_being_started_does_not_fail(
+        monkeypatch):
+    """`DetectorQuery.stop()` drains in the caller's thread while the query's thread may be
+    in `submit`. A drain that sees the job after the thread object exists and before it has
+    started must not join it (CI: "cannot join thread before it is started"). The thread
+    class holds its start() until a drain from another thread has run."""
+    import pyspark.util
+
+    drained, errors = threading.Event(), []
+
+    class HeldThread(threading.Thread):
+        def start(self):
+            def drain_elsewhere():
+                try:
+                    w.drain()
+                except BaseException as e:  # noqa: BLE001 - the test's subject
+                    errors.append(e)
+                drained.set()
+            threading.Thread(target=drain_elsewhere).start()
+            assert drained.wait(5)
+            super().start()
+
+    monkeypatch.setattr(pyspark.util, "InheritableThread", HeldThread)
+    ran = []
+    w = WriteBehind("q")
+    w.submit("job", lambda: ran.append(1))
+    w.drain()
+    assert errors == [] and ran == [1]
