@@ -40,6 +40,11 @@ THREE = Topology("3b-1c", 3, 1)
 FIVE = Topology("5b-3c", 5, 3)
 # Brokers apart from the quorum, as fleets run it.
 DEDICATED = Topology("3b+1dc", 3, 0, dedicated_controllers=1)
+# FIVE on its own cluster with the demo's base workload alone (orders and clicks): a
+# session's traffic is its faults' clients on top of that base, so on FIVE a slow broker
+# is judged among the other scenarios' producers; here a broker serves 20-60 Produce
+# requests a 10 s window, under min_requests_per_window, with no busier peer to compare.
+FIVE_QUIET = Topology("5b-3c-quiet", 5, 3)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,14 @@ def catalog() -> list[Scenario]:
         S("cleaner-stopped-5b", "compaction", FIVE, _make("compaction", "CleanerStopped"),
           "a corrupt batch in a follower's segment: its cleaner marks the partition "
           "uncleanable"),
+        # --- 5 brokers, three combined controllers, the base workload alone ----------------
+        S("freeze-short-quiet-5b", "slow_broker", FIVE_QUIET,
+          _make("demo_faults", "FrozenBroker", broker=2, freeze_s=0.7, thaw_s=0.3),
+          "broker 2 of 5 frozen 0.7 s of every 1 s on a quiet cluster (too few requests a "
+          "window to judge one alone)"),
+        S("delayed-broker-quiet-5b", "slow_broker", FIVE_QUIET,
+          _make("delayed_broker", "DelayedBroker", broker=2, delay_ms=250.0),
+          "every byte to and from broker 2 delayed 250 ms by a TCP proxy, on a quiet cluster"),
         # --- 3 brokers apart from one dedicated controller --------------------------------
         S("unclean-rf3-dc", "unclean_election", DEDICATED, _make("unclean", "UncleanElection"),
           "RF 3 ledger3, quorum on its own node: the stale replica elected after the two in "

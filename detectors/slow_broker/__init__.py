@@ -73,6 +73,13 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    floor: a broker at 40 ms when it usually does 10 is not a problem (cruise-control
    #1185 added the same floor after false positives).
 4. slow_vs_history: latency >= history_ratio (3) x the broker's own baseline for the API.
+   Without an external baseline, the baseline is the median of the broker/API's earlier
+   non-suspect windows with enough traffic (min_history_windows of them); a broker too
+   quiet to have those has its quiet windows instead (as many, holding
+   min_requests_per_window requests together): each one's TP99 is about its slowest
+   request, so that baseline is high and the rule only harder to meet. Without it, a
+   quiet broker's pooled slow windows (rule 1) had nothing to be compared with, its peers
+   being as quiet: a broker frozen on a quiet cluster was never named.
 5. slow_vs_peers: latency >= peer_ratio (3) x the median of the other brokers' latency
    for the same API in the same window (at least min_peers of them with traffic).
    4b. follower_corroborated: an acks=all write (Produce, OffsetCommit, TxnOffsetCommit)
@@ -139,9 +146,9 @@ the relative half every leader looked slow at once and the window was called
 cluster-wide with no broker named. Candidates are the followers named by L's ISR shrinks
 in the window and those late at L. A candidate F is confirmed when it is slow
 everywhere: its median holdback at the other leaders it follows is above the floor, or
-it is late at most of them; and refuted otherwise (F fetches fine elsewhere). When no other leader sees F, F is confirmed if L's ISR shrink named it but
-not all of L's followers, or if its holdback is follower_ratio (3) x the median of L's
-other followers. The confirmed candidate with the largest holdback is blamed. If every
+it is late at most of them; and refuted otherwise (F fetches fine elsewhere). When no
+other leader sees F, F is confirmed if L's ISR shrink named it but not all of L's
+followers, or if its holdback is follower_ratio (3) x the median of L's other followers. The confirmed candidate with the largest holdback is blamed. If every
 follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
 replication (a paused or overloaded leader makes all its followers look late, and on
 resuming it even shrinks its ISR to drop them): cause leader_replication_stalled, L is

@@ -66,8 +66,19 @@ def _verdict_rank(v: BrokerVerdict) -> tuple:
 @dataclass
 class _History:
     """Latencies of each broker/API's earlier non-suspect windows (the in-input baseline),
-    and every earlier window's requests and latency (for pooling low-traffic windows)."""
+    and every earlier window's requests and latency (for pooling low-traffic windows).
+
+    `healthy` holds the windows with enough traffic of their own; `quiet` the others that
+    had requests, as (requests, latency). A broker too quiet to judge one window alone
+    (20-60 Produce requests a window on the matrix's quiet 5-broker cluster) never had
+    a baseline of the first kind, so a pooled slow window (rule 1) could be judged against
+    neither its history nor its peers, who are as quiet: a frozen broker was never named.
+    The quiet windows are its baseline then (`baseline`): each one's TP99 is about its
+    slowest request, more than its true p99, so the baseline they give is high and the
+    history rule (latency >= history_ratio x baseline) only harder to meet."""
     healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    quiet: dict[tuple[int, str], list[tuple[int, float]]] = field(
+        default_factory=lambda: defaultdict(list))
     windows: dict[tuple[int, str], dict[int, tuple[int, float]]] = field(
         default_factory=lambda: defaultdict(dict))
 
@@ -89,18 +100,35 @@ class _History:
 
     def baseline(self, broker: int, api: str, external: Mapping[tuple[int, str], float],
                  config: SlowBrokerSection) -> float | None:
+        """The external baseline; else the median of the earlier healthy windows, once
+        min_history_windows of them; else, for a broker that had too few of those, the
+        median of its earlier quiet windows, once there are min_history_windows of them
+        holding min_requests_per_window requests together."""
         key = (broker, norm_api(api))
         if key in external:
             return external[key]
         past = self.healthy.get(key, [])
-        return statistics.median(past) if len(past) >= config.min_history_windows else None
+        if len(past) >= config.min_history_windows:
+            return statistics.median(past)
+        quiet = self.quiet.get(key, [])
+        if (len(quiet) >= config.min_history_windows
+                and sum(n for n, _ in quiet) >= config.min_requests_per_window):
+            return statistics.median(lat for _, lat in quiet)
+        return None
 
     def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
-        """Keep the window's non-suspect latencies with enough traffic of their own for
-        later windows."""
+        """Keep the window's non-suspect latencies for later windows: with enough traffic
+        of their own in `healthy`, the others with requests in `quiet` (whatever their
+        latency: a quiet window over the threshold that was not judged slow is part of
+        the broker's usual too)."""
         for v in verdicts:
-            if v.enough_traffic and v.pooled_windows == 1 and not v.suspect:
-                self.healthy[(v.row.broker, norm_api(v.row.api))].append(v.latency_ms)
+            if v.suspect:
+                continue
+            key = (v.row.broker, norm_api(v.row.api))
+            if v.enough_traffic and v.pooled_windows == 1:
+                self.healthy[key].append(v.latency_ms)
+            elif not v.enough_traffic and v.row.requests > 0:
+                self.quiet[key].append((v.row.requests, v.latency_ms))
 
 
 def judge_rows(rows: Sequence[RequestStageWindow], history: _History,

@@ -532,6 +532,48 @@ def scenarios():
         detections={"broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_unknown_follower",
                                  ActionKind.PAGE_HUMAN, Severity.WARNING)})
 
+    # A quiet cluster (freeze-short-quiet-5b: 20-60 Produce requests a broker a window,
+    # never enough to judge one window alone, so no window is a healthy one and no broker
+    # a peer). Broker 2 freezes in the last five windows: from the fourth the pool holds
+    # enough requests (rule 1), and its quiet windows before the fault are its baseline:
+    # each one's TP99 is its slowest request, 20 ms, against 700 ms.
+    frozen_quiet = replaced(quiet_produce(), 2, "Produce", QUIET_FAULT, total=700.0, rq=690.0)
+    yield Scenario(
+        "a_quiet_broker_frozen_until_its_windows_pool_is_named_against_its_quiet_windows",
+        frozen_quiet,
+        rules={(2, "Produce"): {"enough_traffic": True, "over_threshold": True,
+                                "slow_vs_history": True, "slow_vs_peers": False,
+                                "suspect": True, "stage": "request_queue"}},
+        verdicts={2: (Role.CULPRIT, "request_handlers_saturated")},
+        detections={"broker:2": (AnomalyType.SLOW_BROKER, "request_handlers_saturated",
+                                 ActionKind.MOVE_LEADERSHIP, Severity.HIGH)},
+        evidence={"broker:2": {"pooled_windows": 4, "pooled_requests": 120,
+                               "baseline_ms": 20.0}})
+
+    # The same quiet cluster on a loaded host: every broker's quiet windows at 450 ms, over
+    # the threshold, and broker 2 at 900 ms through the last five. Pooled, it is over the
+    # threshold but only 2x its usual, and there is no peer: nothing is flagged.
+    slow_host = replaced(quiet_produce(), 2, "Produce", set(range(LAST + 1)), total=450.0,
+                         rq=440.0)
+    for b in (1, 3):
+        slow_host = replaced(slow_host, b, "Produce", set(range(LAST + 1)), total=450.0,
+                             rq=440.0)
+    yield Scenario(
+        "a_quiet_broker_as_slow_as_twice_its_usual_over_the_threshold_is_not_slow",
+        replaced(slow_host, 2, "Produce", QUIET_FAULT, total=900.0, rq=890.0),
+        rules={(2, "Produce"): {"enough_traffic": True, "over_threshold": True,
+                                "slow_vs_history": False, "slow_vs_peers": False,
+                                "suspect": False}})
+
+
+# The last five windows; quiet_produce's brokers serve 30 Produce requests a window.
+QUIET_FAULT = set(range(LAST - 4, LAST + 1))
+
+
+def quiet_produce():
+    """healthy(), every broker's Produce at 30 requests a window, TP99 20 ms."""
+    return [with_(r, requests=30, total=20.0) if r.api == "Produce" else r for r in healthy()]
+
 
 SCENARIOS = list(scenarios())
 
