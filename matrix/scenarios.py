@@ -20,6 +20,7 @@ class Topology:
     brokers: int
     controllers: int          # nodes that are KRaft controllers too (the highest ids)
     dedicated_controllers: int = 0
+    workload: str = ""        # said when it is not the base workload plus the scenarios'
 
     def overrides(self) -> dict:
         cluster = {"brokers": self.brokers, "controllers": self.controllers}
@@ -31,7 +32,7 @@ class Topology:
         ctl = (f"{self.dedicated_controllers} dedicated controller(s)"
                if self.dedicated_controllers else
                f"{self.controllers or self.brokers} combined controller(s)")
-        return f"{self.brokers} brokers, {ctl}"
+        return f"{self.brokers} brokers, {ctl}" + (f", {self.workload}" if self.workload else "")
 
 
 # The demo's: node 3 is the one KRaft controller (a broker too).
@@ -44,7 +45,7 @@ DEDICATED = Topology("3b+1dc", 3, 0, dedicated_controllers=1)
 # session's traffic is its faults' clients on top of that base, so on FIVE a slow broker
 # is judged among the other scenarios' producers; here a broker serves 20-60 Produce
 # requests a 10 s window, under min_requests_per_window, with no busier peer to compare.
-FIVE_QUIET = Topology("5b-3c-quiet", 5, 3)
+FIVE_QUIET = Topology("5b-3c-quiet", 5, 3, workload="the base workload alone")
 
 
 @dataclass(frozen=True)
