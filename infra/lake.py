@@ -59,7 +59,7 @@ def delta_tables(spark, lake: Lake) -> list[tuple[str, str, str]]:
     return sorted(found)
 
 
-def is_commit_file(name: str) -> bool:
+def _is_commit_file(name: str) -> bool:
     """A Delta log file that makes a version: ``<20 digits>.json`` or a checkpoint."""
     stem = name.split(".", 1)[0]
     return stem.isdigit() and (name.endswith(".json") or ".checkpoint" in name)
@@ -72,7 +72,7 @@ def _has_commit(fs, log_dir) -> bool:
     next write creates it as version 0."""
     if not fs.exists(log_dir):
         return False
-    return any(is_commit_file(s.getPath().getName()) for s in fs.listStatus(log_dir))
+    return any(_is_commit_file(s.getPath().getName()) for s in fs.listStatus(log_dir))
 
 
 def partition_values(spark, location: str, column: str) -> list[str]:

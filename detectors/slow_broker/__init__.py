@@ -148,7 +148,8 @@ in the window and those late at L. A candidate F is confirmed when it is slow
 everywhere: its median holdback at the other leaders it follows is above the floor, or
 it is late at most of them; and refuted otherwise (F fetches fine elsewhere). When no
 other leader sees F, F is confirmed if L's ISR shrink named it but not all of L's
-followers, or if its holdback is follower_ratio (3) x the median of L's other followers. The confirmed candidate with the largest holdback is blamed. If every
+followers, or if its holdback is follower_ratio (3) x the median of L's other followers.
+The confirmed candidate with the largest holdback is blamed. If every
 follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
 replication (a paused or overloaded leader makes all its followers look late, and on
 resuming it even shrinks its ISR to drop them): cause leader_replication_stalled, L is

@@ -553,9 +553,8 @@ def scenarios():
     # The same quiet cluster on a loaded host: every broker's quiet windows at 450 ms, over
     # the threshold, and broker 2 at 900 ms through the last five. Pooled, it is over the
     # threshold but only 2x its usual, and there is no peer: nothing is flagged.
-    slow_host = replaced(quiet_produce(), 2, "Produce", set(range(LAST + 1)), total=450.0,
-                         rq=440.0)
-    for b in (1, 3):
+    slow_host = quiet_produce()
+    for b in BROKERS:
         slow_host = replaced(slow_host, b, "Produce", set(range(LAST + 1)), total=450.0,
                              rq=440.0)
     yield Scenario(
