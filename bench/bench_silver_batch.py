@@ -1,6 +1,6 @@
 """Where a silver micro-batch spends its time, on the demo's own telemetry.
 
-Run: .kmon/venv/bin/python bench/bench_silver_batch.py [--batch-seconds 60] [--batches 6]
+Run: .kmon/venv/bin/python -m bench.bench_silver_batch [--batch-seconds 60] [--batches 6]
 
 Input: the telemetry captured from a four-fault demo run (demo/capture/landing: ~210,000
 records over 680 s from three brokers, the replay mode's input). The bench cuts each
@@ -9,7 +9,8 @@ dates them in event-time order, and runs the `silver` query (jobs/silver.py, the
 streams, no bronze tables as in the demo) with availableNow over a fresh lake, reading
 `--batch-seconds` worth of files per micro-batch. It prints, per batch, the rows, the wall
 time, and the wall time of each phase (the query's own log line: count, each stream's
-silver append, quarantine, the counts row), then the mean rows per second.
+silver append, quarantine, the counts row), then the mean rows per second, and writes them
+to bench/results/silver-batch-<stamp>.json.
 
 A micro-batch must take well under the trigger interval (pipeline.silver_trigger_s,
 10 s) for a detector to see a fault within a minute. Nothing here asserts a speed.
@@ -117,6 +118,7 @@ def main() -> None:
     ap.add_argument("--stages", action="store_true",
                     help="also print the Spark stages that took the most time (turns the UI on)")
     ap.add_argument("--keep", action="store_true", help="keep the bench lake and say where")
+    ap.add_argument("--label", default="", help="what this run measures, kept in the result")
     args = ap.parse_args()
 
     from infra.lake import Lake
@@ -168,6 +170,11 @@ def main() -> None:
         rows += int(m.group(1)) if m else 0
     n = min(len(handler.lines), args.batches)
     print(f"{n} batches, {rows} rows in {elapsed:.1f} s wall: {rows / elapsed:.0f} rows/s")
+    from bench.result_file import machine_header, save
+    save("silver-batch", {**machine_header("silver_batch", "bench.bench_silver_batch", None),
+                          "label": args.label, "batches": n, "rows": rows,
+                          "wall_s": round(elapsed, 1), "rows_per_s": round(rows / elapsed),
+                          "batch_lines": handler.lines[:args.batches]})
     if args.stages:
         print_stages(spark)
     if args.keep:

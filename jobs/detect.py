@@ -65,7 +65,7 @@ from detectors.correlation import correlate
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
-from infra.lake import Lake
+from infra.lake import Lake, skipping_properties
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
                                   check_config, read_inputs)
@@ -200,6 +200,7 @@ def ensure_anomalies_table(spark: SparkSession, path: str) -> None:
 
     if not DeltaTable.isDeltaTable(spark, path):
         (spark.createDataFrame([], ANOMALY_SCHEMA).write.format("delta")
+         .options(**skipping_properties(ANOMALY_SCHEMA.fieldNames()))
          .partitionBy("date").save(path))
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra.lake import Lake
+from infra.lake import Lake, skipping_properties
 
 STAGES = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
           "response_queue_ms", "send_ms")
@@ -174,8 +174,9 @@ def ensure_offset_lag_table(spark: SparkSession, lake: Lake) -> str:
     if not DeltaTable.isDeltaTable(spark, path):
         def empty(name: str) -> DataFrame:
             return spark.read.format("delta").load(lake.table("silver", name)).limit(0)
-        (offset_lag(empty("partition_offsets"), empty("offset_commits")).limit(0)
-         .write.format("delta").partitionBy("date").save(path))
+        lag = offset_lag(empty("partition_offsets"), empty("offset_commits")).limit(0)
+        (lag.write.format("delta").options(**skipping_properties(lag.columns))
+         .partitionBy("date").save(path))
     return path
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra.lake import Lake
+from infra.lake import Lake, skipping_properties
 from jobs.batch_appends import BatchAppends
 from jobs.gold import silver_stream, start_append
 from jobs.histogram_sql import QUANTILES, quantile_label, stage_percentiles
@@ -161,7 +161,9 @@ def ensure_minute_tables(spark: SparkSession, lake: Lake) -> None:
     for table, make in MINUTE_TABLES.items():
         path = lake.table("gold", table)
         if not DeltaTable.isDeltaTable(spark, path):
-            make(empty).limit(0).write.format("delta").partitionBy("date").save(path)
+            table_df = make(empty).limit(0)
+            (table_df.write.format("delta").options(**skipping_properties(table_df.columns))
+             .partitionBy("date").save(path))
 
 
 def start_minute_tables(spark: SparkSession, lake: Lake, watermark: str,

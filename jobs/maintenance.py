@@ -44,7 +44,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import (DateType, DoubleType, LongType, StringType, StructField,
                                StructType)
 
-from infra.lake import Lake, delta_tables, partition_values
+from infra.lake import (STATS_COLUMNS_PROPERTY, Lake, delta_tables, partition_values,
+                        skipping_properties)
 from infra.spark_session import log_retention
 from jobs.landing_retention import LandingRetention, StreamOutcome
 from jobs.maintenance_config import DELTA_MIN_RETAIN_H, MaintenanceSection
@@ -84,9 +85,12 @@ LOG_COLUMNS = {
     "operation": "zorder (a closed day, once), compact_closed (a closed day of a table with "
                  "no broker and time column, once), compact (the open day's small files), "
                  "vacuum, log_retention (kmon maintain --all: delta.logRetentionDuration "
-                 "set to spark.delta_log_retention_h), table (the whole pass on the table: "
-                 "files and bytes before and after), or landing (files read by a committed "
-                 "batch and older than landing_retain_h deleted from a landing folder)",
+                 "set to spark.delta_log_retention_h), stats_columns (kmon maintain --all: "
+                 "delta.dataSkippingStatsColumns set to the cluster, broker and time "
+                 "columns the table has, as on the tables kmon makes), table (the whole "
+                 "pass on the table: files and bytes before and after), or landing (files "
+                 "read by a committed batch and older than landing_retain_h deleted from a "
+                 "landing folder)",
     "partition": "The day (partition value) the operation rewrote; null for vacuum and table",
     "ts_ms": "When the operation ended, epoch ms",
     "files_before / files_after": "Files of the table's current version before and after "
@@ -224,8 +228,8 @@ class Maintenance:
         rows = []
         rewrite = not (self.live and table in MERGE_TARGETS)
         part = next((c for c in detail["partitionColumns"] if c in PARTITION_COLUMNS), None)
+        columns = self.spark.read.format("delta").load(path).columns
         if rewrite:
-            columns = self.spark.read.format("delta").load(path).columns
             zcols = zorder_columns(columns) if self.section.zorder else ()
             if part is None:
                 rows.append(self._optimize(dt, table, None, None, None, out))
@@ -238,7 +242,14 @@ class Maintenance:
                     elif d not in closed:
                         rows.append(self._optimize(dt, table, part, d, None, out))
         if not self.live and self.log_retention_h is not None:
-            rows.append(self._log_retention(path, table, detail, out))
+            rows.append(self._set_property(path, table, detail, out, "log_retention",
+                                           "delta.logRetentionDuration",
+                                           log_retention(self.log_retention_h)))
+        stats = skipping_properties(columns, detail["partitionColumns"])
+        if not self.live and stats:
+            rows.append(self._set_property(path, table, detail, out, "stats_columns",
+                                           STATS_COLUMNS_PROPERTY,
+                                           stats[STATS_COLUMNS_PROPERTY]))
         rows.append(self._vacuum(dt, table, out))
         detail = dt.detail().first()
         out.files_after, out.bytes_after = int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
@@ -283,20 +294,20 @@ class Maintenance:
         return self._row(table, op, day, time.monotonic() - started, None,
                          removed=removed, added=added)
 
-    def _log_retention(self, path: str, table: str, detail, out: TableOutcome) -> dict | None:
-        """delta.logRetentionDuration set to `log_retention_h` where it is not already."""
-        want = log_retention(self.log_retention_h)
-        if (detail["properties"] or {}).get("delta.logRetentionDuration") == want:
+    def _set_property(self, path: str, table: str, detail, out: TableOutcome, op: str,
+                      key: str, want: str) -> dict | None:
+        """Table property `key` set to `want` where it is not already (a table made before
+        kmon set it on the tables it creates); a row named `op` when it was set."""
+        if (detail["properties"] or {}).get(key) == want:
             return None
         started = time.monotonic()
         try:
-            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                           f"('delta.logRetentionDuration' = '{want}')")
+            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{key}' = '{want}')")
         except Exception as e:  # noqa: BLE001
-            out.errors.append(f"log retention: {type(e).__name__}: {str(e)[:300]}")
-            return self._row(table, "log_retention", None, time.monotonic() - started,
+            out.errors.append(f"{op}: {type(e).__name__}: {str(e)[:300]}")
+            return self._row(table, op, None, time.monotonic() - started,
                              f"{type(e).__name__}: {e}")
-        return self._row(table, "log_retention", None, time.monotonic() - started, None)
+        return self._row(table, op, None, time.monotonic() - started, None)
 
     def _vacuum(self, dt, table: str, out: TableOutcome) -> dict | None:
         started = time.monotonic()
@@ -337,6 +348,7 @@ class Maintenance:
         if not rows:
             return
         (self.spark.createDataFrame(rows, LOG_SCHEMA).write.format("delta").mode("append")
+         .options(**skipping_properties(LOG_SCHEMA.fieldNames()))
          .partitionBy("date").save(self.lake.table("gold", LOG_TABLE)))
 
     def _zordered(self) -> dict[str, set[str]]:

@@ -21,11 +21,12 @@ compacted topics' configs, the configuration overrides it ran under and its time
   of those agents' output changes.
 
 Replaying (`prepare_replay` then `score_replay`; `replay_all` for many) builds a fresh
-lake from a recording, runs every pipeline query the detectors read from once over it (not
-the gold tables only dashboards and reports read) and evaluates the detectors every
-`step_s` of the recorded time, as if live (each evaluation starting from the last one's
-findings, as the detector query does; nothing is written to gold.anomalies): a finding
-counts from the first evaluation that hands it over. The score uses the same ground truth
+lake from a recording (of its JMX samples, the series a detector reads), runs every
+pipeline query the detectors read from once over it (not the gold tables only dashboards
+and reports read) and evaluates the detectors every `step_s` of the recorded time, as if
+live (each evaluation starting from the last one's findings, as the detector query does;
+nothing is written to gold.anomalies): a finding counts from the first evaluation that
+hands it over. The score uses the same ground truth
 as the live run. Times in a replay are detector time on complete data (no pipeline
 latency), so they are a lower bound of the live ones.
 """
@@ -247,7 +248,10 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
     config = replay_config(config, rec, root)
     lake = Lake(config.storage_root)
     for stream_dir in sorted((rec.path / "landing").iterdir()):
-        shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
+        if stream_dir.name == "broker_metrics":
+            copy_detector_metrics(stream_dir, Path(lake.landing(stream_dir.name)))
+        else:
+            shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
     pipeline = Pipeline(spark, lake, config.pipeline,
                         streams=streams_for(config.request_log.mode), reader_tables=False)
     if empty_lakes is not None:
@@ -255,6 +259,29 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
     run_file_agents(config, lake, rec, root)
     pipeline.process_available()
     return PreparedReplay(rec, config, lake.root)
+
+
+def copy_detector_metrics(src: Path, dest: Path) -> int:
+    """The recorded broker_metrics lines of the series a detector reads
+    (jobs.detector_inputs.DETECTOR_METRICS) into `dest`; returns how many. Two thirds of a
+    recording's JMX samples are the request-time histograms only dashboards read: they
+    cost the replay's pipeline and cache without changing a score, and the replay's lake
+    refuses a read of a series left out (FrozenLake.metrics)."""
+    from jobs.detector_inputs import DETECTOR_METRICS
+
+    dest.mkdir(parents=True, exist_ok=True)
+    kept = 0
+    for f in sorted(src.glob("*.jsonl.gz")):
+        with gzip.open(f, "rb") as lines, gzip.open(dest / f.name, "wb", compresslevel=1) as out:
+            for line in lines:
+                try:
+                    keep = json.loads(line).get("metric") in DETECTOR_METRICS
+                except ValueError:
+                    keep = True           # the pipeline quarantines it, as live
+                if keep:
+                    out.write(line)
+                    kept += 1
+    return kept
 
 
 def score_replay(spark, prepared: PreparedReplay, step_s: float
@@ -265,7 +292,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     from core.findings import Status
     from detectors.compaction_lag import CompactedTopicConfig
     from jobs.detect import DETECT_POOL, assess
-    from jobs.detector_inputs import BaselineCache
+    from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache
     from jobs.detector_inputs.tables import FrozenLake
 
     rec, config = prepared.rec, prepared.config
@@ -280,7 +307,8 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     # nothing here reads the table back).
     previous: list = []
     baselines = BaselineCache()
-    frozen = FrozenLake(prepared.lake_root)   # nothing writes the lake from here on
+    # Nothing writes the lake from here on; it holds only the detectors' broker metrics.
+    frozen = FrozenLake(prepared.lake_root, metrics=DETECTOR_METRICS)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
     try:
         for t in list(range(start + step, end, step)) + [end]:

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from infra.lake import Lake
+from infra.lake import Lake, skipping_properties
 from remediation.actions import ActionResult, Decision
 
 DECISIONS_SCHEMA = StructType([
@@ -86,7 +86,8 @@ class _DeltaTable:
             [tuple(r[f.name] for f in self.schema.fields) for r in last.values()],
             self.schema), self.time_column)
         if not self._exists():
-            df.limit(0).write.format("delta").partitionBy("date").save(self.path)
+            (df.limit(0).write.format("delta").options(**skipping_properties(df.columns))
+             .partitionBy("date").save(self.path))
         (DeltaTable.forPath(self.spark, self.path).alias("t")
          .merge(df.alias("s"), f"t.{self.key} = s.{self.key}")
          .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())

@@ -134,11 +134,18 @@ from jobs.detector_inputs.slow_broker import (
     stage_window_from_row,
 )
 from jobs.detector_inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
+from schemas.broker_metrics import LOG_SIZE
+
+# Every silver.broker_metrics series a detector reads (jobs/detector_inputs/tables.py
+# broker_metrics): a corpus replay keeps only these (matrix/corpus.py), and its lake
+# refuses a read of any other, so a detector that starts reading a new series fails the
+# replays until it is added here.
+DETECTOR_METRICS = frozenset({*CLEANER_METRICS, LOG_SIZE, UNCLEAN_METER})
 from jobs.detector_inputs.window_cache import WindowReadCache
 
 __all__ = [
     "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
-    "COUNTER_SEED_S", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
+    "COUNTER_SEED_S", "DETECTOR_METRICS", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
     "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "REQUEST_STAGE_KEYS", "SIZE_STEP_S",
     "UNCLEAN_METER", "BaselineCache", "CommitSeedCache", "DetectorInputs", "TimeRange",
     "TopicConfigCache", "WindowReadCache",

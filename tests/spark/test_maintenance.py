@@ -246,3 +246,42 @@ def test_tables_keep_their_log_for_the_configured_time(spark, lake, kmon_config)
     Maintenance(spark, lake, MaintenanceSection(), live=False, clock=lambda: NOW_MS,
                 log_retention_h=168).run()
     assert retention(path) == want
+
+
+def test_tables_keep_statistics_for_the_columns_reads_skip_by(spark, lake, tmp_path):
+    """A table kmon creates keeps min/max statistics for its cluster, broker and time
+    columns only; `kmon maintain --all` sets the same on a table made before."""
+    import json
+
+    from jobs.detect import ANOMALY_SCHEMA, ensure_anomalies_table
+
+    def file_stats(path):
+        return [json.loads(json.loads(line)["add"]["stats"])
+                for f in sorted(Path(path, "_delta_log").glob("*.json"))
+                for line in f.read_text().splitlines() if '"add"' in line]
+
+    def stats_columns(path):
+        return {r["key"]: r["value"] for r in
+                spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+                }.get("delta.dataSkippingStatsColumns")
+
+    made = str(tmp_path / "anomalies")
+    ensure_anomalies_table(spark, made)
+    assert stats_columns(made) == "cluster,first_seen_ms,last_seen_ms"
+    row = {f.name: None for f in ANOMALY_SCHEMA.fields} | {
+        "finding_id": "f1", "cluster": "c1", "type": "slow_broker", "first_seen_ms": NOW_MS,
+        "last_seen_ms": NOW_MS, "status": "open", "resolved_ms": NOW_MS}
+    (spark.createDataFrame([row], ANOMALY_SCHEMA).write.format("delta").mode("append")
+     .save(made))
+    assert [set(s["minValues"]) for s in file_stats(made)] == [
+        {"cluster", "first_seen_ms", "last_seen_ms"}]
+
+    path = lake.table("gold", "request_stages_1m")      # written here, no property
+    assert stats_columns(path) is None and "total_p99_ms" in file_stats(path)[0]["minValues"]
+    Maintenance(spark, lake, MaintenanceSection(), live=True, clock=lambda: NOW_MS).run()
+    assert stats_columns(path) is None                # not while kmon runs
+    Maintenance(spark, lake, MaintenanceSection(), live=False, clock=lambda: NOW_MS).run()
+    assert stats_columns(path) == "cluster,broker,window_start"
+    ops = {(r["table"], r["operation"]) for r in
+           spark.read.format("delta").load(lake.table("gold", LOG_TABLE)).collect()}
+    assert ("gold.request_stages_1m", "stats_columns") in ops

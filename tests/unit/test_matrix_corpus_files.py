@@ -115,3 +115,28 @@ def test_history_kinds_are_the_kinds_leader_epochs_are_read_from():
     from matrix.corpus import HISTORY_KINDS
 
     assert set(HISTORY_KINDS) == set(EPOCH_KINDS)
+
+
+def test_a_replay_keeps_the_broker_metrics_a_detector_reads_and_refuses_the_others(tmp_path):
+    import gzip
+    import json
+
+    from jobs.detector_inputs import DETECTOR_METRICS, UNCLEAN_METER
+    from jobs.detector_inputs.tables import FrozenLake, TimeRange, broker_metrics
+    from matrix.corpus import copy_detector_metrics
+
+    src = tmp_path / "recorded"
+    src.mkdir()
+    lines = [json.dumps({"metric": UNCLEAN_METER, "value": 1}),
+             json.dumps({"metric": "kafka_network_requestmetrics_totaltimems", "value": 2}),
+             '{"metric": "kafka_log_log_si']                    # torn: kept, quarantined live
+    with gzip.open(src / "broker_metrics.jsonl.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    dest = tmp_path / "landing" / "broker_metrics"
+    assert copy_detector_metrics(src, dest) == 2
+    with gzip.open(dest / "broker_metrics.jsonl.gz", "rt") as f:
+        assert f.read().splitlines() == [lines[0], lines[2]]
+
+    lake = FrozenLake(str(tmp_path / "lake"), metrics=DETECTOR_METRICS)
+    with pytest.raises(ValueError, match="kafka_network_requestmetrics_totaltimems"):
+        broker_metrics(None, lake, TimeRange(0, 1), ["kafka_network_requestmetrics_totaltimems"])
