@@ -134,6 +134,7 @@ from jobs.detector_inputs.slow_broker import (
     stage_window_from_row,
 )
 from jobs.detector_inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
+from jobs.detector_inputs.window_cache import WindowReadCache
 from schemas.broker_metrics import LOG_SIZE
 
 # Every silver.broker_metrics series a detector reads (jobs/detector_inputs/tables.py
@@ -141,7 +142,6 @@ from schemas.broker_metrics import LOG_SIZE
 # refuses a read of any other, so a detector that starts reading a new series fails the
 # replays until it is added here.
 DETECTOR_METRICS = frozenset({*CLEANER_METRICS, LOG_SIZE, UNCLEAN_METER})
-from jobs.detector_inputs.window_cache import WindowReadCache
 
 __all__ = [
     "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
