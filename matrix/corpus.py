@@ -26,8 +26,9 @@ pipeline query the detectors read from once over it (not the gold tables only da
 and reports read) and evaluates the detectors every `step_s` of the recorded time, as if
 live (each evaluation starting from the last one's findings, as the detector query does;
 nothing is written to gold.anomalies): a finding counts from the first evaluation that
-hands it over. The score uses the same ground truth as the live run. Times in a replay are detector time on complete data (no pipeline
-latency), so they are a lower bound of the live ones.
+hands it over. The score uses the same ground truth as the live run. Times in a replay
+are detector time on complete data (no pipeline latency), so they are a lower bound of the
+live ones.
 """
 
 from __future__ import annotations
