@@ -299,7 +299,7 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     `previous`: the result of the last evaluation of this table by the caller, when the
     caller is the table's only writer (the detector query); None reads the table.
     `baseline_cache`: the caller's (the detector query's) slow-broker baselines;
-    `window_cache`: its windows-mode window reads (jobs/detector_inputs/window_cache.py);
+    `window_cache`: its window reads, the older windows kept (jobs/detector_inputs/window_cache.py);
     `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache)."""
     check_config(config)
     started = time.monotonic()

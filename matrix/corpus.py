@@ -292,7 +292,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     from core.findings import Status
     from detectors.compaction_lag import CompactedTopicConfig
     from jobs.detect import DETECT_POOL, assess
-    from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache
+    from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
     from jobs.detector_inputs.tables import FrozenLake
 
     rec, config = prepared.rec, prepared.config
@@ -302,18 +302,20 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     first: dict[str, int] = {}
     latest: dict[str, dict] = {}
     # As the live detector query evaluates: each evaluation starts from the last one's
-    # findings and its slow-broker baselines, in the detector's own scheduler pool; what
-    # it hands over counts (the live query writes gold.anomalies after handing over, and
-    # nothing here reads the table back).
+    # findings, its slow-broker baselines and its window reads (the older windows from
+    # the last ones), in the detector's own scheduler pool; what it hands over counts
+    # (the live query writes gold.anomalies after handing over, and nothing here reads
+    # the table back).
     previous: list = []
-    baselines = BaselineCache()
+    baselines, windows = BaselineCache(), WindowReadCache()
     # Nothing writes the lake from here on; it holds only the detectors' broker metrics.
     frozen = FrozenLake(prepared.lake_root, metrics=DETECTOR_METRICS)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
     try:
         for t in list(range(start + step, end, step)) + [end]:
             previous = assess(spark, frozen, config, t, topic_configs=topic_configs,
-                              previous=previous, baseline_cache=baselines).findings
+                              previous=previous, baseline_cache=baselines,
+                              window_cache=windows).findings
             for f in previous:
                 latest[f.finding_id] = finding_dict(f)
                 if f.status is Status.OPEN:
@@ -373,6 +375,7 @@ def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
     the lake's landing folder; returns the lines they handled."""
     from prometheus_client import CollectorRegistry
 
+    from ingest.broker_log_agent import IDLE_FLUSH_S
     from ingest.supervisor import BrokerHost, build_agents
     from kmon.monitor import request_windows, sink_factory
 
@@ -385,18 +388,24 @@ def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
             (logs / name).write_bytes(lzma.decompress(packed.read_bytes())
                                       if packed.exists() else b"")
         hosts.append(BrokerHost(int(node_dir.name.split("-")[1]), logs / REQUEST_LOG, logs))
+    skipped = [0.0]          # seconds the agents' clock is ahead of the wall clock
+
+    def clock() -> float:
+        return time.time() + skipped[0]
+
     agents = [s.agent for s in build_agents(
         cluster_name=config.watch.cluster, hosts=hosts, offsets_client=None,
         sink_for=sink_factory(config, lake), state_dir=root / "agent-state",
-        registry=CollectorRegistry(), request_windows=request_windows(config))]
+        registry=CollectorRegistry(), clock=clock, request_windows=request_windows(config))]
     handled = 0
     try:
         for agent in agents:
             while (n := agent.poll_once()) > 0:
                 handled += n
         # A broker-log event is complete when the next stamped line comes or its file has
-        # been quiet for the agent's idle flush time: wait that out, then one more pass.
-        time.sleep(2.1)
+        # been quiet for the agent's idle flush time: the agents' clock moves past that
+        # (nothing more comes), then one more pass.
+        skipped[0] += IDLE_FLUSH_S + 0.1
         for agent in agents:
             handled += agent.poll_once()
             agent.finish()     # the request-log windows still open (windows mode)

@@ -7,28 +7,38 @@ the whole request has arrived and stops it when the response is handed to the so
 nothing of the link shows there. Only the client sees it, as the round-trip time in its
 librdkafka statistics (`rtt`, per broker: from the request's send to its response).
 
-Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 of the
-client's statistics documents in the window (silver.client_stats, scope broker). A p99
-of 0 (or none) means the client sent that broker nothing in the interval (librdkafka's
-window is empty) and is left out. The broker's side is what the broker took for that
-client's own Produce requests (`ProducerServerWindow`: their TotalTime p99, from the
-request log); where those are not known (the request-log windows mode keeps no
-per-client stage times) it is the window's Produce stage row, the broker's TotalTime
-TP99 over every client's Produce requests. That one understates an acks=all producer's
-wait whenever the leader waits on a follower and most of its Produce requests are
-acks=1: in the live matrix (freeze-short-5b) a leader's Produce TP99 was 989 ms while
-two acks=all producers waited 3-4 s there, and were called slow links.
+Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 and p50 of
+the client's statistics documents in the window (silver.client_stats, scope broker). A
+p99 of 0 (or none) means the client sent that broker nothing in the interval
+(librdkafka's window is empty) and is left out. The broker's side is what the broker
+took for that client's own Produce requests (`ProducerServerWindow`: their TotalTime p99
+and p50, from the request log); where those are not known (the request-log windows mode
+keeps no per-client stage times) it is the window's Produce stage row, the broker's
+TotalTime TP99 over every client's Produce requests, for both (an upper bound of the
+median). That TP99 understates an acks=all producer's wait whenever the leader waits on
+a follower and most of its Produce requests are acks=1: in the live matrix
+(freeze-short-5b) a leader's Produce TP99 was 989 ms while two acks=all producers waited
+3-4 s there, and were called slow links.
 
 Rule, per cluster, window and producer (`judge_links`):
 1. producers only: a consumer's rtt is mostly its fetch wait (fetch.wait.max.ms, 500 ms
    by default, whenever there is nothing new to read), a normal thing; consumers are
    judged by their own reads (clients.py);
-2. at each broker, the time on the link is the client's rtt p99 minus the broker's side
-   (above: its own requests' TotalTime p99, else the broker's Produce TotalTime TP99);
-   with no Produce row for the broker in the window (a frozen broker logs nothing) the
-   broker is not judged: unknown, not slow;
-3. the link is slow at a broker when that difference is the Produce threshold
-   (threshold_ms, or api_threshold_ms) or more;
+2. at each broker, the time on the link is the client's rtt minus the broker's side,
+   in the tail (rtt p99 minus its own requests' TotalTime p99, else the broker's Produce
+   TotalTime TP99) and typically (rtt p50 minus its own requests' TotalTime p50, else
+   the p99 above); with no Produce row for the broker in the window (a frozen broker
+   logs nothing) the broker is not judged: unknown, not slow;
+3. the link is slow at a broker when both differences are the Produce threshold
+   (threshold_ms, or api_threshold_ms) or more (the tail alone where the client's p50 is
+   not known). A slow path delays every round trip, the median as much as the tail. A
+   tail alone is queueing, not the path: a producer pipelines its requests on one
+   connection, and a broker reads a connection's next request only once it has answered
+   the one before, so a request waits in the socket, outside its own TotalTime, behind
+   the ones sent before it; a client host that is descheduled shows the same way. In the
+   live matrix at 6b44e8f (controller-failover-5b, rolling-restart-dc), producers'
+   rtt p99 reached 3-4x their own requests' TotalTime p99 (561 against 151 ms, 1,368
+   against 430 ms) with no slow path, and were called slow links;
 4. peers: at a broker where more than slow_client_share of the producers seen (more than
    one) are slow at once, it is the broker's side (its network, its host), not theirs:
    left out for every producer there;
@@ -59,8 +69,9 @@ PRODUCE = "Produce"
 
 @dataclass(frozen=True)
 class LinkVerdict:
-    """A producer whose link was slow in one window: at each broker judged, its rtt p99,
-    the broker's own Produce TP99 and the difference."""
+    """A producer whose link was slow in one window: at each broker judged, its rtt p99
+    and p50, the broker's side of them and the time on the link (the smaller
+    difference)."""
     client_id: str
     threshold_ms: float
     brokers: tuple[Mapping, ...]
@@ -88,13 +99,18 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
     threshold = threshold_for(PRODUCE, config)
     server = _broker_produce_p99(rows)
     own_p99 = {(x.client_id, x.broker): float(x.total_p99_ms) for x in own}
+    own_p50 = {(x.client_id, x.broker): float(x.total_p50_ms) for x in own
+               if x.total_p50_ms is not None}
     # Per client and broker the highest rtt p99 of its documents in the window.
     rtt: dict[tuple[str, int], float] = {}
+    rtt_p50: dict[tuple[str, int], float] = {}
     for x in rtts:
         if x.client_type != "producer" or not x.rtt_p99_ms or x.rtt_p99_ms <= 0:
             continue
         key = (x.client_id, x.broker)
         rtt[key] = max(rtt.get(key, 0.0), float(x.rtt_p99_ms))
+        if x.rtt_p50_ms is not None:
+            rtt_p50[key] = max(rtt_p50.get(key, 0.0), float(x.rtt_p50_ms))
 
     at_broker: dict[int, dict[str, dict]] = defaultdict(dict)
     for (client, broker), p99 in rtt.items():
@@ -102,11 +118,23 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
             continue
         mine = own_p99.get((client, broker))
         link = p99 - (server[broker] if mine is None else mine)
+        # The typical round trip against the broker's typical time for this client's
+        # requests (its TP99 where that is not known: an upper bound of it).
+        p50 = rtt_p50.get((client, broker))
+        mine_p50 = own_p50.get((client, broker))
+        typical = None if p50 is None else p50 - (
+            (server[broker] if mine is None else mine) if mine_p50 is None else mine_p50)
         at_broker[broker][client] = {"broker": broker, "rtt_p99_ms": round(p99, 3),
+                                     "rtt_p50_ms": None if p50 is None else round(p50, 3),
                                      "broker_produce_p99_ms": round(server[broker], 3),
                                      "own_produce_p99_ms": None if mine is None
                                      else round(mine, 3),
-                                     "link_ms": round(link, 3), "slow": link >= threshold}
+                                     "own_produce_p50_ms": None if mine_p50 is None
+                                     else round(mine_p50, 3),
+                                     "link_ms": round(link if typical is None
+                                                      else min(link, typical), 3),
+                                     "slow": link >= threshold and (
+                                         typical is None or typical >= threshold)}
 
     judged: dict[str, list[dict]] = defaultdict(list)
     excluded: dict[str, list[int]] = defaultdict(list)
@@ -142,12 +170,14 @@ def link_detection(cluster: str, v: LinkVerdict, flagged: list[int],
     peers = (f"; other producers were fast at broker(s) {', '.join(map(str, peered))}"
              if peered else "")
     rtt = max(b["rtt_p99_ms"] for b in v.brokers)
+    medians = [b["rtt_p50_ms"] for b in v.brokers if b.get("rtt_p50_ms") is not None]
+    median = f", median {max(medians):,.0f} ms" if len(medians) == len(v.brokers) else ""
     own = all(b.get("own_produce_p99_ms") is not None for b in v.brokers)
     served = max(b["own_produce_p99_ms"] if own else b["broker_produce_p99_ms"]
                  for b in v.brokers)
     return client_finding(
         cluster, v.client_id, flagged, config, SlowBrokerCause.CLIENT_SLOW_LINK,
-        f"Producer {v.client_id} waits {rtt:,.0f} ms (rtt p99) for answers from "
+        f"Producer {v.client_id} waits {rtt:,.0f} ms (rtt p99{median}) for answers from "
         f"broker(s) {where}, which served "
         + (f"its own Produce requests in {served:,.0f} ms (TotalTime p99)" if own else
            f"Produce requests in {served:,.0f} ms (TotalTime TP99)")

@@ -79,27 +79,31 @@ class ClientSendWindow:
 @dataclass(frozen=True)
 class ClientRttWindow:
     """A client's own view of one broker in a window, from its librdkafka statistics: the
-    highest rtt p99 (request sent to response received, ms) of its documents in the
-    window; `client_type` producer or consumer (detectors/slow_broker/client_links.py)."""
+    highest rtt p99 and p50 (request sent to response received, ms) of its documents in
+    the window (p50 None: not known); `client_type` producer or consumer
+    (detectors/slow_broker/client_links.py)."""
     cluster: str
     window_start_ms: int
     client_id: str
     client_type: str
     broker: int
     rtt_p99_ms: float
+    rtt_p50_ms: float | None = None
 
 
 @dataclass(frozen=True)
 class ProducerServerWindow:
     """What one producer's own Produce requests took at one broker in a window, from the
-    request log (TotalTime p99 of that client's requests): the broker's side of its round
-    trips, for the slow-link rule (detectors/slow_broker/client_links.py)."""
+    request log (TotalTime p99 and p50 of that client's requests; p50 None: not known):
+    the broker's side of its round trips, for the slow-link rule
+    (detectors/slow_broker/client_links.py)."""
     cluster: str
     window_start_ms: int
     broker: int
     client_id: str
     requests: int
     total_p99_ms: float
+    total_p50_ms: float | None = None
 
 
 @dataclass(frozen=True)

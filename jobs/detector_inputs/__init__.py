@@ -250,9 +250,9 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     inherits the caller's scheduler pool. The result does not depend on `parallelism`
     (1 reads in order).
     `baseline_cache` (the detector query's) may answer the baselines from an earlier read,
-    `window_cache` the older windows of the request-log windows mode's reads
-    (jobs/detector_inputs/window_cache.py), and `commit_seed` the commits' starting
-    positions (partition_signals.CommitSeedCache).
+    `window_cache` the older windows of the per-window reads and of the metric and
+    cleaner histories (jobs/detector_inputs/window_cache.py), and `commit_seed` the
+    commits' starting positions (partition_signals.CommitSeedCache).
     """
     reading = _Reading(spark, lake, config, TimeRange(start_ms, end_ms), parallelism,
                        baseline_cache, DetectorInputs(topic_configs=list(topic_configs)),
@@ -299,46 +299,51 @@ class _Reading:
 def _request_stage_chain(x: _Reading) -> None:
     """silver.request_stages once, then the stage windows (and the client sends they point
     at) beside the follower fetches and the producers' round trips (then their own
-    requests' times); in the request-log windows mode, the window tables."""
+    requests' times); in the request-log windows mode, the window tables. With the
+    detector query's cache, the per-window reads read only their newest windows
+    (window_cache.py); the client sends judge a client over the whole range, read whole."""
     from jobs.silver import release
 
     spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
-    if x.windows_mode:
-        def windows(name: str, read):
-            def whole(sub: TimeRange):
-                return read(spark, lake, sb, sub)
-            if x.window_cache is None:
-                return out.timed(name, lambda: whole(r))
-            return out.timed(name, lambda: x.window_cache.read(name, r, sb.window_ms, whole))
 
+    def windows(name: str, read: Callable[[TimeRange], list[T]]) -> list[T]:
+        if x.window_cache is None:
+            return out.timed(name, lambda: read(r))
+        return out.timed(name, lambda: x.window_cache.read(name, r, sb.window_ms, read))
+
+    if x.windows_mode:
         def stage_windows() -> None:
-            out.stage_windows = windows("stage_windows", read_window_stage_windows)
-            out.client_sends = windows("client_sends", read_window_client_sends)
+            out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
+                spark, lake, sb, sub))
+            out.client_sends = windows("client_sends", lambda sub: read_window_client_sends(
+                spark, lake, sb, sub))
 
         def window_follower_fetches() -> None:
-            out.follower_fetches = windows("follower_fetches", read_window_follower_fetches)
+            out.follower_fetches = windows("follower_fetches", lambda sub: (
+                read_window_follower_fetches(spark, lake, sb, sub)))
 
         x.side_by_side(stage_windows, window_follower_fetches)
         return
     stages = out.timed("request_stages", lambda: request_stage_rows(
         spark, lake, r.back(FOLLOWER_GAP_SEED_S)))
+    settle_ms = x.config.pipeline.fast_watermark_s * 1000
     try:
         def slow_broker_windows() -> None:
-            out.stage_windows = out.timed("stage_windows", lambda: read_stage_windows(
-                spark, lake, sb, r, x.config.pipeline.fast_watermark_s * 1000, stages))
+            out.stage_windows = windows("stage_windows", lambda sub: read_stage_windows(
+                spark, lake, sb, sub, settle_ms, stages))
             out.client_sends = out.timed("client_sends", lambda: read_client_sends(
                 spark, lake, sb, r, out.stage_windows, stages))
 
         def follower_fetches() -> None:
-            out.follower_fetches = out.timed("follower_fetches", lambda: (
-                read_follower_fetches(spark, lake, sb, r, stages)))
+            out.follower_fetches = windows("follower_fetches", lambda sub: (
+                read_follower_fetches(spark, lake, sb, sub, stages)))
 
         def producer_links() -> None:
-            out.client_rtts = out.timed("client_rtts", lambda: read_client_rtts(
-                spark, lake, sb, r))
+            out.client_rtts = windows("client_rtts", lambda sub: read_client_rtts(
+                spark, lake, sb, sub))
             producers = {c.client_id for c in out.client_rtts if c.client_type == "producer"}
-            out.producer_times = out.timed("producer_times", lambda: read_producer_times(
-                spark, lake, sb, r, producers, stages))
+            out.producer_times = windows("producer_times", lambda sub: read_producer_times(
+                spark, lake, sb, sub, producers, stages))
 
         x.side_by_side(slow_broker_windows, follower_fetches, producer_links)
     finally:
@@ -359,9 +364,15 @@ def _baseline_chain(x: _Reading) -> None:
 def _client_rtt_chain(x: _Reading) -> None:
     """The producers' round trips, in the request-log windows mode (in the full mode they
     are read beside their own Produce requests' times, `_request_stage_chain`)."""
-    if x.windows_mode:
-        x.out.client_rtts = x.out.timed("client_rtts", lambda: read_client_rtts(
-            x.spark, x.lake, x.config.slow_broker, x.r))
+    if not x.windows_mode:
+        return
+
+    def read(sub: TimeRange) -> list[ClientRttWindow]:
+        return read_client_rtts(x.spark, x.lake, x.config.slow_broker, sub)
+
+    x.out.client_rtts = x.out.timed("client_rtts", lambda: read(x.r) if x.window_cache is None
+                                    else x.window_cache.read("client_rtts", x.r,
+                                                             x.config.slow_broker.window_ms, read))
 
 
 def _partition_signal_chain(x: _Reading) -> None:

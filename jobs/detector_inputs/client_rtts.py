@@ -4,16 +4,17 @@ silver.client_stats) and what the brokers took for their own Produce requests
 
 Round trips:
 
-Per window/client/broker, the highest rtt p99 of the producers' statistics documents in
-the window (scope broker; librdkafka's rtt window covers the statistics interval before
-the document, and a window of no requests has p99 0: left out here). Consumers are not
-read: the rule does not judge them by rtt (detectors/slow_broker/client_links.py). The
-windows are the stage windows' epoch-aligned grid, so a client's row meets its brokers'
-Produce rows. Few rows: one per producer and broker a window.
+Per window/client/broker, the highest rtt p99 and p50 of the producers' statistics
+documents in the window (scope broker; librdkafka's rtt window covers the statistics
+interval before the document, and a window of no requests has p99 0: left out here).
+Consumers are not read: the rule does not judge them by rtt
+(detectors/slow_broker/client_links.py). The windows are the stage windows' epoch-aligned
+grid, so a client's row meets its brokers' Produce rows. Few rows: one per producer and
+broker a window.
 
 Own requests: per window, broker and producer (the producers with round trips only), the
-count and TotalTime p99 of its Produce requests, the broker's side of its round trips.
-In the request-log windows mode the lake keeps no per-client stage times: none are read,
+count and TotalTime p99 and p50 of its Produce requests, the broker's side of its round
+trips. In the request-log windows mode the lake keeps no per-client stage times: none are read,
 and the rule takes the broker's TP99 instead (client_links.py).
 """
 
@@ -41,11 +42,13 @@ def read_client_rtts(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
                    & F.col("node_id").isNotNull())
             .withColumn("window_start_ms", _window_start(config.window_ms))
             .groupBy("cluster", "window_start_ms", "client_id", "type", "node_id")
-            .agg(F.max("rtt_p99_ms").alias("rtt_p99_ms"))
+            .agg(F.max("rtt_p99_ms").alias("rtt_p99_ms"), F.max("rtt_p50_ms").alias("rtt_p50_ms"))
             .collect())
     return [ClientRttWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
                             client_id=x["client_id"], client_type=x["type"],
-                            broker=int(x["node_id"]), rtt_p99_ms=float(x["rtt_p99_ms"]))
+                            broker=int(x["node_id"]), rtt_p99_ms=float(x["rtt_p99_ms"]),
+                            rtt_p50_ms=None if x["rtt_p50_ms"] is None
+                            else float(x["rtt_p50_ms"]))
             for x in sorted_rows(rows, ("cluster", "window_start_ms", "client_id", "node_id"))]
 
 
@@ -66,10 +69,11 @@ def read_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSecti
                    & (F.col("window_start_ms") + win <= r.end_ms))
             .groupBy("cluster", "window_start_ms", "broker", "client_id")
             .agg(F.count(F.lit(1)).alias("requests"),
-                 F.percentile_approx("total_ms", 0.99, 10_000).alias("total_p99_ms"))
+                 F.percentile_approx("total_ms", [0.5, 0.99], 10_000).alias("total_p"))
             .collect())
     return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
                                  broker=int(x["broker"]), client_id=x["client_id"],
                                  requests=int(x["requests"]),
-                                 total_p99_ms=float(x["total_p99_ms"] or 0.0))
+                                 total_p99_ms=float(x["total_p"][1] or 0.0),
+                                 total_p50_ms=float(x["total_p"][0] or 0.0))
             for x in sorted_rows(rows, ("cluster", "window_start_ms", "broker", "client_id"))]

@@ -1,27 +1,33 @@
-"""Incremental window reads for the live detector in the request-log windows mode.
+"""Incremental window reads for the live detector.
 
-Each evaluation judges the windows of [now - lookback, now) (300 s: 30 windows of 10 s),
-and in the windows mode every one of them is a merge of histogram rows (per broker and
-request key) in Spark. From one evaluation to the next, 10 s later, only the newest
-windows change: a window row exists once the agent closed the window, and the later
-rows of an old window are the agent's late deltas. At 2,000 brokers a window is about
-13,000 histogram rows, so merging all 30 on every evaluation was most of its time
-(bench/bench_fleet.py).
+Each evaluation judges the windows of [now - lookback, now) (300 s: 30 windows of 10 s).
+In the request-log windows mode every one of them is a merge of histogram rows (per
+broker and request key) in Spark; in the full mode the stage windows, the follower
+fetches, the producers' round trips and their own requests' times are aggregates of
+silver rows. From one evaluation to the next, 10 s later, only the newest windows change:
+a window row exists once the window closed (the agent closed it, or every broker's rows
+are past its end), and the later rows of an old window are late deltas. At 2,000 brokers
+a window is about 13,000 histogram rows, so merging all 30 on every evaluation was most
+of its time (bench/bench_fleet.py); on the 3-5 broker corpus recordings, the full mode's
+four reads over the whole lookback were a third of an evaluation.
 
-`WindowReadCache` keeps, per read (stage windows, follower fetches, client sends), the
-merged result of each window it has read, and on the next evaluation reads again only the
-windows that start at or after ``end - reread_s`` (aligned down to a window boundary); the
-older windows of the range come from the cache. So a window is merged again for
-`reread_s` after it closed (the agent's lateness, its delivery and silver's batch are well
-inside the default 60 s), then kept as it was.
+`WindowReadCache` keeps, per read, the merged result of each window it has read, and on
+the next evaluation reads again only the windows that start at or after ``end -
+reread_s`` (aligned down to a window boundary); the older windows of the range come from
+the cache. So a window is merged again for `reread_s` after it closed (the agent's
+lateness, its delivery and silver's batch are well inside the default 60 s), then kept
+as it was. When the pipeline falls behind, a cluster's newest window in the last read is
+older than that: the read starts again at that window, so a window that closed late (its
+rows reached silver late) is still read once it is there.
 
-What it costs: a late delta that reaches silver more than `reread_s` after its window
-started is not in the live detector's view of that window (it is in silver, gold and the
-report; the agent sends deltas only for lines later than its own `lateness_s`, 5 s by
-default). A range that is not the continuation of the last one (a restart, a clock jump,
-a gap of more than `reread_s` between evaluations, another window length) is read whole.
-Replays (`kmon matrix replay`, the corpus tests) pass no cache and read every window on
-every step, as before.
+What it costs: a late delta or row that reaches silver more than `reread_s` after its
+window started, while newer windows of its cluster were already read (one broker's
+agent behind the others), is not in the live detector's view of that window (it is in
+silver, gold and the report; the agent sends deltas only for lines later than its own
+`lateness_s`, 5 s by default). A range that is not the continuation of the last one (a
+restart, a clock jump, a gap of more than `reread_s` between evaluations, another window
+length) is read whole. The corpus replays (`kmon matrix replay`, the corpus tests) step
+through each recording with a cache of their own, as the live detector does.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class WindowReadCache:
             if (kept_window_ms != window_ms or covered.start_ms > r.start_ms
                     or covered.end_ms < fresh_from or covered.end_ms > r.end_ms):
                 kept = None
+            else:
+                fresh_from = max(r.start_ms, min(fresh_from, _behind(items, time_of, window_ms)))
         if kept is None or fresh_from == r.start_ms:
             fresh_from = r.start_ms
             old: list[T] = []
@@ -77,3 +85,17 @@ class WindowReadCache:
             self._kept[name] = (r, window_ms, out)
             self.windows_read[name] = r.end_ms - fresh_from
         return out
+
+
+def _behind(items: Sequence[T], time_of: Callable[[T], int], window_ms: int) -> float:
+    """The start of the window of the newest item of the cluster whose newest item is
+    oldest (its later windows were not there yet when they were read, and rows of that
+    window may still come); +inf without items."""
+    newest: dict[object, int] = {}
+    for x in items:
+        cluster, t = getattr(x, "cluster", None), time_of(x)
+        if t > newest.get(cluster, t - 1):
+            newest[cluster] = t
+    if not newest:
+        return float("inf")
+    return min(newest.values()) // window_ms * window_ms

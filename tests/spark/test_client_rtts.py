@@ -5,9 +5,10 @@ statistics documents through the pipeline into silver.client_stats, read back as
 The documents are the captured producer's and consumer's (tests/fixtures/client_stats,
 librdkafka 2.16.0), renamed and with their rtt windows set, two a window (every 5 s) for
 three 10-second windows of a three-broker cluster:
-- far-producer: rtt p99 800 ms at every broker in windows 1 and 2 (20 ms in window 0), and
-  broker 3's window empty (p99 0: it sent broker 3 nothing);
-- orders: 20 ms at every broker, 35 ms in its second document of each window;
+- far-producer: rtt p99 800 ms (p50 720) at every broker in windows 1 and 2 (20 ms in
+  window 0), and broker 3's window empty (p99 0: it sent broker 3 nothing);
+- orders: 20 ms (p50 10) at every broker, 35 ms (p50 17.5) in its second document of
+  each window;
 - a consumer at 505 ms (its fetch wait): not read.
 """
 
@@ -39,13 +40,16 @@ def captured() -> dict[str, dict]:
             "consumer": next(d for d in docs if d["type"] == "consumer")}
 
 
-def document(template: dict, client: str, rtt_ms: dict[int, float]) -> str:
-    """The captured document as `client`'s, with each broker's rtt p99 (ms) set."""
+def document(template: dict, client: str, rtt_ms: dict[int, float],
+             median: float = 0.5) -> str:
+    """The captured document as `client`'s, with each broker's rtt p99 (ms) set, and its
+    p50 that share of it."""
     doc = json.loads(json.dumps(template))
     doc["client_id"], doc["name"] = client, f"{client}#{template['type']}-1"
     for b in doc["brokers"].values():
         if b.get("nodeid", -1) >= 0:
             b["rtt"]["p99"] = int(rtt_ms[b["nodeid"]] * 1000)
+            b["rtt"]["p50"] = int(rtt_ms[b["nodeid"]] * median * 1000)
     return json.dumps(doc)
 
 
@@ -56,7 +60,8 @@ def documents() -> list[tuple[int, str]]:
         for k in range(2):
             ts = T0 + w * W + 2_000 + k * 5_000
             far = 800.0 if w else 20.0
-            out.append((ts, document(t["producer"], "far-producer", {1: far, 2: far, 3: 0.0})))
+            out.append((ts, document(t["producer"], "far-producer", {1: far, 2: far, 3: 0.0},
+                                     median=0.9)))
             out.append((ts, document(t["producer"], "orders",
                                      dict.fromkeys((1, 2, 3), 35.0 if k else 20.0))))
             out.append((ts, document(t["consumer"], "billing", dict.fromkeys((1, 2, 3), 505.0))))
@@ -89,6 +94,10 @@ def test_the_producers_round_trips_per_window_and_broker(spark, lake):
         **{(w, "orders", b): 35.0 for w in range(3) for b in (1, 2, 3)},
     }
     assert {x.client_type for x in rtts} == {"producer"}
+    medians = {((x.window_start_ms - T0) // W, x.client_id, x.broker): x.rtt_p50_ms
+               for x in rtts}
+    assert medians[(1, "far-producer", 1)] == 720.0 and medians[(0, "far-producer", 1)] == 18.0
+    assert medians[(2, "orders", 3)] == 17.5          # the higher of its two documents
     assert read_client_rtts(spark, lake, CONFIG, TimeRange(T0 + 3 * W, T0 + 4 * W)) == []
 
 

@@ -326,16 +326,17 @@ def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
 
 def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config):
     """The slow-link rule's broker side (read_producer_times): the producers asked for
-    only, whole windows of the range, the p99 of their own Produce TotalTime."""
+    only, whole windows of the range, the p99 and p50 of their own Produce TotalTime."""
     from jobs.detector_inputs import read_producer_times
 
     sb = kmon_config.slow_broker
     r = TimeRange(T0, END)
     got = read_producer_times(spark, lake, sb, r, {"producer-acks-all", "nobody"})
-    assert {((x.window_start_ms - T0) // W, x.broker): (x.client_id, x.requests, x.total_p99_ms)
+    assert {((x.window_start_ms - T0) // W, x.broker): (x.client_id, x.requests, x.total_p99_ms,
+                                                        x.total_p50_ms)
             for x in got} == {
-        (w, b): ("producer-acks-all", 100,
-                 600.0 if b == 1 and T0 + w * W >= SLOW_FROM else 10.0)
+        (w, b): ("producer-acks-all", 100, *[600.0 if b == 1 and T0 + w * W >= SLOW_FROM
+                                             else 10.0] * 2)
         for w in range(6) for b in (1, 2, 3)}
     stages = request_stage_rows(spark, lake, r)
     try:
@@ -345,6 +346,26 @@ def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config
     assert read_producer_times(spark, lake, sb, r, set()) == []
     assert read_producer_times(spark, lake, sb, TimeRange(T0 + 5, T0 + W + 5),
                                {"producer-acks-all"}) == [], "no whole window in the range"
+
+
+def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_config):
+    """The live detector's window cache in the full mode (window_cache.py; here reading
+    20 s again of a 60 s range, as the lake holds 60 s): evaluated every 10 s across the
+    slow windows, then once past the last telemetry, the per-window reads give what whole
+    reads give, and after the first read only the newest windows are read again."""
+    from jobs.detector_inputs import WindowReadCache
+
+    cache = WindowReadCache(reread_s=20)
+    first = SLOW_FROM + 3_000
+    for now in (first, first + W, first + 2 * W, END + W + 3_000):
+        cached = read_inputs(spark, lake, kmon_config, now - 60_000, now, window_cache=cache)
+        whole = read_inputs(spark, lake, kmon_config, now - 60_000, now)
+        for name in ("stage_windows", "follower_fetches", "client_rtts", "producer_times"):
+            assert sorted(map(repr, getattr(cached, name))) == sorted(
+                map(repr, getattr(whole, name))), (name, now - T0)
+        assert whole.stage_windows and whole.follower_fetches
+        if now > first:       # from the newest window the last read had, or 20 s back
+            assert cache.windows_read["stage_windows"] < 40_000, now - T0
 
 
 def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(

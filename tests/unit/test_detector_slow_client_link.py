@@ -30,9 +30,9 @@ pytestmark = pytest.mark.unit
 ALL = range(LAST + 1)
 
 
-def rtt(client: str, w: int, broker: int, p99: float, kind: str = "producer"
-        ) -> ClientRttWindow:
-    return ClientRttWindow("c1", start(w), client, kind, broker, p99)
+def rtt(client: str, w: int, broker: int, p99: float, kind: str = "producer",
+        p50: float | None = None) -> ClientRttWindow:
+    return ClientRttWindow("c1", start(w), client, kind, broker, p99, p50)
 
 
 def peers(windows=ALL, brokers=BROKERS, p99: float = 12.0) -> list[ClientRttWindow]:
@@ -41,9 +41,12 @@ def peers(windows=ALL, brokers=BROKERS, p99: float = 12.0) -> list[ClientRttWind
 
 
 def behind_slow_link(windows=FAULT, brokers=BROKERS, p99: float = 820.0,
-                     client: str = "far-producer") -> list[ClientRttWindow]:
-    return [rtt(client, w, b, 12.0) for w in ALL if w not in windows for b in brokers] + [
-        rtt(client, w, b, p99) for w in windows for b in brokers]
+                     client: str = "far-producer", p50: float | None = None
+                     ) -> list[ClientRttWindow]:
+    """`client`'s round trips: fast, then `p99` (and `p50`, None: not known) in `windows`."""
+    return [rtt(client, w, b, 12.0, p50=None if p50 is None else 6.0)
+            for w in ALL if w not in windows for b in brokers] + [
+        rtt(client, w, b, p99, p50=p50) for w in windows for b in brokers]
 
 
 def found(rows, rtts, sends=(), config=CONFIG, own=()):
@@ -52,10 +55,10 @@ def found(rows, rtts, sends=(), config=CONFIG, own=()):
                                                      producer_times=own)}
 
 
-def own(client: str, windows, brokers, p99: float, requests: int = 40
-        ) -> list[ProducerServerWindow]:
+def own(client: str, windows, brokers, p99: float, requests: int = 40,
+        p50: float | None = None) -> list[ProducerServerWindow]:
     """What the brokers took for `client`'s own Produce requests."""
-    return [ProducerServerWindow("c1", start(w), b, client, requests, p99)
+    return [ProducerServerWindow("c1", start(w), b, client, requests, p99, p50)
             for w in windows for b in brokers]
 
 
@@ -70,9 +73,9 @@ def test_a_producer_behind_a_slow_link_is_a_slow_client_and_no_broker_is_blamed(
     e = d.evidence
     assert (e["brokers"], e["api"], e["rtt_p99_ms"], e["link_ms"]) == ([1, 2, 3], "Produce",
                                                                         820.0, 812.0)
-    assert e["per_broker"][0] == {"broker": 1, "rtt_p99_ms": 820.0,
+    assert e["per_broker"][0] == {"broker": 1, "rtt_p99_ms": 820.0, "rtt_p50_ms": None,
                                   "broker_produce_p99_ms": 8.0, "own_produce_p99_ms": None,
-                                  "link_ms": 812.0, "peers": 2}
+                                  "own_produce_p50_ms": None, "link_ms": 812.0, "peers": 2}
     assert (e["windows_flagged"], e["brokers_left_out"]) == (2, [])
     assert "far-producer" in d.explanation and "fast at broker(s) 1, 2, 3" in d.explanation
 
@@ -185,3 +188,34 @@ def test_own_requests_at_some_brokers_and_the_tp99_at_the_others():
     # so not slow at every broker judged.
     mine = own("far-producer", FAULT, (1,), 815.0)
     assert found(healthy(), peers() + behind_slow_link(), own=mine) == {}
+
+
+# ---- the typical round trip: a slow path delays every one, queueing only the tail -------
+
+def test_a_slow_path_shows_in_the_median_round_trip_too():
+    # A delaying proxy adds its delay to every round trip: the median as much as the tail.
+    mine = own("far-producer", ALL, BROKERS, 9.0, p50=3.0)
+    got = found(healthy(), peers() + behind_slow_link(p99=820.0, p50=640.0), own=mine)
+    e = got["client:far-producer"].evidence
+    assert e["link_ms"] == 637.0                       # 640 - 3: what every trip shows
+    assert e["per_broker"][0]["rtt_p50_ms"] == 640.0
+    assert e["per_broker"][0]["own_produce_p50_ms"] == 3.0
+
+
+def test_a_slow_tail_with_a_fast_median_is_queueing_not_a_slow_link():
+    # controller-failover-5b live: a producer's rtt p99 561 ms against 151 ms for its own
+    # requests at the broker, its median a few ms: requests pipelined on one connection
+    # wait in the broker's socket behind the one it serves (outside their TotalTime), and
+    # a descheduled client host shows the same way. Not a path that delays every trip.
+    mine = own("far-producer", ALL, BROKERS, 151.0, p50=4.0)
+    assert found(healthy(), peers() + behind_slow_link(p99=561.0, p50=9.0), own=mine) == {}
+    # Nor when the median is up by less than the threshold.
+    assert found(healthy(), peers() + behind_slow_link(p99=900.0, p50=290.0), own=mine) == {}
+
+
+def test_without_own_request_times_the_median_is_judged_against_the_brokers_tp99():
+    # The request-log windows mode keeps no per-client times: the broker's Produce TP99
+    # (8 ms here) bounds its median for this client from above.
+    assert set(found(healthy(), peers() + behind_slow_link(p99=820.0, p50=640.0))) == {
+        "client:far-producer"}
+    assert found(healthy(), peers() + behind_slow_link(p99=820.0, p50=300.0)) == {}

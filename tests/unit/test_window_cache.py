@@ -126,3 +126,34 @@ def test_rows_by_their_own_time_with_the_reads_own_margin():
     got = cache.read("gauges", _range(now), W, read, time_of=lambda s: s.observed_ms,
                      reread_ms=120_000)
     assert Sample(late, -1) not in got and Sample(late, -1) in read(_range(now))
+
+
+@dataclass(frozen=True, order=True)
+class ClusterRow:
+    cluster: str
+    window_start_ms: int
+    value: int
+
+
+def test_a_cluster_behind_is_read_again_from_its_newest_window():
+    """The pipeline fell behind for cluster "b": its windows closed late, after newer
+    windows of "a" were read. They are read once they are there, also when they are older
+    than reread_s by then; cluster "a" alone would read only the last 60 s."""
+    closed = {"a": T0 + 30 * W, "b": T0 + 10 * W}       # windows before these are there
+    reads: list[TimeRange] = []
+
+    def read(r: TimeRange) -> list[ClusterRow]:
+        reads.append(r)
+        return [ClusterRow(c, s, 1) for c, until in sorted(closed.items())
+                for s in range(T0, until, W) if s >= r.start_ms and s + W <= r.end_ms]
+
+    cache = WindowReadCache(reread_s=60)
+    now = T0 + 30 * W + 3_000
+    cache.read("x", _range(now), W, read)
+    closed["b"] = T0 + 31 * W                        # b caught up, a went on by one
+    closed["a"] = T0 + 31 * W
+    got = cache.read("x", _range(now + W), W, read)
+    assert reads[-1] == TimeRange(T0 + 9 * W, now + W)   # from b's newest window read
+    assert sorted(got) == sorted(read(_range(now + W)))
+    got = cache.read("x", _range(now + 2 * W), W, read)
+    assert reads[-1] == TimeRange((now + 2 * W - 60_000) // W * W, now + 2 * W)
