@@ -228,10 +228,10 @@ class Maintenance:
         rows = []
         rewrite = not (self.live and table in MERGE_TARGETS)
         part = next((c for c in detail["partitionColumns"] if c in PARTITION_COLUMNS), None)
-        # The schema, for the Z-order and the statistics property: not read on a live pass
-        # of a MERGE target, which only vacuums.
-        columns = (self.spark.read.format("delta").load(path).columns
-                   if rewrite or not self.live else [])
+        # The schema, for the Z-order and the statistics property (set only when not live,
+        # so always rewriting): not read on a live pass of a MERGE target, which only
+        # vacuums.
+        columns = self.spark.read.format("delta").load(path).columns if rewrite else []
         if rewrite:
             zcols = zorder_columns(columns) if self.section.zorder else ()
             if part is None:

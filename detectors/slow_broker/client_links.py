@@ -117,13 +117,13 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
         if broker not in server:
             continue
         mine = own_p99.get((client, broker))
-        link = p99 - (server[broker] if mine is None else mine)
+        side = server[broker] if mine is None else mine
+        link = p99 - side
         # The typical round trip against the broker's typical time for this client's
-        # requests (its TP99 where that is not known: an upper bound of it).
+        # requests (the tail's side where that is not known: an upper bound of it).
         p50 = rtt_p50.get((client, broker))
         mine_p50 = own_p50.get((client, broker))
-        typical = None if p50 is None else p50 - (
-            (server[broker] if mine is None else mine) if mine_p50 is None else mine_p50)
+        typical = None if p50 is None else p50 - (side if mine_p50 is None else mine_p50)
         at_broker[broker][client] = {"broker": broker, "rtt_p99_ms": round(p99, 3),
                                      "rtt_p50_ms": None if p50 is None else round(p50, 3),
                                      "broker_produce_p99_ms": round(server[broker], 3),

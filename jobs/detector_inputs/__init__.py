@@ -291,6 +291,14 @@ class _Reading:
     def meter_s(self) -> float:
         return self.config.unclean_election.meter_match_window_s
 
+    def by_window(self, name: str, read: Callable[[TimeRange], list[T]]) -> list[T]:
+        """`read(r)` of a per-window read, timed; with the detector query's cache, the
+        older windows from its last read and only the newest read again (window_cache.py)."""
+        if self.window_cache is None:
+            return self.out.timed(name, lambda: read(self.r))
+        return self.out.timed(name, lambda: self.window_cache.read(
+            name, self.r, self.config.slow_broker.window_ms, read))
+
     def side_by_side(self, *reads: Callable[[], None]) -> None:
         """Two reads of one chain at once (when parallelism allows)."""
         _run_all(self.spark, reads, min(self.parallelism, 2))
@@ -305,12 +313,7 @@ def _request_stage_chain(x: _Reading) -> None:
     from jobs.silver import release
 
     spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
-
-    def windows(name: str, read: Callable[[TimeRange], list[T]]) -> list[T]:
-        if x.window_cache is None:
-            return out.timed(name, lambda: read(r))
-        return out.timed(name, lambda: x.window_cache.read(name, r, sb.window_ms, read))
-
+    windows = x.by_window
     if x.windows_mode:
         def stage_windows() -> None:
             out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
@@ -364,15 +367,9 @@ def _baseline_chain(x: _Reading) -> None:
 def _client_rtt_chain(x: _Reading) -> None:
     """The producers' round trips, in the request-log windows mode (in the full mode they
     are read beside their own Produce requests' times, `_request_stage_chain`)."""
-    if not x.windows_mode:
-        return
-
-    def read(sub: TimeRange) -> list[ClientRttWindow]:
-        return read_client_rtts(x.spark, x.lake, x.config.slow_broker, sub)
-
-    x.out.client_rtts = x.out.timed("client_rtts", lambda: read(x.r) if x.window_cache is None
-                                    else x.window_cache.read("client_rtts", x.r,
-                                                             x.config.slow_broker.window_ms, read))
+    if x.windows_mode:
+        x.out.client_rtts = x.by_window("client_rtts", lambda sub: read_client_rtts(
+            x.spark, x.lake, x.config.slow_broker, sub))
 
 
 def _partition_signal_chain(x: _Reading) -> None:

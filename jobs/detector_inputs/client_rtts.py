@@ -14,8 +14,8 @@ broker a window.
 
 Own requests: per window, broker and producer (the producers with round trips only), the
 count and TotalTime p99 and p50 of its Produce requests, the broker's side of its round
-trips. In the request-log windows mode the lake keeps no per-client stage times: none are read,
-and the rule takes the broker's TP99 instead (client_links.py).
+trips. In the request-log windows mode the lake keeps no per-client stage times: none are
+read, and the rule takes the broker's TP99 instead (client_links.py).
 """
 
 from __future__ import annotations
