@@ -254,3 +254,25 @@ def create_topics(bootstrap: str, topics: list, timeout_s: float = 60) -> None:
         except KafkaException as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise
+    # The controller has the topics now; the brokers learn of them a moment later. Until
+    # then a metadata request can still answer without them (or with no leaders), and a
+    # caller that counts replicas at once would count none.
+    deadline = time.monotonic() + timeout_s
+    while not _topics_served(admin, topics):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"created topics not in the brokers' metadata after {timeout_s}s: "
+                               f"{sorted(t.topic for t in topics)}")
+        time.sleep(0.2)
+
+
+def _topics_served(admin, topics: list) -> bool:
+    """Every topic listed with its partitions, each with a leader."""
+    md = admin.list_topics(timeout=5)
+    for t in topics:
+        got = md.topics.get(t.topic)
+        if got is None or got.error is not None:
+            return False
+        want = t.num_partitions if t.num_partitions > 0 else len(t.replica_assignment or [1])
+        if len(got.partitions) < want or any(p.leader < 0 for p in got.partitions.values()):
+            return False
+    return True
