@@ -28,7 +28,15 @@ Rule, per cluster, window and producer (`judge_links`):
    in the tail (rtt p99 minus its own requests' TotalTime p99, else the broker's Produce
    TotalTime TP99) and typically (rtt p50 minus its own requests' TotalTime p50, else
    the p99 above); with no Produce row for the broker in the window (a frozen broker
-   logs nothing) the broker is not judged: unknown, not slow;
+   logs nothing) the broker is not judged: unknown, not slow; nor where at least
+   link_queued_share of the producer's own requests there had waited in the socket (the
+   broker read each as soon as it had answered the one before on the connection,
+   `ProducerServerWindow.queued_share`): then its median round trip holds that wait too,
+   which no TotalTime shows. A producer with requests in flight faster than the broker
+   answers them looks so; in the live matrix at 38018a1 (unclean-noloss-3b,
+   throttled-cleaner-3b) a producer's rtt p50 at the surviving broker was 0.4-2 s
+   against 4-10 ms of its own requests' TotalTime, with 65-88% of them read back to back
+   (0-6% for the far producer of slow-link-3b);
 3. the link is slow at a broker when both differences are the Produce threshold
    (threshold_ms, or api_threshold_ms) or more (the tail alone where the client's p50 is
    not known). A slow path delays every round trip, the median as much as the tail. A
@@ -76,6 +84,7 @@ class LinkVerdict:
     threshold_ms: float
     brokers: tuple[Mapping, ...]
     excluded_brokers: tuple[int, ...] = ()   # brokers slow to most of their producers
+    backlogged_brokers: tuple[int, ...] = ()  # its requests mostly waited in the socket
 
     @property
     def link_ms(self) -> float:
@@ -101,6 +110,8 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
     own_p99 = {(x.client_id, x.broker): float(x.total_p99_ms) for x in own}
     own_p50 = {(x.client_id, x.broker): float(x.total_p50_ms) for x in own
                if x.total_p50_ms is not None}
+    queued = {(x.client_id, x.broker) for x in own
+              if x.queued_share is not None and x.queued_share >= config.link_queued_share}
     # Per client and broker the highest rtt p99 of its documents in the window.
     rtt: dict[tuple[str, int], float] = {}
     rtt_p50: dict[tuple[str, int], float] = {}
@@ -113,8 +124,12 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
             rtt_p50[key] = max(rtt_p50.get(key, 0.0), float(x.rtt_p50_ms))
 
     at_broker: dict[int, dict[str, dict]] = defaultdict(dict)
+    backlogged: dict[str, list[int]] = defaultdict(list)
     for (client, broker), p99 in rtt.items():
         if broker not in server:
+            continue
+        if (client, broker) in queued:
+            backlogged[client].append(broker)
             continue
         mine = own_p99.get((client, broker))
         side = server[broker] if mine is None else mine
@@ -157,7 +172,8 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
             client_id=client, threshold_ms=threshold,
             brokers=tuple(sorted(({k: v for k, v in e.items() if k != "slow"} for e in seen),
                                  key=lambda e: e["broker"])),
-            excluded_brokers=tuple(sorted(excluded[client])))
+            excluded_brokers=tuple(sorted(excluded[client])),
+            backlogged_brokers=tuple(sorted(backlogged[client])))
     return out
 
 
@@ -187,4 +203,5 @@ def link_detection(cluster: str, v: LinkVerdict, flagged: list[int],
         {"client_id": v.client_id, "api": PRODUCE, "brokers": brokers,
          "link_ms": round(v.link_ms, 3), "rtt_p99_ms": round(rtt, 3),
          "threshold_ms": round(v.threshold_ms, 3), "per_broker": list(v.brokers),
-         "brokers_left_out": list(v.excluded_brokers)})
+         "brokers_left_out": list(v.excluded_brokers),
+         "brokers_backlogged": list(v.backlogged_brokers)})

@@ -92,6 +92,11 @@ class SlowBrokerSection:
     slow_client_share: float = _key("Slow ResponseSend is blamed on the slow clients when they "
                                     "are at most this share of the broker's clients", 0.5,
                                     min=0, max=1)
+    link_queued_share: float = _key("A producer is not judged for a slow link at a broker in "
+                                    "a window when at least this share of its Produce "
+                                    "requests there had waited in the socket behind the one "
+                                    "before (its median round trip then holds a wait the "
+                                    "broker's TotalTime does not)", 0.5, min=0.05, max=1)
     max_named_clients: int = _key("Clients named in a client_slow_read finding", 5, min=1,
                                   max=1000)
     client_min_slow_requests: int = _key("A client is slow in a window when at least this "

@@ -104,6 +104,10 @@ class ProducerServerWindow:
     requests: int
     total_p99_ms: float
     total_p50_ms: float | None = None
+    # The share of these requests the broker read as soon as it had answered the one
+    # before on the same connection: they had waited in the socket, a time their round
+    # trips hold and their TotalTime does not (None: not known).
+    queued_share: float | None = None
 
 
 @dataclass(frozen=True)

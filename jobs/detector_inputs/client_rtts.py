@@ -14,8 +14,11 @@ broker a window.
 
 Own requests: per window, broker and producer (the producers with round trips only), the
 count and TotalTime p99 and p50 of its Produce requests, the broker's side of its round
-trips. In the request-log windows mode the lake keeps no per-client stage times: none are
-read, and the rule takes the broker's TP99 instead (client_links.py).
+trips, and the share of them that had waited in the socket (read within QUEUED_GAP_MS of
+the broker finishing the request before on the same connection, remote_addr; none where
+the address is not known): time the client's round trip holds and no TotalTime does. In
+the request-log windows mode the lake keeps no per-client stage times: none are read, and
+the rule takes the broker's TP99 instead (client_links.py).
 """
 
 from __future__ import annotations
@@ -23,12 +26,20 @@ from __future__ import annotations
 from typing import Iterable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from detectors.slow_broker import ClientRttWindow, ProducerServerWindow, SlowBrokerSection
 from infra.lake import Lake
 from jobs.detector_inputs.slow_broker import _norm_api, _stages_in, _window_start
 from jobs.detector_inputs.tables import TimeRange, silver_range, sorted_rows, table
+
+# A request the broker read within this long of finishing the one before on its connection
+# had been waiting in the socket: the broker reads a connection's next request only once
+# it has answered the one before. 2 ms covers the request log's millisecond timestamps
+# (the arrival is the line's time minus its TotalTime); an idle producer's next request
+# comes its linger.ms or more later.
+QUEUED_GAP_MS = 2.0
 
 
 def read_client_rtts(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
@@ -63,17 +74,30 @@ def read_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSecti
     if df is None:
         return []
     win = config.window_ms
-    rows = (df.where((_norm_api() == "produce") & F.col("client_id").isin(*wanted))
+    # The request before each one on its connection (any API: the broker reads one
+    # request of a connection at a time), within the same window, so a window's share does
+    # not depend on what else was read with it (the window cache reads new windows alone).
+    conn = Window.partitionBy("cluster", "broker", "client_id", "remote_addr",
+                              "window_start_ms").orderBy("ts_ms", "correlation_id")
+    gap = (F.col("ts_ms") - F.col("total_ms")) - F.lag("ts_ms").over(conn)
+    rows = (df.where(F.col("client_id").isin(*wanted))
             .withColumn("window_start_ms", _window_start(win))
             .where((F.col("window_start_ms") >= r.start_ms)
                    & (F.col("window_start_ms") + win <= r.end_ms))
+            .withColumn("gap_ms", F.when(F.col("remote_addr").isNotNull(), gap))
+            .where(_norm_api() == "produce")
             .groupBy("cluster", "window_start_ms", "broker", "client_id")
             .agg(F.count(F.lit(1)).alias("requests"),
-                 F.percentile_approx("total_ms", [0.5, 0.99], 10_000).alias("total_p"))
+                 F.percentile_approx("total_ms", [0.5, 0.99], 10_000).alias("total_p"),
+                 F.count("gap_ms").alias("followed"),
+                 F.sum(F.when(F.col("gap_ms") <= QUEUED_GAP_MS, 1).otherwise(0))
+                 .alias("queued"))
             .collect())
     return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
                                  broker=int(x["broker"]), client_id=x["client_id"],
                                  requests=int(x["requests"]),
                                  total_p99_ms=float(x["total_p"][1] or 0.0),
-                                 total_p50_ms=float(x["total_p"][0] or 0.0))
+                                 total_p50_ms=float(x["total_p"][0] or 0.0),
+                                 queued_share=(x["queued"] / x["followed"] if x["followed"]
+                                               else None))
             for x in sorted_rows(rows, ("cluster", "window_start_ms", "broker", "client_id"))]

@@ -109,3 +109,60 @@ def test_the_producer_behind_the_slow_link_is_found_in_them(spark, lake):
     assert set(got) == {"client:far-producer"}
     assert got["client:far-producer"].cause == "client_slow_link"
     assert got["client:far-producer"].evidence["brokers"] == [1, 2]
+
+
+BACKLOG = FIXTURE.parents[1] / "request_stages" / "backlogged-producer-requests.csv"
+BEFORE, BACKLOGGED = (1795982950000, 1795982960000), (1795983040000, 1795983050000)
+
+
+def _recorded_requests() -> list[dict]:
+    lines = [x for x in BACKLOG.read_text().splitlines() if not x.startswith("#")]
+    header = lines[0].split(",")
+    rows = [dict(zip(header, x.split(","))) for x in lines[1:]]
+    return [{**r, "ts_ms": int(r["ts_ms"]), "broker": int(r["broker"]),
+             "correlation_id": int(r["correlation_id"]), "total_ms": float(r["total_ms"])}
+            for r in rows]
+
+
+def _queued_share_here(rows: list[dict], window_start: int) -> float:
+    """Of the window's requests with one before them on the connection in the window, the
+    share the broker read within 2 ms of answering that one."""
+    mine = sorted((r for r in rows if r["ts_ms"] - r["ts_ms"] % W == window_start),
+                  key=lambda r: (r["ts_ms"], r["correlation_id"]))
+    gaps = [b["ts_ms"] - b["total_ms"] - a["ts_ms"] for a, b in zip(mine, mine[1:])]
+    return sum(g <= 2.0 for g in gaps) / len(gaps)
+
+
+def test_a_backlogged_producers_requests_waited_in_the_socket(spark, lake):
+    """read_producer_times on recorded requests (unclean-noloss-3b, live): the share of a
+    producer's requests the broker read as soon as it had answered the one before."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from jobs.detector_inputs import read_producer_times
+
+    rows = _recorded_requests()
+    schema = T.StructType([T.StructField("cluster", T.StringType()),
+                           T.StructField("ts_ms", T.LongType()),
+                           T.StructField("broker", T.IntegerType()),
+                           T.StructField("api", T.StringType()),
+                           T.StructField("client_id", T.StringType()),
+                           T.StructField("remote_addr", T.StringType()),
+                           T.StructField("correlation_id", T.LongType()),
+                           T.StructField("total_ms", T.DoubleType())])
+    stages = spark.createDataFrame(
+        [("local", r["ts_ms"], r["broker"], r["api"], r["client_id"], r["remote_addr"],
+          r["correlation_id"], r["total_ms"]) for r in rows], schema)
+    got = {x.window_start_ms: x for x in read_producer_times(
+        spark, lake, CONFIG, TimeRange(BEFORE[0], BACKLOGGED[1] + W), {"customers-producer"},
+        stages)}
+    assert set(got) == {*BEFORE, *BACKLOGGED}
+    for w, x in got.items():
+        assert x.queued_share == pytest.approx(_queued_share_here(rows, w)), w
+    assert all(got[w].queued_share < 0.2 for w in BEFORE)            # linger.ms apart
+    assert all(got[w].queued_share > 0.75 for w in BACKLOGGED)       # back to back
+    # Not known without the connection.
+    anon = read_producer_times(spark, lake, CONFIG, TimeRange(BEFORE[0], BEFORE[0] + W),
+                               {"customers-producer"},
+                               stages.withColumn("remote_addr", F.lit(None).cast("string")))
+    assert [x.queued_share for x in anon] == [None]

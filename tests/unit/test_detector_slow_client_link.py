@@ -56,9 +56,10 @@ def found(rows, rtts, sends=(), config=CONFIG, own=()):
 
 
 def own(client: str, windows, brokers, p99: float, requests: int = 40,
-        p50: float | None = None) -> list[ProducerServerWindow]:
-    """What the brokers took for `client`'s own Produce requests."""
-    return [ProducerServerWindow("c1", start(w), b, client, requests, p99, p50)
+        p50: float | None = None, queued: float | None = None) -> list[ProducerServerWindow]:
+    """What the brokers took for `client`'s own Produce requests (`queued`: the share of
+    them that had waited in the socket)."""
+    return [ProducerServerWindow("c1", start(w), b, client, requests, p99, p50, queued)
             for w in windows for b in brokers]
 
 
@@ -219,3 +220,32 @@ def test_without_own_request_times_the_median_is_judged_against_the_brokers_tp99
     assert set(found(healthy(), peers() + behind_slow_link(p99=820.0, p50=640.0))) == {
         "client:far-producer"}
     assert found(healthy(), peers() + behind_slow_link(p99=820.0, p50=300.0)) == {}
+
+
+def test_a_backlogged_connection_is_not_judged_at_that_broker():
+    # unclean-noloss-3b live at 38018a1: the producer's rtt p50 at broker 3 was 0.4-2 s,
+    # its own requests took 4-10 ms there (p50), and 65-88% of them were read back to back:
+    # they had waited in the socket behind the ones before, which no TotalTime shows.
+    rtts = behind_slow_link(brokers=(3,), p99=1800.0, p50=900.0)
+    mine = own("far-producer", ALL, (3,), p99=260.0, p50=8.0, queued=0.8)
+    assert found(healthy(), peers(brokers=(3,)) + rtts, own=mine) == {}
+    # The same round trips with its requests spread out (3% read back to back): a link.
+    spread = own("far-producer", ALL, (3,), p99=260.0, p50=8.0, queued=0.03)
+    got = found(healthy(), peers(brokers=(3,)) + rtts, own=spread)
+    assert set(got) == {"client:far-producer"}
+    assert got["client:far-producer"].evidence["brokers_backlogged"] == []
+
+
+def test_a_backlog_at_one_broker_leaves_the_link_judged_by_the_others():
+    rtts = behind_slow_link(p99=820.0, p50=700.0)
+    mine = (own("far-producer", ALL, (1, 2), p99=8.0, p50=4.0, queued=0.0)
+            + own("far-producer", ALL, (3,), p99=8.0, p50=4.0, queued=0.6))
+    got = found(healthy(), peers() + rtts, own=mine)
+    e = got["client:far-producer"].evidence
+    assert (e["brokers"], e["brokers_backlogged"]) == ([1, 2], [3])
+    # Half is enough (link_queued_share 0.5); just under it is judged.
+    at_half = own("far-producer", ALL, BROKERS, p99=8.0, p50=4.0, queued=0.5)
+    assert found(healthy(), peers() + rtts, own=at_half) == {}
+    under = own("far-producer", ALL, BROKERS, p99=8.0, p50=4.0, queued=0.49)
+    assert found(healthy(), peers() + rtts, own=under)["client:far-producer"].evidence[
+        "brokers"] == [1, 2, 3]
