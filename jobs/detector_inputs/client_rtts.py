@@ -26,12 +26,16 @@ from __future__ import annotations
 from typing import Iterable
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from detectors.slow_broker import ClientRttWindow, ProducerServerWindow, SlowBrokerSection
 from infra.lake import Lake
-from jobs.detector_inputs.slow_broker import _norm_api, _stages_in, _window_start
+from jobs.detector_inputs.slow_broker import (
+    _norm_api,
+    _stages_in,
+    _window_start,
+    gap_after_previous,
+)
 from jobs.detector_inputs.tables import TimeRange, silver_range, sorted_rows, table
 
 # A request the broker read within this long of finishing the one before on its connection
@@ -77,9 +81,7 @@ def read_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSecti
     # The request before each one on its connection (any API: the broker reads one
     # request of a connection at a time), within the same window, so a window's share does
     # not depend on what else was read with it (the window cache reads new windows alone).
-    conn = Window.partitionBy("cluster", "broker", "client_id", "remote_addr",
-                              "window_start_ms").orderBy("ts_ms", "correlation_id")
-    gap = (F.col("ts_ms") - F.col("total_ms")) - F.lag("ts_ms").over(conn)
+    gap = gap_after_previous("cluster", "broker", "client_id", "remote_addr", "window_start_ms")
     rows = (df.where(F.col("client_id").isin(*wanted))
             .withColumn("window_start_ms", _window_start(win))
             .where((F.col("window_start_ms") >= r.start_ms)

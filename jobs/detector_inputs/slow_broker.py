@@ -89,6 +89,15 @@ def _window_start(window_ms: int) -> Column:
     return F.col("ts_ms") - F.pmod(F.col("ts_ms"), F.lit(window_ms))
 
 
+def gap_after_previous(*connection: str) -> Column:
+    """Per request line, the ms from the broker answering the request before it on its
+    connection (`connection`: the columns that make one) to this one's arrival (its line's
+    time minus its TotalTime); null for the first. The broker reads a connection's next
+    request only once it has answered the one before."""
+    conn = Window.partitionBy(*connection).orderBy("ts_ms", "correlation_id")
+    return (F.col("ts_ms") - F.col("total_ms")) - F.lag("ts_ms").over(conn)
+
+
 def _p99_columns() -> list[str]:
     return [f"{s}_p99_ms" for s in ("total", *STAGES)]
 
@@ -270,9 +279,7 @@ def read_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSec
     df = _stages_in(spark, lake, r.back(FOLLOWER_GAP_SEED_S), stages)
     if df is None:
         return []
-    conn = Window.partitionBy("cluster", "broker", "fetch_replica_id", "remote_addr") \
-        .orderBy("ts_ms", "correlation_id")
-    gap = F.greatest((F.col("ts_ms") - F.col("total_ms")) - F.lag("ts_ms").over(conn),
+    gap = F.greatest(gap_after_previous("cluster", "broker", "fetch_replica_id", "remote_addr"),
                      F.lit(0.0))
     win = config.window_ms
     rows = (df.where((F.col("fetch_kind") == "follower") & F.col("fetch_replica_id").isNotNull())
