@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 Plan = LeadershipPlan | RestorePlan | CancelPlan | PagePlan
 QUARANTINE_SOURCE = "remediation_queue"
+# A change counts as shown when this many metadata reads in a row show it (LiveCluster.wait_for).
+CONFIRMING_READS = 3
 
 
 def wall_clock_ms() -> int:
@@ -336,16 +338,27 @@ class Executor:
         to_elect = [(m.topic, m.partition) for m in plan.moves
                     if m.elect and (m.topic, m.partition) in accepted]
 
-        def led_elsewhere() -> bool:
-            s = state()
-            return all(tp in s and s[tp].leader != b for tp in to_elect)
+        last: dict[tuple[str, int], Any] = {}
 
-        self.cluster.wait_for("the new replica orders", reordered, timeout)
+        def led_elsewhere() -> bool:
+            last.clear()
+            last.update(state())
+            return all(tp in last and last[tp].leader != b for tp in to_elect)
+
+        started = time.monotonic()
+        orders_shown = self.cluster.wait_for("the new replica orders", reordered, timeout,
+                                             reads=CONFIRMING_READS)
+        orders_s = time.monotonic() - started
+        # Elected even where the new orders did not show: those the controller has moved
+        # go, the rest stay with broker b and are reported below.
         elect_errors = {tp: e for tp, e in self.cluster.elect_preferred(to_elect).items() if e}
-        self.cluster.wait_for(f"leadership off broker {b}", led_elsewhere, timeout)
-        now = state()
+        self.cluster.wait_for(f"leadership off broker {b}", led_elsewhere, timeout,
+                              reads=CONFIRMING_READS)
+        now = last   # the read the wait ended on, not a new one a lagging broker may answer
         still_led = sorted(tp for tp in to_elect if tp in now and now[tp].leader == b)
         details = {
+            "replica_orders_shown": orders_shown,
+            "replica_orders_wait_s": round(orders_s, 1),
             "reorder_errors": [{"topic": t, "partition": p, "error": e}
                                for (t, p), e in sorted(reorder_errors.items())],
             "elect_errors": [{"topic": t, "partition": p, "error": e}
@@ -357,7 +370,10 @@ class Executor:
         if reorder_errors or still_led:
             return False, (f"moved leadership of {moved} of {len(to_elect)} partition(s) off "
                            f"broker {b}; {len(reorder_errors)} reorder error(s), "
-                           f"{len(still_led)} still led by it"), details
+                           f"{len(still_led)} still led by it"
+                           + ("" if orders_shown else
+                              f"; the new replica orders had not shown after {orders_s:.0f} s")
+                           ), details
         return True, (f"moved leadership of {moved} partition(s) off broker {b} and made it "
                       f"last in {len(accepted)} replica list(s)"), details
 

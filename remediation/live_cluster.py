@@ -174,13 +174,30 @@ class LiveCluster:
         return {(x.topic, x.partition): (None if x.error is None else str(x.error))
                 for x in res.topic_partitions}
 
-    def wait_for(self, what: str, predicate: Callable[[], bool], timeout_s: float) -> bool:
-        """Poll until `predicate` holds; False (not an exception) at the timeout."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if predicate():
-                return True
-            if time.monotonic() > deadline:
-                log.warning("gave up waiting for %s after %.0f s", what, timeout_s)
-                return False
-            time.sleep(0.5)
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout_s: float,
+                 reads: int = 1) -> bool:
+        """Poll until `predicate` holds on `reads` polls in a row (poll_until_held)."""
+        return poll_until_held(what, predicate, timeout_s, reads)
+
+
+def poll_until_held(what: str, predicate: Callable[[], bool], timeout_s: float, reads: int = 1,
+                    *, interval_s: float = 0.5,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Poll until `predicate` holds on `reads` polls in a row; False (not an exception) at
+    the timeout.
+
+    More than one read where the predicate looks at metadata: each read is answered by
+    whichever broker the Admin client picks, and a broker still replaying the metadata log
+    answers with the state before the change (a CI run saw a leadership move hold on one
+    read and not on the next, 29 partitions at once, on a loaded machine)."""
+    deadline = clock() + timeout_s
+    held = 0
+    while True:
+        held = held + 1 if predicate() else 0
+        if held >= reads:
+            return True
+        if clock() > deadline:
+            log.warning("gave up waiting for %s after %.0f s", what, timeout_s)
+            return False
+        sleep(interval_s)
