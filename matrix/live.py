@@ -190,6 +190,21 @@ class MatrixSession(LiveDemo):
         return dest
 
 
+def topology_config(config, topology: Topology):
+    """The demo's configuration on `topology`'s cluster, with a lake of its own
+    (<work_dir>/demo/lake-<topology>): the one Spark session of a matrix run outlives each
+    topology's queries, and its state-store maintenance can still write to a stopped
+    query's checkpoint after the next topology's preflight removed the demo folder. In
+    the demo's one lake that left state files in a checkpoint without offsets, and the
+    next topology's silver query refused to start (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY,
+    seen at the 3b-1c to 5b-3c change)."""
+    from demo.settings import demo_config
+
+    cfg = demo_config(config)
+    lake = Path(cfg.storage_root).parent / f"lake-{topology.name}"
+    return cfg.with_overrides(**topology.overrides(), spark={"storage_root": str(lake)})
+
+
 def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPUS_DIR,
                settings: MatrixSettings | None = None, port: int = 0, meta: dict,
                out, on_result=None) -> list[ScenarioResult]:
@@ -197,7 +212,6 @@ def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPU
     `on_result(result)` after each."""
     from demo.lock import DemoLock
     from demo.preflight import preflight
-    from demo.settings import demo_config
 
     settings = settings or MatrixSettings()
     results: list[ScenarioResult] = []
@@ -209,7 +223,7 @@ def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPU
             topo = group[0].topology
             print(f"\n=== topology {name}: {topo.describe()}; {len(group)} scenario(s) ===",
                   file=out, flush=True)
-            cfg = demo_config(config).with_overrides(**topo.overrides())
+            cfg = topology_config(config, topo)
             preflight(cfg, port)
             session = MatrixSession(cfg, topo, group, settings=settings, port=port,
                                     corpus=corpus, meta=meta, out=out)

@@ -47,7 +47,8 @@ from demo.faults.offset_rewind import committed
 from infra.lake import Lake, register_tables
 from jobs.table_docs import cookbook_queries
 from tests.conftest import wait_until
-from tests.support.kmon_process import ctrl_c, kill9, kmon_env, log_tail, start_kmon
+from tests.support.kmon_process import (ctrl_c, kill9, kmon_env, log_tail,
+                                        request_logs_from_end, start_kmon)
 from tests.support.prom_tools import (
     ALERTMANAGER_BINARIES,
     PROMETHEUS_BINARIES,
@@ -284,6 +285,9 @@ def oncall(kafka_cluster, tmp_path_factory):
                                               "repeat_interval": "1h"}),
             work / "alertmanager")
         _create_topic(AdminClient({"bootstrap.servers": bootstrap}))
+        # The agents start at the request logs' ends: what the package's cluster logged
+        # for the tests before this one is not this scenario's.
+        request_logs_from_end(work / "agent-state", WATCH, kafka_cluster)
         kmon = start_kmon(["run", "--state-dir", str(work / "agent-state")], env, kmon_log)
         remembered = _workload(bootstrap)   # while kmon run starts
         exporter = f"127.0.0.1:{exporter_port}"

@@ -4,6 +4,7 @@ Integration tests that need the real command (its Spark JVM, its signal handling
 exit code) run it through these: `kmon_env` points it at a test's lake and local cluster,
 `start_kmon` starts it in its own process group with its output in a log file, `ctrl_c`
 stops it as Ctrl-C in a terminal would and `kill9` kills it outright.
+`request_logs_from_end` makes its agents start at the end of the request logs.
 """
 
 from __future__ import annotations
@@ -54,3 +55,26 @@ def log_tail(log: Path, chars: int = 3000) -> str:
         return log.read_text(errors="replace")[-chars:]
     except FileNotFoundError:
         return ""
+
+
+def request_logs_from_end(state_dir: Path, watch_cluster: str, cluster) -> dict[int, int]:
+    """Save the request-log agent's positions in `state_dir` (what `--state-dir` names) at
+    the end of each node's last complete request-log line, as the agent saves them, so the
+    agents start there; returns node id -> that offset.
+
+    The package's cluster has logged every integration test before the one starting kmon:
+    read from the start, a few hundred thousand lines cost minutes of agent and pipeline
+    time on 2 cores and are none of the test's business."""
+    from ingest.file_tailer import Position, PositionStore
+
+    starts, positions = {}, {}
+    for node in cluster.nodes:
+        with open(node.request_log, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65536))
+            tail = f.read()
+        starts[node.node_id] = size - len(tail) + tail.rfind(b"\n") + 1
+        positions[f"{watch_cluster}/{node.node_id}"] = Position(
+            os.stat(node.request_log).st_ino, starts[node.node_id])
+    PositionStore(Path(state_dir) / "request-log.json").save(positions)
+    return starts

@@ -89,3 +89,22 @@ def test_resume_refuses_a_file_that_is_not_a_live_result(live, tmp_path):
     assert command.run(None, None, record=False, port=0, command="c",
                        resume=tmp_path / "missing.json", out=out) == 2
     assert "missing.json" in out.getvalue()
+
+
+def test_each_topology_runs_on_a_lake_of_its_own():
+    """A stopped query's checkpoint may still be written by the run's Spark session after
+    the next topology's preflight cleared the demo folder: each topology's queries keep
+    their checkpoints under a lake of their own, never the one the demo or another
+    topology used."""
+    from kmon.config import load_config
+    from demo.settings import demo_config
+    from infra.lake import Lake
+    from matrix.scenarios import DEDICATED, FIVE, THREE
+
+    config = load_config()
+    configs = {t.name: matrix.live.topology_config(config, t) for t in (THREE, FIVE, DEDICATED)}
+    checkpoints = {Lake(c.storage_root).checkpoint("silver") for c in configs.values()}
+    assert len(checkpoints) == 3
+    assert Lake(demo_config(config).storage_root).checkpoint("silver") not in checkpoints
+    assert configs["5b-3c"].local_cluster.brokers == 5
+    assert configs["3b+1dc"].local_cluster.dedicated_controllers == 1
