@@ -266,8 +266,14 @@ def create_topics(bootstrap: str, topics: list, timeout_s: float = 60) -> None:
 
 
 def _topics_served(admin, topics: list) -> bool:
-    """Every topic listed with its partitions, each with a leader."""
-    md = admin.list_topics(timeout=5)
+    """Every topic listed with its partitions, each with a leader; False while a metadata
+    request times out (a loaded broker), so the caller asks again until its deadline."""
+    from confluent_kafka import KafkaException
+
+    try:
+        md = admin.list_topics(timeout=5)
+    except KafkaException:
+        return False
     for t in topics:
         got = md.topics.get(t.topic)
         if got is None or got.error is not None:

@@ -378,3 +378,36 @@ def test_leader_and_isr_is_no_leader_while_the_metadata_lacks_the_partition():
     part = NS(leader=2, isrs=[3, 1, 2])
     assert leader_and_isr(admin({"sessions": NS(partitions={0: part})}), "sessions") == (2, [1, 2, 3])
     assert leader_and_isr(admin({"sessions": NS(partitions={0: part})}), "sessions", 1) == (-1, [])
+
+
+def test_a_topic_counts_as_served_once_every_partition_has_a_leader_and_a_timeout_is_not_yet():
+    """create_topics waits on this: a metadata request that times out on a loaded broker
+    means 'ask again', not an error that ends the wait."""
+    from types import SimpleNamespace as NS
+
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    from demo.workload import _topics_served
+
+    class Admin:
+        def __init__(self, *answers):
+            self.answers = list(answers)
+
+        def list_topics(self, timeout):
+            a = self.answers.pop(0)
+            if isinstance(a, Exception):
+                raise a
+            return a
+
+    def md(**leaders):
+        return NS(topics={t: NS(error=None, partitions={i: NS(leader=x) for i, x in enumerate(ls)})
+                          for t, ls in leaders.items()})
+
+    topics = [NewTopic("orders", 2, 1)]
+    timeout = KafkaException(KafkaError(KafkaError._TIMED_OUT))
+    assert not _topics_served(Admin(timeout), topics)
+    assert not _topics_served(Admin(md(orders=[1, -1])), topics)
+    assert not _topics_served(Admin(md(orders=[1])), topics)
+    assert not _topics_served(Admin(md(clicks=[1, 2])), topics)
+    assert _topics_served(Admin(md(orders=[1, 2])), topics)
