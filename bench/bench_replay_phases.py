@@ -4,6 +4,7 @@ files through the real agents, then the pipeline) and score (the detectors evalu
 them has to cut.
 
 Run: .kmon/venv/bin/python -m bench.bench_replay_phases [--scenarios a,b,c] [--step-s 20]
+     [--conf spark.key=value ...]
 
 Each recording is prepared and then scored in one Spark session, one step after the
 other. CI overlaps the next recording's preparation with this one's scoring instead, so
@@ -52,7 +53,14 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"recordings to replay, in order (default {DEFAULT_SCENARIOS})")
     ap.add_argument("--step-s", type=float, default=20.0,
                     help="recorded seconds between evaluations (default 20, as CI)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting on top of CI's (spark.extra_conf), e.g. "
+                         "spark.sql.adaptive.enabled=false; repeat for more")
     args = ap.parse_args(argv)
+    bad = [c for c in args.conf if "=" not in c]
+    if bad:
+        ap.error(f"--conf takes KEY=VALUE, not {bad[0]!r}")
+    extra = dict(c.split("=", 1) for c in args.conf)
 
     from infra.spark_session import build_spark_session
     from kmon.config import load_config
@@ -62,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     # As CI's session (tests/conftest.py kmon_config).
     config = load_config().with_overrides(spark={"storage_root": str(root / "lake"),
                                                  "shuffle_partitions": 2,
-                                                 "driver_memory": "4g"})
+                                                 "driver_memory": "4g",
+                                                 "extra_conf": extra})
     spark = build_spark_session(config)
     empty = EmptyLakes(spark, root / "empty-lakes")
     runs = []
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     save("replay-phases", {**machine_header("replay_phases", "bench.bench_replay_phases", argv),
-                           "step_s": args.step_s, "runs": runs})
+                           "step_s": args.step_s, "conf": extra, "runs": runs})
 
 
 if __name__ == "__main__":
