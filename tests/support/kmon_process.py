@@ -66,6 +66,7 @@ def request_logs_from_end(state_dir: Path, watch_cluster: str, cluster) -> dict[
     read from the start, a few hundred thousand lines cost minutes of agent and pipeline
     time on 2 cores and are none of the test's business."""
     from ingest.file_tailer import Position, PositionStore
+    from ingest.request_log_agent import RequestLogSource
 
     starts, positions = {}, {}
     for node in cluster.nodes:
@@ -74,7 +75,8 @@ def request_logs_from_end(state_dir: Path, watch_cluster: str, cluster) -> dict[
             f.seek(max(0, size - 65536))
             tail = f.read()
         starts[node.node_id] = size - len(tail) + tail.rfind(b"\n") + 1
-        positions[f"{watch_cluster}/{node.node_id}"] = Position(
-            os.stat(node.request_log).st_ino, starts[node.node_id])
+        source = RequestLogSource(watch_cluster, node.node_id, Path(node.request_log))
+        positions[source.name] = Position(os.stat(node.request_log).st_ino,
+                                          starts[node.node_id])
     PositionStore(Path(state_dir) / "request-log.json").save(positions)
     return starts
