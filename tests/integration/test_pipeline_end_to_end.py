@@ -159,6 +159,13 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     def silver_rows() -> int:
         return rows(silver_path)
 
+    def produce_brokers() -> set[int]:
+        path = lake.table("gold", "request_stages_1m")
+        if not os.path.isdir(os.path.join(path, "_delta_log")):
+            return set()
+        return {r["broker"] for r in spark.read.format("delta").load(path)
+                .where("cluster = 'e2e' AND api = 'Produce'").select("broker").distinct().collect()}
+
     def running(count) -> int:
         """`count()` while both children run; one that exited fails the wait at once with
         its log (a dead job used to look like a slow one for the whole timeout)."""
@@ -194,9 +201,11 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
         before = silver_rows()
         wait_for(lambda: silver_rows() > before, "silver rows after the restart")
         # A 1-minute gold window closes only once event time passes its end plus the
-        # lateness bound (120 s): on a fast run the job was stopped before any had closed.
-        wait_for(lambda: rows(lake.table("gold", "request_stages_1m")) > 0,
-                 "a closed gold request_stages_1m window")
+        # lateness bound (120 s). The agents start at the logs' ends, so the first window to
+        # close can hold only the followers' fetches: wait for the produced minutes, a
+        # closed Produce window on every broker.
+        wait_for(lambda: produce_brokers() == {n.node_id for n in kafka_cluster.nodes},
+                 "a closed gold request_stages_1m Produce window on every broker")
         time.sleep(5)
         assert ctrl_c(agents) == 0, (logs / "agents.log").read_text()[-3000:]
         assert ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
