@@ -61,20 +61,25 @@ class Acc:
         self.sums = [0.0] * 8
         self.maxes = [0.0] * 8
         self.hists: list[dict[int, int]] = [{} for _ in range(8)]
-        self.clients: dict[str, list] = {}     # client -> [requests, slow, max, hist]
+        # client -> [requests, slow sends, max send, send hist, Produce: TotalTime hist
+        # (None for other APIs), requests that followed one on their connection, queued]
+        self.clients: dict[str, list] = {}
         self.picker = ExemplarPicker(limits)
 
 
 class Part:
     """The lines of one window not emitted yet: its first emission or a late delta."""
 
-    __slots__ = ("start", "emission", "first_pos", "last_pos", "accs", "followers")
+    __slots__ = ("start", "emission", "first_pos", "last_pos", "accs", "followers",
+                 "client_conns")
 
     def __init__(self, start: int, emission: int, pos: int):
         self.start, self.emission = start, emission
         self.first_pos = self.last_pos = pos
         self.accs: dict[str, Acc] = {}
         self.followers: dict[int, list] = {}   # replica -> [requests, max gap, max send, hist]
+        # (client, remote address) -> ts_ms of the last line on that connection in this part
+        self.client_conns: dict[tuple, float] = {}
 
 
 def count_stages(sums: list, maxes: list, hists: list, t: float, rq: float, lc: float,
@@ -183,15 +188,13 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
     else:
         keep = set(clients)
     out = []
-    other = [0, 0, 0.0, {}]
+    other = [0, 0, 0.0, {}, None, 0, 0]
     for cid in sorted(clients):
-        requests, slow, send_max, hist = clients[cid]
+        requests, slow, send_max, hist, total, followed, queued = clients[cid]
         if cid in keep:
-            ids, counts = _arrays(hist)
             out.append(Output("client_send_windows", {
-                **common, "key": acc.key, "api": acc.api,
-                "client_id": cid, "clients": 1, "requests": requests, "slow_sends": slow,
-                "send_max_ms": send_max, "send_buckets": ids, "send_counts": counts,
+                **common, "key": acc.key, "api": acc.api, "client_id": cid, "clients": 1,
+                **_client_columns(requests, slow, send_max, hist, total, followed, queued),
                 "record_id": f"{wid}:client={cid}"}))
             continue
         other[0] += requests
@@ -199,15 +202,30 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
         other[2] = max(other[2], send_max)
         for b, c in hist.items():
             other[3][b] = other[3].get(b, 0) + c
+        if total is not None:
+            merged = other[4] = other[4] if other[4] is not None else {}
+            for b, c in total.items():
+                merged[b] = merged.get(b, 0) + c
+        other[5] += followed
+        other[6] += queued
     folded = len(clients) - len(keep)
     if folded:
-        ids, counts = _arrays(other[3])
         out.append(Output("client_send_windows", {
-            **common, "key": acc.key, "api": acc.api,
-            "client_id": None, "clients": folded, "requests": other[0],
-            "slow_sends": other[1], "send_max_ms": other[2], "send_buckets": ids,
-            "send_counts": counts, "record_id": f"{wid}:other"}))
+            **common, "key": acc.key, "api": acc.api, "client_id": None, "clients": folded,
+            **_client_columns(*other), "record_id": f"{wid}:other"}))
     return out, folded
+
+
+def _client_columns(requests: int, slow: int, send_max: float, hist: dict,
+                    total: dict | None, followed: int, queued: int) -> dict:
+    """A client row's counts; the Produce columns null for other APIs."""
+    ids, counts = _arrays(hist)
+    produce = total is not None
+    t_ids, t_counts = _arrays(total) if produce else (None, None)
+    return {"requests": requests, "slow_sends": slow, "send_max_ms": send_max,
+            "send_buckets": ids, "send_counts": counts,
+            "total_buckets": t_ids, "total_counts": t_counts,
+            "followed": followed if produce else None, "queued": queued if produce else None}
 
 
 def exemplar_records(agg, exemplars, wid: str) -> list[Output]:

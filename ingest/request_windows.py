@@ -25,7 +25,13 @@ gives for one broker, in file order, and ships per window instead (a window reco
   `send_threshold_ms`, the send_ms histogram and max; for the `top_clients` busiest
   clients of the key's window plus every client with a slow send, the rest summed in one
   record with client_id None (a request without a client id counts as ``(none)``, as in
-  jobs/detector_inputs/client_sends.py).
+  jobs/detector_inputs/client_sends.py). For Produce keys also the TotalTime histogram,
+  and how many of the requests followed another on their connection (client id, remote
+  address) in the window (``followed``) and how many of those the broker read within
+  QUEUED_GAP_MS of answering the one before (``queued``: they had waited in the socket);
+  what jobs/detector_inputs/client_rtts.py `read_producer_times` computes from raw rows
+  for the slow-link rule. A late delta starts its connections afresh: its first request
+  on each is not counted as following one.
 - ``request_exemplars``: the selected requests whole (ingest/request_exemplars.py).
 
 Emission. A window is emitted when the broker's newest ts_ms (the watermark) reaches its
@@ -75,9 +81,11 @@ from __future__ import annotations
 
 from collections import deque
 
+from core.latency_histogram import bucket_of
 from ingest.request_exemplars import ExemplarLimits
 from ingest.request_window_records import (FILE_SHIFT, STAGES, STREAMS, Acc, Output, Part,
                                            count_stages, part_outputs)
+from schemas.client_send_windows import QUEUED_GAP_MS
 
 __all__ = ["STAGES", "STREAMS", "Output", "WindowAggregator", "request_key"]
 
@@ -216,15 +224,34 @@ class WindowAggregator:
             f[3][sb] = f[3].get(sb, 0) + 1
         elif not controller and key is not FETCH_FOLLOWER:
             cid = rec["client_id"]
-            c = acc.clients.get(cid if cid is not None else NO_CLIENT)
+            name = cid if cid is not None else NO_CLIENT
+            c = acc.clients.get(name)
             if c is None:
-                c = acc.clients[cid if cid is not None else NO_CLIENT] = [0, 0, 0.0, {}]
+                c = acc.clients[name] = [0, 0, 0.0, {}, None, 0, 0]
             c[0] += 1
             if sd >= self.send_threshold_ms:
                 c[1] += 1
             if sd > c[2]:
                 c[2] = sd
             c[3][sb] = c[3].get(sb, 0) + 1
+            # The client's connection (any API): when the broker answered the request before
+            # on it in this window, for a Produce request's wait in the socket (below).
+            addr = rec["remote_addr"]
+            prev = None
+            if addr is not None:
+                conns = part.client_conns
+                prev = conns.get((name, addr))
+                conns[(name, addr)] = ts
+            if api == "Produce":
+                th = c[4]
+                if th is None:
+                    th = c[4] = {}
+                b = bucket_of(t)
+                th[b] = th.get(b, 0) + 1
+                if prev is not None:
+                    c[5] += 1
+                    if (ts - t) - prev <= QUEUED_GAP_MS:
+                        c[6] += 1
 
         picker = acc.picker
         sampled = ((offset + inode) * 2654435761) & 0xFFFFFFFF < self._sample_cut  # sample_hash

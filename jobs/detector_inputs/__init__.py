@@ -74,6 +74,7 @@ from jobs.detector_inputs.request_windows import (
     read_window_baselines,
     read_window_client_sends,
     read_window_follower_fetches,
+    read_window_producer_times,
     read_window_stage_windows,
 )
 from jobs.detector_inputs.compaction import (
@@ -365,11 +366,15 @@ def _baseline_chain(x: _Reading) -> None:
 
 
 def _client_rtt_chain(x: _Reading) -> None:
-    """The producers' round trips, in the request-log windows mode (in the full mode they
-    are read beside their own Produce requests' times, `_request_stage_chain`)."""
+    """The producers' round trips, then their own Produce requests' times from the edge's
+    client rows, in the request-log windows mode (in the full mode both are read beside
+    the stage windows, `_request_stage_chain`)."""
     if x.windows_mode:
         x.out.client_rtts = x.by_window("client_rtts", lambda sub: read_client_rtts(
             x.spark, x.lake, x.config.slow_broker, sub))
+        producers = {c.client_id for c in x.out.client_rtts if c.client_type == "producer"}
+        x.out.producer_times = x.by_window("producer_times", lambda sub: (
+            read_window_producer_times(x.spark, x.lake, x.config.slow_broker, sub, producers)))
 
 
 def _partition_signal_chain(x: _Reading) -> None:

@@ -17,8 +17,11 @@ count and TotalTime p99 and p50 of its Produce requests, the broker's side of it
 trips, and the share of them that had waited in the socket (read within QUEUED_GAP_MS of
 the broker finishing the request before on the same connection, remote_addr; none where
 the address is not known): time the client's round trip holds and no TotalTime does. In
-the request-log windows mode the lake keeps no per-client stage times: none are read, and
-the rule takes the broker's TP99 instead (client_links.py).
+the request-log windows mode the agents count the same per client at the edge
+(silver.client_send_windows, Produce rows): jobs/detector_inputs/request_windows.py
+`read_window_producer_times`. A producer the edge folded into its window's "other" row
+(not among the busiest, no slow send) has none there, and the rule takes the broker's TP99
+for it (client_links.py).
 """
 
 from __future__ import annotations
@@ -37,13 +40,7 @@ from jobs.detector_inputs.slow_broker import (
     gap_after_previous,
 )
 from jobs.detector_inputs.tables import TimeRange, silver_range, sorted_rows, table
-
-# A request the broker read within this long of finishing the one before on its connection
-# had been waiting in the socket: the broker reads a connection's next request only once
-# it has answered the one before. 2 ms covers the request log's millisecond timestamps
-# (the arrival is the line's time minus its TotalTime); an idle producer's next request
-# comes its linger.ms or more later.
-QUEUED_GAP_MS = 2.0
+from schemas.client_send_windows import QUEUED_GAP_MS
 
 
 def read_client_rtts(spark: SparkSession, lake: Lake, config: SlowBrokerSection,

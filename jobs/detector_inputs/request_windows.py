@@ -33,9 +33,18 @@ percentiles within the bucket scheme's 2 % (core/latency_histogram.py).
   on their own rows and sums the rest in one row (client_id null), which is left out
   here: it holds no client the rules could name. Unlike the per-request read, every row
   of the range is returned: they are few.
+- `ProducerServerWindow` <- silver.client_send_windows, Produce rows of the producers
+  with round trips (the slow-link rule's own-request times, client_rtts.py
+  `read_producer_times` from raw rows): per window, broker and client, every Produce key
+  and emission merged, the requests, the TotalTime p50 and p99 of the merged histogram
+  and the share of the requests that followed another on their connection that had
+  waited in the socket (counted at the edge, QUEUED_GAP_MS). A producer folded into the
+  edge's "other" row has none: the rule then takes the broker's TP99 for it.
 """
 
 from __future__ import annotations
+
+from typing import Iterable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +53,7 @@ from detectors.slow_broker import (
     ClientSendWindow,
     FollowerFetchWindow,
     LatencyBaseline,
+    ProducerServerWindow,
     RequestStageWindow,
     SlowBrokerSection,
 )
@@ -51,7 +61,8 @@ from infra.lake import Lake
 from jobs.detector_inputs.client_sends import threshold_column
 from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
                                               baselines_from_minutes)
-from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, table
+from jobs.detector_inputs.tables import (TimeRange, gold_windows, silver_range, sorted_rows,
+                                         table)
 from jobs.gold_windows import OWN_TIME_P99
 from jobs.histogram_sql import bucket_value_sql, stage_percentiles
 
@@ -176,6 +187,34 @@ def read_window_client_sends(spark: SparkSession, lake: Lake, config: SlowBroker
         out += _send_rows(replicas, ["cluster", "ts_ms", "broker", "api", "client_id"], config,
                           follower=True)
     return out
+
+
+def read_window_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                               r: TimeRange, producers: Iterable[str]
+                               ) -> list[ProducerServerWindow]:
+    """The given producers' own Produce requests per closed window, broker and client
+    (module docstring), as client_rtts.read_producer_times gives them from raw rows."""
+    wanted = sorted(set(producers))
+    clients = table(spark, lake, "silver", "client_send_windows") if wanted else None
+    if clients is None:
+        return []
+    group = ["cluster", "ts_ms", "broker", "client_id"]
+    rows = (stage_percentiles(
+        _closed_windows(clients, r)
+        .where(F.col("client_id").isin(*wanted) & (_norm_api() == "produce")
+               & (F.col("window_ms") == config.window_ms) & F.col("followed").isNotNull()),
+        group, ("total",), (0.5, 0.99), totals=("requests", "followed", "queued"),
+        sum_and_max=False, keep_histograms=False)
+        .select(*group, "requests", "followed", "queued", "total_p50_ms", "total_p99_ms")
+        .collect())
+    return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
+                                 broker=int(x["broker"]), client_id=x["client_id"],
+                                 requests=int(x["requests"]),
+                                 total_p99_ms=float(x["total_p99_ms"] or 0.0),
+                                 total_p50_ms=float(x["total_p50_ms"] or 0.0),
+                                 queued_share=(x["queued"] / x["followed"] if x["followed"]
+                                               else None))
+            for x in sorted_rows(rows, group)]
 
 
 def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection,

@@ -124,6 +124,58 @@ def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, k
             assert abs(got - want[stage]) <= ALPHA * want[stage] * (1 + 1e-9), (r, stage)
 
 
+def test_producer_times_are_the_raw_lines_own_times_and_queued_shares(spark, lake, kmon_config):
+    """The slow-link rule's own-request times in the windows mode (counted at the edge,
+    merged in Spark) against the raw lines, computed as the full mode's read does: per
+    window, broker and producer the Produce requests and the share of those following
+    another on their connection (any API, same window) that the broker read within
+    QUEUED_GAP_MS of answering it, exactly; the TotalTime p50 and p99 within 2 %."""
+    from collections import defaultdict
+
+    from infra.lake import Lake
+    from jobs.detector_inputs.request_windows import read_window_producer_times
+    from jobs.detector_inputs.tables import TimeRange
+    from schemas.client_send_windows import QUEUED_GAP_MS
+
+    root, _ = lake
+    sb = kmon_config.slow_broker
+    win = sb.window_ms
+    lines = list(_client_lines(recordings(names=[RECORDING])[0].path))
+    producers = {r["client_id"] for _, r in lines if r["api"] == "Produce"}
+    conns = defaultdict(list)
+    for broker, r in lines:
+        if r["client_id"] in producers:
+            conns[(broker, r["client_id"], r["remote_addr"],
+                   r["ts_ms"] - r["ts_ms"] % win)].append(r)
+    exact: dict = defaultdict(lambda: [0, 0, []])
+    for (broker, client, addr, start), rows in conns.items():
+        rows.sort(key=lambda r: (r["ts_ms"], r["correlation_id"]))
+        prev = None
+        for r in rows:
+            gap = None if prev is None or addr is None else (r["ts_ms"] - r["total_ms"]) - prev
+            prev = r["ts_ms"]
+            if r["api"] == "Produce":
+                e = exact[(broker, start, client)]
+                e[2].append(r["total_ms"])
+                if gap is not None:
+                    e[0] += 1
+                    e[1] += gap <= QUEUED_GAP_MS
+    start = min(w for _, w, _ in exact)
+    end = max(w for _, w, _ in exact) + win
+    got = read_window_producer_times(spark, Lake(root), sb, TimeRange(start, end), producers)
+    assert {(x.broker, x.window_start_ms, x.client_id) for x in got} == set(exact)
+    queued = 0
+    for x in got:
+        followed, n_queued, totals = exact[(x.broker, x.window_start_ms, x.client_id)]
+        totals.sort()
+        assert x.requests == len(totals)
+        assert x.queued_share == (n_queued / followed if followed else None), x
+        assert _within(x.total_p99_ms, _nearest_rank(totals, 0.99)), x
+        assert _within(x.total_p50_ms, _nearest_rank(totals, 0.5)), x
+        queued += n_queued
+    assert queued and len(producers) > 1
+
+
 def _exact_minutes(rec_path) -> dict[tuple, dict[str, list[float]]]:
     """Per (broker, request key, minute start): each stage's values from the raw
     request-log lines (client traffic), sorted."""

@@ -262,6 +262,83 @@ def test_client_sends_keep_the_busiest_and_every_slow_client_and_fold_the_rest()
     assert sum(c["requests"] for c in clients) == w["requests"]   # replica fetch left out
 
 
+def test_a_producers_queued_requests_are_counted_on_its_connection_within_the_window():
+    # One producer connection: (completion ts, total): arrivals 0, 1 and 40 ms after the
+    # answer before; a Metadata request on it counts as the one before; another address is
+    # its own connection; the first request of the next window follows none.
+    a, b = "10.0.0.9:5000", "10.0.0.9:6000"
+    recs = [record(1_000, total=5.0, remote_addr=a),                     # first: not followed
+            record(1_010, total=10.0, remote_addr=a),                    # arrived 1,000: 0 ms
+            record(1_020, total=9.0, remote_addr=a),                     # 1,011: 1 ms, queued
+            record(1_030, api="Metadata", total=1.0, remote_addr=a),
+            record(1_100, total=30.0, remote_addr=a),                    # 1,070: 40 ms
+            record(1_200, total=3.0, remote_addr=b),                     # first on b
+            record(1_300, total=4.0, remote_addr=None),                  # address unknown
+            record(10_005, total=4.0, remote_addr=a)]                    # next window: first
+    clients = stream(run(numbered(recs), lateness_ms=0), "client_send_windows")
+    (w1,) = [c for c in clients if c["ts_ms"] == 0 and c["api"] == "Produce"]
+    assert (w1["requests"], w1["followed"], w1["queued"]) == (6, 3, 2)
+    assert sum(w1["total_counts"]) == 6
+    assert Histogram.from_arrays(w1["total_buckets"], w1["total_counts"]) == Histogram.of(
+        [5.0, 10.0, 9.0, 30.0, 3.0, 4.0])
+    (meta,) = [c for c in clients if c["api"] == "Metadata"]
+    assert meta["total_buckets"] is None and meta["followed"] is None and meta["queued"] is None
+    (w2,) = [c for c in clients if c["ts_ms"] == 10_000]
+    assert (w2["requests"], w2["followed"], w2["queued"]) == (1, 0, 0)
+
+
+def direct_producer_windows(recs: list[dict], window_ms: int) -> dict:
+    """jobs/detector_inputs/client_rtts.py read_producer_times, in plain Python: per
+    connection (client, address) and window, ordered by (ts_ms, correlation_id), any API;
+    per window and producer its Produce requests, those that followed one on their
+    connection, those read within QUEUED_GAP_MS, and their TotalTimes."""
+    from schemas.client_send_windows import QUEUED_GAP_MS
+
+    producers = {r["client_id"] for r in recs if r["api"] == "Produce"
+                 and not r["is_controller_traffic"]}
+    conns = defaultdict(list)
+    for r in recs:
+        if r["client_id"] in producers:
+            conns[(r["client_id"], r["remote_addr"],
+                   r["ts_ms"] - r["ts_ms"] % window_ms)].append(r)
+    out: dict = {}
+    for (client, addr, start), rows in conns.items():
+        rows.sort(key=lambda r: (r["ts_ms"], r["correlation_id"]))
+        prev = None
+        for r in rows:
+            gap = None if prev is None or addr is None else (r["ts_ms"] - r["total_ms"]) - prev
+            prev = r["ts_ms"]
+            if r["api"] != "Produce":
+                continue
+            n, followed, queued, totals = out.get((client, start), (0, 0, 0, []))
+            out[(client, start)] = (n + 1, followed + (gap is not None),
+                                    queued + (gap is not None and gap <= QUEUED_GAP_MS),
+                                    totals + [r["total_ms"]])
+    return out
+
+
+def test_producer_queued_shares_equal_the_direct_computation_on_captured_lines():
+    pairs = corpus_records(3000)
+    for window_ms in (10_000, 1_000):
+        clients = stream(run(pairs, window_ms=window_ms, lateness_ms=0, top_clients=1000),
+                         "client_send_windows")
+        got: dict = {}
+        for c in clients:
+            if c["api"] != "Produce":
+                continue
+            k = (c["client_id"], c["ts_ms"])
+            n, followed, queued, h = got.get(k, (0, 0, 0, Histogram()))
+            got[k] = (n + c["requests"], followed + c["followed"], queued + c["queued"],
+                      h.merge(Histogram.from_arrays(c["total_buckets"], c["total_counts"])))
+        want = direct_producer_windows([r for r, _ in pairs], window_ms)
+        assert set(got) == set(want)
+        for k, (n, followed, queued, totals) in want.items():
+            assert got[k][:3] == (n, followed, queued), k
+            assert got[k][3] == Histogram.of(totals)
+        assert any(q for _, _, q, _ in want.values()) and \
+            any(f > q for _, f, q, _ in want.values())
+
+
 # ---- exemplars ----------------------------------------------------------------------------
 
 def exemplar_recs(n: int = 400) -> list[dict]:
