@@ -12,8 +12,9 @@ the client's statistics documents in the window (silver.client_stats, scope brok
 p99 of 0 (or none) means the client sent that broker nothing in the interval
 (librdkafka's window is empty) and is left out. The broker's side is what the broker
 took for that client's own Produce requests (`ProducerServerWindow`: their TotalTime p99
-and p50, from the request log); where those are not known (the request-log windows mode
-keeps no per-client stage times) it is the window's Produce stage row, the broker's
+and p50, from the request log, or in the request-log windows mode from the agents'
+per-client rows); where those are not known (a producer the windows mode's agent folded
+into its "other" row) it is the window's Produce stage row, the broker's
 TotalTime TP99 over every client's Produce requests, for both (an upper bound of the
 median). That TP99 understates an acks=all producer's wait whenever the leader waits on
 a follower and most of its Produce requests are acks=1: in the live matrix
