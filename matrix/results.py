@@ -4,6 +4,7 @@ docs/matrix.md, generated from the newest live and replay results."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -18,8 +19,6 @@ DOC = REPO / "docs" / "matrix.md"
 
 
 def machine() -> dict:
-    import os
-
     return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform()}
 
@@ -51,6 +50,9 @@ def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore]
     tmp.write_text(json.dumps({"mode": mode, "command": command, "date": stamp,
                                "commit": commit() if at_commit is None else at_commit,
                                "machine": machine(),
+                               # configuration set from the environment (kmon.config)
+                               "env": {k: v for k, v in sorted(os.environ.items())
+                                       if k.startswith("KMON__")},
                                "detect_within_s": DETECT_WITHIN_S,
                                "classes": class_table(scores), **extra, "scenarios": rows},
                               indent=2, default=str))
