@@ -12,7 +12,8 @@ non-internal topic. It sends one record per partition to stream ``partition_offs
 
 Each poll is a fresh snapshot, so nothing is saved between polls: a failed flush is
 counted and logged and the next poll sends newer values. Partitions of topics that no
-longer exist are left out; a partition whose listing fails is counted in
+longer exist are left out; a partition whose listing fails (an error, a timeout, or an
+answer without an offset) is counted in
 ``kmon_agent_source_errors_total{kind="list_offsets"}`` and tried again next poll. A
 partition whose record cannot be built or sent from what the cluster answered goes to
 ``quarantine`` (source ``partition_offsets``, reason ``parser_exception:<type>: <message>``,
@@ -177,9 +178,18 @@ class PartitionOffsetsAgent:
         wait_s = self.request_timeout_s + 5
         for tp, fut in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = fut.result(timeout=wait_s).offset
+                offset = fut.result(timeout=wait_s).offset
             except Exception as e:  # noqa: BLE001 - KafkaException or a timeout, per partition
                 self._error("list_offsets", f"{tp.topic}-{tp.partition}", e)
+                continue
+            if offset < 0:
+                # No offset in the answer (librdkafka's OFFSET_INVALID, -1001): seen in the
+                # matrix for every partition led by a broker that was restarting. A failed
+                # listing, not a record (silver would quarantine it as negative_offset).
+                self._error("list_offsets", f"{tp.topic}-{tp.partition}",
+                            ValueError(f"no offset in the answer ({offset})"))
+                continue
+            out[(tp.topic, tp.partition)] = offset
         return out
 
     def run(self, stop: threading.Event, interval_s: float = DEFAULT_INTERVAL_S) -> None:

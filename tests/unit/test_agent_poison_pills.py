@@ -341,6 +341,28 @@ def test_partition_whose_record_raises_is_quarantined_and_the_others_published(m
     assert exceptions(registry, "end-offsets", "partition_offsets", "TypeError") == 1
 
 
+def test_a_partition_listed_without_an_offset_is_a_listing_error_not_a_record():
+    # librdkafka answers OFFSET_INVALID (-1001) for the partitions of a restarting leader
+    # (throttled-cleaner-3b's recording, live): counted and left out, tried next poll.
+    class NoOffsetForLeader2(FakeAdmin):
+        def list_offsets(self, specs, request_timeout):
+            got = super().list_offsets(specs, request_timeout)
+            bad = SimpleNamespace(result=lambda timeout: SimpleNamespace(offset=-1001))
+            return {tp: bad if tp.partition == 1 else fut for tp, fut in got.items()}
+
+    sink, registry = RecordingSink(), CollectorRegistry()
+    agent = PartitionOffsetsAgent("c", {"bootstrap.servers": "unused:9092"}, sink,
+                                  AgentMetrics(registry, "end-offsets"), clock=Clock(),
+                                  include_all_topics=True)
+    agent._admin = NoOffsetForLeader2()
+    assert agent.poll_once() == 1
+    assert [(r["partition"], r["earliest_offset"], r["latest_offset"])
+            for r in sink.records("partition_offsets")] == [(0, 0, 100)]
+    assert sink.records("quarantine") == []
+    assert registry.get_sample_value("kmon_agent_source_errors_total",
+                                     {"agent": "end-offsets", "kind": "list_offsets"}) == 2
+
+
 # ---- client statistics hook -------------------------------------------------------------
 
 def test_stats_document_the_parser_raises_on_is_quarantined_and_the_others_published(
