@@ -188,7 +188,7 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
     else:
         keep = set(clients)
     out = []
-    other = [0, 0, 0.0, {}, None, 0, 0]
+    other = [0, 0, 0.0, {}, {} if acc.api == "Produce" else None, 0, 0]
     for cid in sorted(clients):
         requests, slow, send_max, hist, total, followed, queued = clients[cid]
         if cid in keep:
@@ -200,12 +200,9 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
         other[0] += requests
         other[1] += slow
         other[2] = max(other[2], send_max)
-        for b, c in hist.items():
-            other[3][b] = other[3].get(b, 0) + c
+        _add_counts(other[3], hist)
         if total is not None:
-            merged = other[4] = other[4] if other[4] is not None else {}
-            for b, c in total.items():
-                merged[b] = merged.get(b, 0) + c
+            _add_counts(other[4], total)
         other[5] += followed
         other[6] += queued
     folded = len(clients) - len(keep)
@@ -214,6 +211,11 @@ def client_records(agg, acc, wid: str, common: dict) -> tuple[list[Output], int]
             **common, "key": acc.key, "api": acc.api, "client_id": None, "clients": folded,
             **_client_columns(*other), "record_id": f"{wid}:other"}))
     return out, folded
+
+
+def _add_counts(into: dict[int, int], hist: dict[int, int]) -> None:
+    for b, c in hist.items():
+        into[b] = into.get(b, 0) + c
 
 
 def _client_columns(requests: int, slow: int, send_max: float, hist: dict,

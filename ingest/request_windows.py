@@ -227,7 +227,7 @@ class WindowAggregator:
             name = cid if cid is not None else NO_CLIENT
             c = acc.clients.get(name)
             if c is None:
-                c = acc.clients[name] = [0, 0, 0.0, {}, None, 0, 0]
+                c = acc.clients[name] = [0, 0, 0.0, {}, {} if api == "Produce" else None, 0, 0]
             c[0] += 1
             if sd >= self.send_threshold_ms:
                 c[1] += 1
@@ -242,10 +242,8 @@ class WindowAggregator:
                 conns = part.client_conns
                 prev = conns.get((name, addr))
                 conns[(name, addr)] = ts
-            if api == "Produce":
-                th = c[4]
-                if th is None:
-                    th = c[4] = {}
+            th = c[4]
+            if th is not None:   # a Produce key's client
                 b = bucket_of(t)
                 th[b] = th.get(b, 0) + 1
                 if prev is not None:

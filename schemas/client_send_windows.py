@@ -78,7 +78,7 @@ COLUMNS = {
                      sum_and_max=False),
     "followed": "Produce rows: requests that followed another of the client's on the same "
                 "connection (remote address) in the window; null on other APIs' rows",
-    "queued": "Produce rows: of those, requests the broker read within 2 ms of answering the "
-              "one before on the connection (they had waited in the socket)",
+    "queued": f"Produce rows: of those, requests the broker read within {QUEUED_GAP_MS:g} ms of "
+              "answering the one before on the connection (they had waited in the socket)",
     "ts": "Window start as a timestamp (derived from ts_ms)",
 }

@@ -92,6 +92,13 @@ def read_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSecti
                  F.sum(F.when(F.col("gap_ms") <= QUEUED_GAP_MS, 1).otherwise(0))
                  .alias("queued"))
             .collect())
+    return producer_windows_from(rows)
+
+
+def producer_windows_from(rows: Iterable) -> list[ProducerServerWindow]:
+    """Collected rows of (cluster, window_start_ms, broker, client_id, requests, total_p
+    [p50, p99], followed, queued) as ProducerServerWindows, in window order; the windows
+    mode's read (request_windows.py) gives the same columns."""
     return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
                                  broker=int(x["broker"]), client_id=x["client_id"],
                                  requests=int(x["requests"]),

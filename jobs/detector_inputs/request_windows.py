@@ -58,11 +58,11 @@ from detectors.slow_broker import (
     SlowBrokerSection,
 )
 from infra.lake import Lake
+from jobs.detector_inputs.client_rtts import producer_windows_from
 from jobs.detector_inputs.client_sends import threshold_column
 from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
                                               baselines_from_minutes)
-from jobs.detector_inputs.tables import (TimeRange, gold_windows, silver_range, sorted_rows,
-                                         table)
+from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, table
 from jobs.gold_windows import OWN_TIME_P99
 from jobs.histogram_sql import bucket_value_sql, stage_percentiles
 
@@ -205,16 +205,11 @@ def read_window_producer_times(spark: SparkSession, lake: Lake, config: SlowBrok
                & (F.col("window_ms") == config.window_ms) & F.col("followed").isNotNull()),
         group, ("total",), (0.5, 0.99), totals=("requests", "followed", "queued"),
         sum_and_max=False, keep_histograms=False)
-        .select(*group, "requests", "followed", "queued", "total_p50_ms", "total_p99_ms")
+        .select("cluster", F.col("ts_ms").alias("window_start_ms"), "broker", "client_id",
+                "requests", "followed", "queued",
+                F.array("total_p50_ms", "total_p99_ms").alias("total_p"))
         .collect())
-    return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
-                                 broker=int(x["broker"]), client_id=x["client_id"],
-                                 requests=int(x["requests"]),
-                                 total_p99_ms=float(x["total_p99_ms"] or 0.0),
-                                 total_p50_ms=float(x["total_p50_ms"] or 0.0),
-                                 queued_share=(x["queued"] / x["followed"] if x["followed"]
-                                               else None))
-            for x in sorted_rows(rows, group)]
+    return producer_windows_from(rows)
 
 
 def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection,

@@ -149,22 +149,25 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     lake = Lake(lake_root)
     silver_path = lake.table("silver", "request_stages")
 
-    def rows(path: str) -> int:
-        # Only a table not created yet counts as empty: a read that fails otherwise fails
-        # the test with its own error instead of looking like a slow job.
+    def e2e_rows(path: str):
+        """The table's rows of this test's cluster; None while the table is not created.
+        Only that counts as empty: a read that fails otherwise fails the test with its own
+        error instead of looking like a slow job."""
         if not os.path.isdir(os.path.join(path, "_delta_log")):
-            return 0
-        return spark.read.format("delta").load(path).where("cluster = 'e2e'").count()
+            return None
+        return spark.read.format("delta").load(path).where("cluster = 'e2e'")
+
+    def rows(path: str) -> int:
+        df = e2e_rows(path)
+        return 0 if df is None else df.count()
 
     def silver_rows() -> int:
         return rows(silver_path)
 
     def produce_brokers() -> set[int]:
-        path = lake.table("gold", "request_stages_1m")
-        if not os.path.isdir(os.path.join(path, "_delta_log")):
-            return set()
-        return {r["broker"] for r in spark.read.format("delta").load(path)
-                .where("cluster = 'e2e' AND api = 'Produce'").select("broker").distinct().collect()}
+        df = e2e_rows(lake.table("gold", "request_stages_1m"))
+        return set() if df is None else {
+            r["broker"] for r in df.where("api = 'Produce'").select("broker").distinct().collect()}
 
     def running(count) -> int:
         """`count()` while both children run; one that exited fails the wait at once with

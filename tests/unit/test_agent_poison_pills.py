@@ -315,6 +315,16 @@ class FakeAdmin:
                 for tp, spec in specs.items()}
 
 
+def offsets_agent_on(admin) -> tuple[PartitionOffsetsAgent, RecordingSink, CollectorRegistry]:
+    """A PartitionOffsetsAgent of every topic, answered by `admin`; its sink and registry."""
+    sink, registry = RecordingSink(), CollectorRegistry()
+    agent = PartitionOffsetsAgent("c", {"bootstrap.servers": "unused:9092"}, sink,
+                                  AgentMetrics(registry, "end-offsets"), clock=Clock(),
+                                  include_all_topics=True)
+    agent._admin = admin
+    return agent, sink, registry
+
+
 def test_partition_whose_record_raises_is_quarantined_and_the_others_published(monkeypatch):
     build = partition_offsets_agent.partition_offsets_record
 
@@ -324,11 +334,7 @@ def test_partition_whose_record_raises_is_quarantined_and_the_others_published(m
         return build(cluster, ts_ms, topic, partition, *args)
 
     monkeypatch.setattr(partition_offsets_agent, "partition_offsets_record", build_or_raise)
-    sink, registry = RecordingSink(), CollectorRegistry()
-    agent = PartitionOffsetsAgent("c", {"bootstrap.servers": "unused:9092"}, sink,
-                                  AgentMetrics(registry, "end-offsets"), clock=Clock(),
-                                  include_all_topics=True)
-    agent._admin = FakeAdmin()
+    agent, sink, registry = offsets_agent_on(FakeAdmin())
     assert agent.poll_once() == 1
     [q] = sink.records("quarantine")
     assert (q["source"], q["reason"]) == (
@@ -350,11 +356,7 @@ def test_a_partition_listed_without_an_offset_is_a_listing_error_not_a_record():
             bad = SimpleNamespace(result=lambda timeout: SimpleNamespace(offset=-1001))
             return {tp: bad if tp.partition == 1 else fut for tp, fut in got.items()}
 
-    sink, registry = RecordingSink(), CollectorRegistry()
-    agent = PartitionOffsetsAgent("c", {"bootstrap.servers": "unused:9092"}, sink,
-                                  AgentMetrics(registry, "end-offsets"), clock=Clock(),
-                                  include_all_topics=True)
-    agent._admin = NoOffsetForLeader2()
+    agent, sink, registry = offsets_agent_on(NoOffsetForLeader2())
     assert agent.poll_once() == 1
     assert [(r["partition"], r["earliest_offset"], r["latest_offset"])
             for r in sink.records("partition_offsets")] == [(0, 0, 100)]
