@@ -30,7 +30,8 @@ REPLAY_ACTION = "(replay: no queue)"   # the action column: no decision step in 
 
 
 def capture(lake_landing: Path, outcomes: list[FaultOutcome], start_ms: int, end_ms: int,
-            topic_configs: list[dict], dest: Path = CAPTURE_DIR, out=sys.stdout) -> Path:
+            topic_configs: list[dict], dest: Path = CAPTURE_DIR, out=sys.stdout, *,
+            request_log_mode: str = "windows") -> Path:
     """Keep a demo run's telemetry, small, for `kmon demo --replay`.
 
     Every stream's landing files are kept gzipped, except request_stages (by far the
@@ -57,6 +58,7 @@ def capture(lake_landing: Path, outcomes: list[FaultOutcome], start_ms: int, end
                            compresslevel=9) as g:
                 g.writelines(lines)
     manifest = {"start_ms": start_ms, "end_ms": end_ms, "topic_configs": topic_configs,
+                "request_log_mode": request_log_mode,
                 "faults": [{"name": o.name, "started_ms": o.started_ms,
                             "until_ms": o.detected_ms or end_ms} for o in outcomes]}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -70,13 +72,18 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
     from infra.lake import Lake
     from infra.spark_session import build_spark_session
     from jobs.pipeline import Pipeline
+    from jobs.streams import streams_for
 
     manifest = load_manifest()
     root = config.work_dir / "demo-replay"
     shutil.rmtree(root, ignore_errors=True)
     # The live demo's settings (its cleaner backoff, no 10-s stage table, its resolve
     # time), so the replay judges the capture by the same rules the run that made it did.
-    config = demo_config(config).with_overrides(spark={"storage_root": str(root / "lake")})
+    # The request-log mode of the run that made the capture (its streams): the capture kept
+    # before the manifest named it holds a request_stages record per request ("full").
+    config = demo_config(config).with_overrides(
+        spark={"storage_root": str(root / "lake")},
+        request_log={"mode": manifest.get("request_log_mode", "full")})
     lake = Lake(config.storage_root)
     p = Progress(4, out)
     p.step(f"copying the captured telemetry ({size_mb(CAPTURE_DIR):.1f} MB, "
@@ -86,7 +93,8 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
     p.step("starting Spark with Delta; every query once over the captured telemetry")
     spark = build_spark_session(config)
     try:
-        Pipeline(spark, lake, config.pipeline).process_available()
+        Pipeline(spark, lake, config.pipeline,
+                 streams=streams_for(config.request_log.mode)).process_available()
         tracker = replay_detectors(spark, lake, config, manifest, step_s or REPLAY_STEP_S, p, out)
         outcomes = replayed_outcomes(manifest, tracker)
         p.step("summary (times are detector time on complete data, not pipeline latency)")

@@ -74,6 +74,8 @@ class Pipeline:
     settings: object                      # kmon.config.PipelineSection
     kafka_options: dict[str, str] | None = None   # Spark Kafka source options (source=kafka)
     topic_prefix: str = "kmon."
+    # The full request-log mode's streams; `kmon run` and the replays pass
+    # streams_for(config.request_log.mode) (the windows mode, by default, adds four).
     streams: tuple[Stream, ...] = streams_for("full")
     on_batch: Callable[[dict], None] | None = None  # silver batch stats, e.g. to the exporter
     extra_queries: list[Callable[[dict | None], object]] = field(default_factory=list)

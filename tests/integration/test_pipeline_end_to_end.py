@@ -140,7 +140,11 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     # gold window shows two of their micro-batches after event time passes its lateness
     # bound (one moves the watermark, the next writes the window), up to two minutes of
     # two Spark drivers on 2 cores waiting for it.
-    env = kmon_env(kafka_cluster, lake_root, overrides={"KMON__PIPELINE__SLOW_TRIGGER_S": "10"})
+    # The full request-log mode: this test follows every request line into silver (the
+    # windows mode's own count of every line across a kill -9 is
+    # tests/unit/test_request_log_agent_windows.py's).
+    env = kmon_env(kafka_cluster, lake_root, overrides={"KMON__PIPELINE__SLOW_TRIGGER_S": "10",
+                                                        "KMON__REQUEST_LOG__MODE": "full"})
     state = tmp_path / "agent-state"
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -231,7 +231,15 @@ def metric_records() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def lake(spark, kmon_config, tmp_path_factory) -> Lake:
+def full_config(kmon_config):
+    """The full request-log mode: this module's telemetry is request_stages records, one per
+    request, as the agents ship them in that mode (the windows mode's reads:
+    tests/spark/test_request_windows_pipeline.py)."""
+    return kmon_config.with_overrides(request_log={"mode": "full"})
+
+
+@pytest.fixture(scope="module")
+def lake(spark, full_config, tmp_path_factory) -> Lake:
     lake = Lake(str(tmp_path_factory.mktemp("detect") / "lake"))
     sink = LandingSink(lake.landing_root, "test")
     for name, records in (("request_stages", request_records()),
@@ -245,7 +253,7 @@ def lake(spark, kmon_config, tmp_path_factory) -> Lake:
     # client_offset_events is left out: a table that does not exist yields no input.
     streams = tuple(stream(s) for s in ("request_stages", "log_events", "offset_commits",
                                         "partition_offsets", QUARANTINE))
-    Pipeline(spark, lake, kmon_config.pipeline, streams=streams).process_available()
+    Pipeline(spark, lake, full_config.pipeline, streams=streams).process_available()
     quarantined = spark.read.format("delta").load(lake.table("silver", QUARANTINE)).count()
     assert quarantined == 0
     write_silver_broker_metrics(spark, lake, metric_records())
@@ -269,8 +277,8 @@ def write_silver_broker_metrics(spark, lake: Lake, records: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def findings_a(spark, lake, kmon_config):
-    return evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_a")
+def findings_a(spark, lake, full_config):
+    return evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_a")
 
 
 def _one(findings, type_, entity):
@@ -285,8 +293,8 @@ def _table_rows(spark, lake, table):
 
 # --- tests ------------------------------------------------------------------------------------
 
-def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
-    inputs = read_inputs(spark, lake, kmon_config, NOW_A - 300_000, NOW_A)
+def test_inputs_are_aggregated_in_spark(spark, lake, full_config):
+    inputs = read_inputs(spark, lake, full_config, NOW_A - 300_000, NOW_A)
     # Closed windows of three brokers' Produce and Fetch (and broker 1's OffsetCommit lines),
     # nothing past NOW_A (the closing record's window is later).
     assert {(w.broker, w.api) for w in inputs.stage_windows} == {
@@ -324,12 +332,12 @@ def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
     assert [(g.broker, g.dead_thread_count) for g in dead] == [(2, 1)]
 
 
-def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config):
+def test_a_producers_own_requests_per_window_and_broker(spark, lake, full_config):
     """The slow-link rule's broker side (read_producer_times): the producers asked for
     only, whole windows of the range, the p99 and p50 of their own Produce TotalTime."""
     from jobs.detector_inputs import read_producer_times
 
-    sb = kmon_config.slow_broker
+    sb = full_config.slow_broker
     r = TimeRange(T0, END)
     got = read_producer_times(spark, lake, sb, r, {"producer-acks-all", "nobody"})
     assert {((x.window_start_ms - T0) // W, x.broker): (x.client_id, x.requests, x.total_p99_ms,
@@ -348,7 +356,7 @@ def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config
                                {"producer-acks-all"}) == [], "no whole window in the range"
 
 
-def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_config):
+def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, full_config):
     """The live detector's window cache in the full mode (window_cache.py; here reading
     20 s again of a 60 s range, as the lake holds 60 s): evaluated every 10 s across the
     slow windows, then once past the last telemetry, the per-window reads give what whole
@@ -358,8 +366,8 @@ def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_con
     cache = WindowReadCache(reread_s=20)
     first = SLOW_FROM + 3_000
     for now in (first, first + W, first + 2 * W, END + W + 3_000):
-        cached = read_inputs(spark, lake, kmon_config, now - 60_000, now, window_cache=cache)
-        whole = read_inputs(spark, lake, kmon_config, now - 60_000, now)
+        cached = read_inputs(spark, lake, full_config, now - 60_000, now, window_cache=cache)
+        whole = read_inputs(spark, lake, full_config, now - 60_000, now)
         for name in ("stage_windows", "follower_fetches", "client_rtts", "producer_times"):
             assert sorted(map(repr, getattr(cached, name))) == sorted(
                 map(repr, getattr(whole, name))), (name, now - T0)
@@ -369,15 +377,15 @@ def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_con
 
 
 def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
-        spark, lake, kmon_config, tmp_path):
+        spark, lake, full_config, tmp_path):
     """A lake with silver but no gold.request_stages_10s (pipeline.fast_stage_table = false,
     or the 10-s query a trigger behind): the detector gets the same windows from silver."""
     silver_only = tmp_path / "lake"
     silver_only.mkdir()
     (silver_only / "silver").symlink_to(Path(lake.root) / "silver")
     r = TimeRange(NOW_A - 300_000, NOW_A)
-    settle = kmon_config.pipeline.fast_watermark_s * 1000
-    sb = kmon_config.slow_broker
+    settle = full_config.pipeline.fast_watermark_s * 1000
+    sb = full_config.slow_broker
     from_gold = read_stage_windows(spark, lake, sb, r, settle)
     # Produce in the six windows; follower fetches from 2 s before T0, so one window more;
     # the OffsetCommit lines in the first two.
@@ -496,32 +504,32 @@ def test_unclean_election_and_its_effects_are_one_incident(findings_a):
     assert dead.cause == "cleaner_dead"
 
 
-def test_rows_hold_the_finding_and_read_back_the_same(spark, lake, kmon_config, findings_a):
+def test_rows_hold_the_finding_and_read_back_the_same(spark, lake, full_config, findings_a):
     table = _table_rows(spark, lake, "anomalies_a")
     assert table.schema == ANOMALY_SCHEMA
     assert table.count() == len(findings_a)
     row = table.where(F.col("entity") == "broker:1").first()
     assert json.loads(row["evidence_json"])["slow_follower"] == "broker:3"
     assert row["date"] == dt.date(2026, 1, 1)
-    back = read_findings(spark, lake.table("gold", "anomalies_a"), NOW_A, kmon_config)
+    back = read_findings(spark, lake.table("gold", "anomalies_a"), NOW_A, full_config)
     assert {f.finding_id: f.to_row() for f in back} == {f.finding_id: f.to_row()
                                                         for f in findings_a}
 
 
 def test_evaluating_again_adds_no_rows_and_a_signal_gone_long_enough_resolves(
-        spark, lake, kmon_config):
-    first = evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_d")
+        spark, lake, full_config):
+    first = evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_d")
     path = lake.table("gold", "anomalies_d")
     version = DeltaTable.forPath(spark, path).history(1).first()["version"]
-    again = evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_d")
+    again = evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_d")
     assert [f.to_row() for f in again] == [f.to_row() for f in first]
     # Nothing changed: nothing was written.
     assert DeltaTable.forPath(spark, path).history(1).first()["version"] == version
     assert _table_rows(spark, lake, "anomalies_d").count() == len(first)
 
-    resolve_after_ms = int(kmon_config.findings.resolve_after_s * 1000)
+    resolve_after_ms = int(full_config.findings.resolve_after_s * 1000)
     later = END + resolve_after_ms
-    evaluate(spark, lake, kmon_config, later, 300, table="anomalies_d")
+    evaluate(spark, lake, full_config, later, 300, table="anomalies_d")
     rows = {(r["type"], r["entity"]): r for r in _table_rows(spark, lake, "anomalies_d").collect()}
     assert len(rows) == len(first)
     for entity in ("broker:1", "broker:3"):
@@ -531,44 +539,44 @@ def test_evaluating_again_adds_no_rows_and_a_signal_gone_long_enough_resolves(
     assert rows[("unclean_election", "unclean-t-0")]["status"] == "open"
 
 
-def test_carrying_the_last_result_reads_what_the_table_holds(spark, lake, kmon_config):
+def test_carrying_the_last_result_reads_what_the_table_holds(spark, lake, full_config):
     # The detector query starts each evaluation from the last one's result (carried)
     # instead of reading the table back: after a first sighting and after a resolution,
     # what it carries is what the table would give, row for row.
     path = lake.table("gold", "anomalies_c")
-    chain_ms = int(kmon_config.correlation.chain_window_s * 1000)
-    later = END + int(kmon_config.findings.resolve_after_s * 1000)
+    chain_ms = int(full_config.correlation.chain_window_s * 1000)
+    later = END + int(full_config.findings.resolve_after_s * 1000)
 
     def same(carried, now_ms):
-        back = read_findings(spark, path, now_ms, kmon_config)
+        back = read_findings(spark, path, now_ms, full_config)
         assert back, now_ms
         assert ({f.finding_id: f.to_row() for f in carried_findings(carried, now_ms,
-                                                                     kmon_config)}
+                                                                     full_config)}
                 == {f.finding_id: f.to_row() for f in back}), now_ms
 
-    first = evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_c")
+    first = evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_c")
     same(first, later)
-    carried = evaluate(spark, lake, kmon_config, later, 300, table="anomalies_c",
+    carried = evaluate(spark, lake, full_config, later, 300, table="anomalies_c",
                        previous=first)
     assert any(f.status is Status.RESOLVED for f in carried)
     for now_ms in (later, later + chain_ms + 1):    # resolved ones leave the carry in step
         same(carried, now_ms)
 
 
-def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, kmon_config, findings_a):
+def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, full_config, findings_a):
     start, end = T0, END + 300_000
-    replayed = replay(spark, lake, kmon_config, start, end, 180, lookback_s=300,
+    replayed = replay(spark, lake, full_config, start, end, 180, lookback_s=300,
                       table="anomalies_r")
     assert {f.finding_id for f in replayed} == {f.finding_id for f in findings_a}
     rows = sorted(tuple(r) for r in _table_rows(spark, lake, "anomalies_r").collect())
-    again = replay(spark, lake, kmon_config, start, end, 180, lookback_s=300,
+    again = replay(spark, lake, full_config, start, end, 180, lookback_s=300,
                    table="anomalies_r")
     assert [f.to_row() for f in again] == [f.to_row() for f in replayed]
     assert sorted(tuple(r) for r in _table_rows(spark, lake, "anomalies_r").collect()) == rows
 
 
 def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
-        spark, lake, kmon_config, findings_a):
+        spark, lake, full_config, findings_a):
     calls, background = [], []
 
     def on_findings(findings, now_ms):
@@ -579,7 +587,7 @@ def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
         # The write-behind: after the hand-over, before the MERGE.
         background.append((findings, now_ms, _table_rows(spark, lake, "anomalies_q").count()))
 
-    query = start_detector_query(spark, lake, kmon_config, {"availableNow": True},
+    query = start_detector_query(spark, lake, full_config, {"availableNow": True},
                                  on_findings, clock=lambda: NOW_A, lookback_s=300,
                                  table="anomalies_q", query_name="detect_anomalies_test",
                                  in_background=in_background)
@@ -595,7 +603,7 @@ def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
 
 
 def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
-        spark, lake, kmon_config, findings_a):
+        spark, lake, full_config, findings_a):
     """On a processing-time trigger each tick's MERGE runs while the next tick reads; the
     writes stay in order (one at a time) and stop() leaves the table holding the last
     evaluation's rows. Each tick first waits for fresh data (`wait_for_data`, silver's
@@ -611,7 +619,7 @@ def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
         order.append("wait")
         return 0.25
 
-    query = start_detector_query(spark, lake, kmon_config, {"processingTime": "1 second"},
+    query = start_detector_query(spark, lake, full_config, {"processingTime": "1 second"},
                                  lambda findings, now_ms: ticks.append(now_ms),
                                  clock=clock, lookback_s=300,
                                  table="anomalies_w", query_name="detect_anomalies_wb",
