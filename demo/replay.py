@@ -31,7 +31,7 @@ REPLAY_ACTION = "(replay: no queue)"   # the action column: no decision step in 
 
 def capture(lake_landing: Path, outcomes: list[FaultOutcome], start_ms: int, end_ms: int,
             topic_configs: list[dict], dest: Path = CAPTURE_DIR, out=sys.stdout, *,
-            request_log_mode: str = "full") -> Path:
+            request_log_mode: str) -> Path:
     """Keep a demo run's telemetry, small, for `kmon demo --replay`.
 
     Every stream's landing files are kept gzipped, except request_stages (by far the

@@ -75,7 +75,7 @@ class Pipeline:
     kafka_options: dict[str, str] | None = None   # Spark Kafka source options (source=kafka)
     topic_prefix: str = "kmon."
     # The full request-log mode's streams; `kmon run` and the replays pass
-    # streams_for(config.request_log.mode) (the windows mode, by default, adds four).
+    # streams_for(config.request_log.mode) (the windows mode adds four).
     streams: tuple[Stream, ...] = streams_for("full")
     on_batch: Callable[[dict], None] | None = None  # silver batch stats, e.g. to the exporter
     extra_queries: list[Callable[[dict | None], object]] = field(default_factory=list)

@@ -24,9 +24,9 @@ What it costs: a late delta or row that reaches silver more than `reread_s` afte
 window started, while newer windows of its cluster were already read (one broker's
 agent behind the others), is not in the live detector's view of that window (it is in
 silver, gold and the report; the agent sends deltas only for lines later than its own
-`request_log.lateness_s`, 2 s by default). A range that is not the continuation of the last one (a
-restart, a clock jump, a gap of more than `reread_s` between evaluations, another window
-length) is read whole. The corpus replays (`kmon matrix replay`, the corpus tests) step
+`request_log.lateness_s`, 2 s by default). A range that is not the continuation of the
+last one (a restart, a clock jump, a gap of more than `reread_s` between evaluations,
+another window length) is read whole. The corpus replays (`kmon matrix replay`, the corpus tests) step
 through each recording with a cache of their own, as the live detector does.
 """
 
