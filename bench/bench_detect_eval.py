@@ -37,7 +37,10 @@ READS = ("request_stage_rows", "read_stage_windows", "read_client_sends", "read_
          "read_commit_requests",
          "read_memberships", "read_partition_offsets", "read_meter_ticks",
          "read_cleaner_gauges", "read_cleaner_runs", "read_partition_sizes", "read_client_rtts",
-         "read_producer_times")
+         "read_producer_times",
+         # the request-log windows mode's (KMON__REQUEST_LOG__MODE=windows)
+         "read_window_stage_windows", "read_window_client_sends",
+         "read_window_follower_windows", "read_window_baselines", "read_window_producer_times")
 
 
 def main() -> int:

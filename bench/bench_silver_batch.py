@@ -1,9 +1,13 @@
 """Where a silver micro-batch spends its time, on the demo's own telemetry.
 
 Run: .kmon/venv/bin/python -m bench.bench_silver_batch [--batch-seconds 60] [--batches 6]
+     [--recording freeze-short-5b --mode windows]
 
 Input: the telemetry captured from a four-fault demo run (demo/capture/landing: ~210,000
-records over 680 s from three brokers, the replay mode's input). The bench cuts each
+records over 680 s from three brokers, the replay mode's input), or with `--recording`
+a fault-matrix recording (tests/corpus/<name>) whose recorded broker files go through the
+real request-log and broker-log agents in `--mode` (full: one record per request;
+windows: the edge's window streams), as its replay does. The bench cuts each
 stream into files of `--file-seconds` of event time (the agents flush about that often),
 dates them in event-time order, and runs the `silver` query (jobs/silver.py, the demo's
 streams, no bronze tables as in the demo) with availableNow over a fresh lake, reading
@@ -38,14 +42,23 @@ sys.path.insert(0, str(ROOT))
 CAPTURE = ROOT / "demo" / "capture" / "landing"
 
 
-def cut_capture(landing: Path, file_seconds: float) -> int:
-    """Write the capture as landing files of `file_seconds` each; return the file count."""
+def _lines(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        yield from f
+
+
+def cut_capture(landing: Path, file_seconds: float, source: Path = CAPTURE) -> int:
+    """Write the landing files under `source` (one folder per stream) as landing files of
+    `file_seconds` of event time each; return the file count."""
     files = 0
-    for gz in sorted(CAPTURE.glob("*/*.jsonl.gz")):
-        stream = gz.parent.name
+    by_stream: dict[str, list[Path]] = defaultdict(list)
+    for f in sorted(source.glob("*/*.jsonl*")):
+        by_stream[f.parent.name].append(f)
+    for stream, sources in sorted(by_stream.items()):
         chunks: dict[int, list[str]] = defaultdict(list)
-        with gzip.open(gz, "rt") as f:
-            for line in f:
+        for src in sources:
+            for line in _lines(src):
                 ts = json.loads(line).get("ts_ms") or 0
                 chunks[int(ts // (file_seconds * 1000))].append(line)
         out = landing / stream
@@ -58,6 +71,22 @@ def cut_capture(landing: Path, file_seconds: float) -> int:
             os.utime(path, (t, t))
             files += 1
     return files
+
+
+def recording_landing(name: str, mode: str, work: Path, config) -> Path:
+    """A corpus recording's landing folder as its live run would have written it in
+    request-log `mode`: its recorded streams copied, its broker files through the agents."""
+    from infra.lake import Lake
+    from matrix.corpus import recordings, replay_config, run_file_agents
+
+    rec = recordings(names=[name])[0]
+    root = work / "agents"
+    rconfig = replay_config(config, rec, root).with_overrides(request_log={"mode": mode})
+    lake = Lake(rconfig.storage_root)
+    for stream_dir in sorted((rec.path / "landing").iterdir()):
+        shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
+    run_file_agents(rconfig, lake, rec, root)
+    return Path(lake.landing_root)
 
 
 class PhaseLines(logging.Handler):
@@ -119,12 +148,18 @@ def main() -> None:
                     help="also print the Spark stages that took the most time (turns the UI on)")
     ap.add_argument("--keep", action="store_true", help="keep the bench lake and say where")
     ap.add_argument("--label", default="", help="what this run measures, kept in the result")
+    ap.add_argument("--recording", default=None,
+                    help="a fault-matrix recording (tests/corpus/NAME) instead of the demo "
+                         "capture")
+    ap.add_argument("--mode", choices=("full", "windows"), default="full",
+                    help="the request-log agents' mode for --recording (default full)")
     args = ap.parse_args()
 
     from infra.lake import Lake
     from infra.spark_session import build_spark_session
     from jobs import silver
     from jobs.pipeline import Pipeline
+    from jobs.streams import streams_for
     from kmon.config import load_config
 
     work = Path(tempfile.mkdtemp(prefix="kmon-bench-silver-"))
@@ -133,7 +168,10 @@ def main() -> None:
         os.environ["KMON__SPARK__UI_ENABLED"] = "true"
     config = load_config(None)
     landing = work / "lake" / "landing"
-    files = cut_capture(landing, args.file_seconds)
+    source = CAPTURE
+    if args.recording:
+        source = recording_landing(args.recording, args.mode, work, config)
+    files = cut_capture(landing, args.file_seconds, source)
     streams = sorted(p.name for p in landing.iterdir())
     per_batch = max(1, round(len(streams) * args.batch_seconds / args.file_seconds))
     # Keep the files the batches will read, so the query ends by itself (availableNow)
@@ -148,9 +186,9 @@ def main() -> None:
     lake = Lake(config.storage_root)
     settings = dataclasses.replace(config.pipeline, max_files_per_trigger=per_batch,
                                    bronze_tables=False, write_threads=args.write_threads)
-    pipe = Pipeline(spark, lake, settings)
+    pipe = Pipeline(spark, lake, settings,
+                    streams=tuple(s for s in streams_for(args.mode) if s.name in streams))
     group = next(g for g in pipe.groups() if g[0] == "silver")
-    pipe.streams = tuple(s for s in pipe.streams if s.name in streams)
     pipe.ensure_tables()
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
 
@@ -172,7 +210,8 @@ def main() -> None:
     print(f"{n} batches, {rows} rows in {elapsed:.1f} s wall: {rows / elapsed:.0f} rows/s")
     from bench.result_file import machine_header, save
     save("silver-batch", {**machine_header("silver_batch", "bench.bench_silver_batch", None),
-                          "label": args.label, "batches": n, "rows": rows,
+                          "label": args.label, "recording": args.recording or "demo capture",
+                          "mode": args.mode, "batches": n, "rows": rows,
                           "wall_s": round(elapsed, 1), "rows_per_s": round(rows / elapsed),
                           "batch_lines": handler.lines[:args.batches]})
     if args.stages:

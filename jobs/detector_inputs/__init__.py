@@ -73,7 +73,7 @@ from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
 from jobs.detector_inputs.request_windows import (
     read_window_baselines,
     read_window_client_sends,
-    read_window_follower_fetches,
+    read_window_follower_windows,
     read_window_producer_times,
     read_window_stage_windows,
 )
@@ -316,17 +316,23 @@ def _request_stage_chain(x: _Reading) -> None:
     spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
     windows = x.by_window
     if x.windows_mode:
+        clients: list[ClientSendWindow] = []
+
         def stage_windows() -> None:
             out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
                 spark, lake, sb, sub))
-            out.client_sends = windows("client_sends", lambda sub: read_window_client_sends(
+            clients.extend(windows("client_sends", lambda sub: read_window_client_sends(
+                spark, lake, sb, sub, followers=False)))
+
+        def window_followers() -> None:
+            # silver.follower_fetch_windows once for the fetches and the replicas' sends
+            both = windows("follower_windows", lambda sub: read_window_follower_windows(
                 spark, lake, sb, sub))
+            out.follower_fetches = [w for w in both if isinstance(w, FollowerFetchWindow)]
+            clients.extend(w for w in both if isinstance(w, ClientSendWindow))
 
-        def window_follower_fetches() -> None:
-            out.follower_fetches = windows("follower_fetches", lambda sub: (
-                read_window_follower_fetches(spark, lake, sb, sub)))
-
-        x.side_by_side(stage_windows, window_follower_fetches)
+        x.side_by_side(stage_windows, window_followers)
+        out.client_sends = clients
         return
     stages = out.timed("request_stages", lambda: request_stage_rows(
         spark, lake, r.back(FOLLOWER_GAP_SEED_S)))

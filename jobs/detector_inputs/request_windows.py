@@ -32,7 +32,8 @@ percentiles within the bucket scheme's 2 % (core/latency_histogram.py).
   busiest clients and every client with a slow send (at request_log.send_threshold_ms)
   on their own rows and sums the rest in one row (client_id null), which is left out
   here: it holds no client the rules could name. Unlike the per-request read, every row
-  of the range is returned: they are few.
+  of the range is returned: they are few. The replicas' rows and the `FollowerFetchWindow`s
+  come from one read and merge of follower_fetch_windows (`read_window_follower_windows`).
 - `ProducerServerWindow` <- silver.client_send_windows, Produce rows of the producers
   with round trips (the slow-link rule's own-request times, client_rtts.py
   `read_producer_times` from raw rows): per window, broker and client, every Produce key
@@ -150,25 +151,50 @@ def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSec
     return baselines_from_minutes(minutes, window_latency_column(config), config)
 
 
-def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                                 r: TimeRange) -> list[FollowerFetchWindow]:
+def read_window_follower_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                                 r: TimeRange) -> list[FollowerFetchWindow | ClientSendWindow]:
+    """silver.follower_fetch_windows read and merged once for both of its uses: per leader,
+    follower and closed window, the `FollowerFetchWindow` and, when the rules watch Fetch,
+    the replica's `ClientSendWindow` (``follower``). The two group the same rows the same
+    way; one read instead of two is a Delta scan and a merge less per evaluation."""
     df = table(spark, lake, "silver", "follower_fetch_windows")
     if df is None:
         return []
     group = ["cluster", "ts_ms", "broker", "follower"]
-    rows = stage_percentiles(
+    merged = stage_percentiles(
         _closed_windows(df, r).where(F.col("window_ms") == config.window_ms), group,
-        ("send",), P99, totals=("requests",), sum_and_max=False, keep_histograms=False,
-        extra={"max_gap": F.max("max_fetch_gap_ms")}).collect()
-    return [FollowerFetchWindow(
+        ("send",), P99, totals=("requests",), sum_and_max=False, keep_histograms=True,
+        extra={"max_gap": F.max("max_fetch_gap_ms")})
+    sends = "fetch" in _norm_names(config.watched_apis)
+    if sends:
+        merged = _with_slow_sends(merged.withColumn("api", F.lit("Fetch")), config)
+    rows = merged.select(*group, "requests", "max_gap", "send_p99_ms",
+                         *(["slow_requests"] if sends else [])).collect()
+    out: list[FollowerFetchWindow | ClientSendWindow] = [FollowerFetchWindow(
         cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), leader=int(x["broker"]),
         follower=int(x["follower"]), requests=int(x["requests"]),
         max_fetch_gap_ms=None if x["max_gap"] is None else float(x["max_gap"]),
         send_p99_ms=float(x["send_p99_ms"] or 0.0)) for x in rows]
+    if sends:
+        out += [ClientSendWindow(
+            cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), broker=int(x["broker"]),
+            client_id=f"broker-{int(x['follower'])}", requests=int(x["requests"]),
+            send_p99_ms=float(x["send_p99_ms"] or 0.0), api="Fetch",
+            slow_requests=int(x["slow_requests"] or 0), follower=True) for x in rows]
+    return out
+
+
+def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+                                 r: TimeRange) -> list[FollowerFetchWindow]:
+    return [w for w in read_window_follower_windows(spark, lake, config, r)
+            if isinstance(w, FollowerFetchWindow)]
 
 
 def read_window_client_sends(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                             r: TimeRange) -> list[ClientSendWindow]:
+                             r: TimeRange, *, followers: bool = True
+                             ) -> list[ClientSendWindow]:
+    """The clients' send windows and (unless `followers` is false: the caller has them
+    from `read_window_follower_windows`) the replicas'."""
     out: list[ClientSendWindow] = []
     clients = table(spark, lake, "silver", "client_send_windows")
     if clients is not None:
@@ -177,15 +203,9 @@ def read_window_client_sends(spark: SparkSession, lake: Lake, config: SlowBroker
                         & (F.col("window_ms") == config.window_ms)))
         out += _send_rows(named, ["cluster", "ts_ms", "broker", "api", "client_id"], config,
                           follower=False)
-    followers = table(spark, lake, "silver", "follower_fetch_windows")
-    if followers is not None and "fetch" in _norm_names(config.watched_apis):
-        replicas = (_closed_windows(followers, r)
-                    .where(F.col("window_ms") == config.window_ms)
-                    .withColumn("api", F.lit("Fetch"))
-                    .withColumn("client_id", F.concat(F.lit("broker-"),
-                                                      F.col("follower").cast("string"))))
-        out += _send_rows(replicas, ["cluster", "ts_ms", "broker", "api", "client_id"], config,
-                          follower=True)
+    if followers:
+        out += [w for w in read_window_follower_windows(spark, lake, config, r)
+                if isinstance(w, ClientSendWindow)]
     return out
 
 
@@ -212,14 +232,20 @@ def read_window_producer_times(spark: SparkSession, lake: Lake, config: SlowBrok
     return producer_windows_from(rows)
 
 
+def _with_slow_sends(merged: DataFrame, config: SlowBrokerSection) -> DataFrame:
+    """`slow_requests`: of a merged row's send-time histogram, the requests at or over its
+    API's threshold (the buckets whose value reaches it)."""
+    slow = F.expr("aggregate(zip_with(send_buckets, send_counts, (b, c) -> "
+                  f"IF({bucket_value_sql('b')} >= __threshold, c, 0L)), 0L, (a, x) -> a + x)")
+    return (merged.withColumn("__threshold", threshold_column(config))
+            .withColumn("slow_requests", slow).drop("__threshold"))
+
+
 def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection,
                follower: bool) -> list[ClientSendWindow]:
     merged = stage_percentiles(df, group, ("send",), P99, totals=("requests",),
                                sum_and_max=False, keep_histograms=True)
-    slow = F.expr("aggregate(zip_with(send_buckets, send_counts, (b, c) -> "
-                  f"IF({bucket_value_sql('b')} >= __threshold, c, 0L)), 0L, (a, x) -> a + x)")
-    rows = (merged.withColumn("__threshold", threshold_column(config))
-            .withColumn("slow_requests", slow)
+    rows = (_with_slow_sends(merged, config)
             .select(*group, "requests", "send_p99_ms", "slow_requests").collect())
     return [ClientSendWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
                              broker=int(x["broker"]), client_id=x["client_id"],

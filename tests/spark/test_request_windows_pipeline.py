@@ -383,6 +383,50 @@ def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
         assert "slowest" in g["kept_because"] or "slow" in g["kept_because"]
 
 
+def test_one_read_of_the_follower_windows_gives_the_fetches_and_the_replicas_sends(
+        spark, lake, kmon_config):
+    """silver.follower_fetch_windows is read once for both of its uses
+    (read_window_follower_windows): per leader, follower and window, a fetch window and
+    the replica's send window (client broker-<id>, API Fetch), each with the exact request
+    count of the raw lines, and the sends at or over the Fetch threshold counted from the
+    merged histogram: between the exact counts at the threshold +/- ALPHA. The threshold
+    is the raw follower sends' 99th percentile, so some windows have slow sends."""
+    import math
+    from collections import Counter
+
+    from core.latency_histogram import ALPHA
+    from detectors.slow_broker import ClientSendWindow, FollowerFetchWindow
+    from infra.lake import Lake
+    from jobs.detector_inputs.request_windows import read_window_follower_windows
+    from jobs.detector_inputs.tables import TimeRange
+
+    root, _ = lake
+    sends = [(b, r["fetch_replica_id"], r["ts_ms"] - r["ts_ms"] % 10_000, r["send_ms"])
+             for b, r in _client_lines(recordings(names=[RECORDING])[0].path)
+             if r["fetch_kind"] == "follower"]
+    times = sorted(x[3] for x in sends)
+    threshold = max(times[math.ceil(0.99 * len(times)) - 1], 0.01)
+    sb = dataclasses.replace(kmon_config.slow_broker, threshold_ms=threshold,
+                             api_threshold_ms={})
+    windows = sorted({w for _, _, w, _ in sends})
+    both = read_window_follower_windows(spark, Lake(root), sb,
+                                        TimeRange(windows[0], windows[-1] + 10_000))
+    fetches = {(x.leader, x.follower, x.window_start_ms): x for x in both
+               if isinstance(x, FollowerFetchWindow)}
+    replicas = {(x.broker, int(x.client_id.removeprefix("broker-")), x.window_start_ms): x
+                for x in both if isinstance(x, ClientSendWindow)}
+    requests = Counter((b, f, w) for b, f, w, _ in sends)
+    assert fetches.keys() == replicas.keys() == requests.keys()
+    low = Counter((b, f, w) for b, f, w, t in sends if t >= threshold * (1 + ALPHA))
+    high = Counter((b, f, w) for b, f, w, t in sends if t >= threshold * (1 - ALPHA))
+    for k, n in requests.items():
+        x = replicas[k]
+        assert fetches[k].requests == x.requests == n, k
+        assert (x.api, x.follower, x.send_p99_ms) == ("Fetch", True, fetches[k].send_p99_ms)
+        assert low[k] <= x.slow_requests <= high[k], (k, x.slow_requests, low[k], high[k])
+    assert sum(x.slow_requests for x in replicas.values()) > 0
+
+
 def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, kmon_config):
     """The live detector reads only the newest windows again and keeps the older ones
     (jobs/detector_inputs/window_cache.py): step by step over the recording, as the
