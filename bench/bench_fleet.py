@@ -13,8 +13,8 @@ the silver query, the gold queries of the windows mode, the detector query; Spar
 `local[2]` as configured) on a fresh lake, and plays the agents' part with
 bench/fleet_sim.py: the records of every broker's 10-s window are written beforehand
 (shapes from a real recording, 10,000 requests/s per broker) and each window is moved
-into the landing folder at its end plus the agent's 5 s lateness, on the wall clock, as
-the agents would send it. The detectors evaluate on the wall clock too, so the windows
+into the landing folder at its end plus the agents' lateness (request_log.lateness_s),
+on the wall clock, as the agents would send it. The detectors evaluate on the wall clock too, so the windows
 are stamped with the times they are delivered at.
 
 With faults (the default), from the 7th window on: broker 5 slow (600 ms more Local
@@ -56,7 +56,6 @@ from pathlib import Path
 from bench.fleet_sim import WINDOW_MS, Fault, FleetSim, templates_from_recording
 from bench.result_file import machine_header, save
 
-DELIVERY_DELAY_MS = 5_000        # the agent's lateness: a window goes out 5 s after its end
 FAULT_WINDOW = 6                 # faults start at the 7th window
 
 
@@ -164,7 +163,8 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
     late = []
     try:
         for w, d in enumerate(dirs):
-            due = (t0 + (w + 1) * WINDOW_MS + DELIVERY_DELAY_MS) / 1000
+            # a window goes out the agents' lateness after its end
+            due = (t0 + (w + 1) * WINDOW_MS + config.request_log.lateness_s * 1000) / 1000
             wait = due - time.time()
             if wait > 0:
                 time.sleep(wait)
