@@ -71,10 +71,16 @@ def _commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
 
 
 def _poison(request_log: Path) -> None:
-    """Append one line like the broker's last, with an invalid escape in its principal,
-    in a single write (the broker appends whole lines too)."""
-    last = request_log.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()
-    assert '"principal":"User:' in last, last
+    """Append one line like the broker's last short one, with an invalid escape in its
+    principal, in a single write (the broker appends whole lines too). Short: whole in a
+    quarantine row's raw text (RAW_MAX_CHARS; a DescribeConfigs line can be longer, and its
+    principal, near the end, would be cut off)."""
+    from ingest.malformed import RAW_MAX_CHARS
+
+    lines = request_log.read_bytes().rstrip(b"\n").split(b"\n")
+    last = next((x.decode() for x in reversed(lines)
+                 if b'"principal":"User:' in x and len(x) < RAW_MAX_CHARS - 10), None)
+    assert last is not None, f"{request_log}: no request line under {RAW_MAX_CHARS} bytes"
     bad = last.replace('"principal":"User:', '"principal":"User:\\q', 1)
     fd = os.open(request_log, os.O_WRONLY | os.O_APPEND)
     try:
