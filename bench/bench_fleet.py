@@ -14,8 +14,8 @@ the silver query, the gold queries of the windows mode, the detector query; Spar
 bench/fleet_sim.py: the records of every broker's 10-s window are written beforehand
 (shapes from a real recording, 10,000 requests/s per broker) and each window is moved
 into the landing folder at its end plus the agents' lateness (request_log.lateness_s),
-on the wall clock, as the agents would send it. The detectors evaluate on the wall clock too, so the windows
-are stamped with the times they are delivered at.
+on the wall clock, as the agents would send it. The detectors evaluate on the wall clock
+too, so the windows are stamped with the times they are delivered at.
 
 With faults (the default), from the 7th window on: broker 5 slow (600 ms more Local
 time on every Produce: a slow disk), broker 11 a slow follower (its fetches 600 ms apart:

@@ -322,7 +322,7 @@ def _request_stage_chain(x: _Reading) -> None:
             out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
                 spark, lake, sb, sub))
             clients.extend(windows("client_sends", lambda sub: read_window_client_sends(
-                spark, lake, sb, sub, followers=False)))
+                spark, lake, sb, sub)))
 
         def window_followers() -> None:
             # silver.follower_fetch_windows once for the fetches and the replicas' sends

@@ -184,28 +184,16 @@ def read_window_follower_windows(spark: SparkSession, lake: Lake, config: SlowBr
     return out
 
 
-def read_window_follower_fetches(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                                 r: TimeRange) -> list[FollowerFetchWindow]:
-    return [w for w in read_window_follower_windows(spark, lake, config, r)
-            if isinstance(w, FollowerFetchWindow)]
-
-
 def read_window_client_sends(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                             r: TimeRange, *, followers: bool = True
-                             ) -> list[ClientSendWindow]:
-    """The clients' send windows and (unless `followers` is false: the caller has them
-    from `read_window_follower_windows`) the replicas'."""
+                             r: TimeRange) -> list[ClientSendWindow]:
+    """The clients' send windows (the replicas' come from `read_window_follower_windows`)."""
     out: list[ClientSendWindow] = []
     clients = table(spark, lake, "silver", "client_send_windows")
     if clients is not None:
         named = (_watched(_closed_windows(clients, r), config)
                  .where(F.col("client_id").isNotNull()
                         & (F.col("window_ms") == config.window_ms)))
-        out += _send_rows(named, ["cluster", "ts_ms", "broker", "api", "client_id"], config,
-                          follower=False)
-    if followers:
-        out += [w for w in read_window_follower_windows(spark, lake, config, r)
-                if isinstance(w, ClientSendWindow)]
+        out += _send_rows(named, ["cluster", "ts_ms", "broker", "api", "client_id"], config)
     return out
 
 
@@ -241,8 +229,8 @@ def _with_slow_sends(merged: DataFrame, config: SlowBrokerSection) -> DataFrame:
             .withColumn("slow_requests", slow).drop("__threshold"))
 
 
-def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection,
-               follower: bool) -> list[ClientSendWindow]:
+def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection
+               ) -> list[ClientSendWindow]:
     merged = stage_percentiles(df, group, ("send",), P99, totals=("requests",),
                                sum_and_max=False, keep_histograms=True)
     rows = (_with_slow_sends(merged, config)
@@ -251,5 +239,5 @@ def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection,
                              broker=int(x["broker"]), client_id=x["client_id"],
                              requests=int(x["requests"]),
                              send_p99_ms=float(x["send_p99_ms"] or 0.0), api=x["api"],
-                             slow_requests=int(x["slow_requests"] or 0), follower=follower)
+                             slow_requests=int(x["slow_requests"] or 0), follower=False)
             for x in rows]

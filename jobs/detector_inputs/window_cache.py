@@ -26,8 +26,9 @@ agent behind the others), is not in the live detector's view of that window (it 
 silver, gold and the report; the agent sends deltas only for lines later than its own
 `request_log.lateness_s`, 2 s by default). A range that is not the continuation of the
 last one (a restart, a clock jump, a gap of more than `reread_s` between evaluations,
-another window length) is read whole. The corpus replays (`kmon matrix replay`, the corpus tests) step
-through each recording with a cache of their own, as the live detector does.
+another window length) is read whole. The corpus replays (`kmon matrix replay`, the
+corpus tests) step through each recording with a cache of their own, as the live
+detector does.
 """
 
 from __future__ import annotations

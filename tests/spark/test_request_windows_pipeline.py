@@ -434,7 +434,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
     same rows as reading the whole range, while reading about 60 s of the 300."""
     from infra.lake import Lake
     from jobs.detector_inputs.request_windows import (read_window_client_sends,
-                                                      read_window_follower_fetches,
+                                                      read_window_follower_windows,
                                                       read_window_stage_windows)
     from jobs.detector_inputs.tables import TimeRange
     from jobs.detector_inputs.window_cache import WindowReadCache
@@ -444,7 +444,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
     ts = [r["ts_ms"] for r in _silver(spark, root, "request_windows").select("ts_ms").collect()]
     cache = WindowReadCache(reread_s=60)
     reads = {"stage_windows": read_window_stage_windows, "client_sends": read_window_client_sends,
-             "follower_fetches": read_window_follower_fetches}
+             "follower_windows": read_window_follower_windows}
     first = (min(ts) + max(ts)) // 2 // 10_000 * 10_000 + 3_000
     now, seen = first, 0
     while now <= first + 100_000:
