@@ -11,7 +11,11 @@ best of three runs each:
     TailedLine and a Position per line);
 (b) parse: `parse_request_line` of each line (today's agent does (a) + (b) + a sink send);
 (c) aggregate: `WindowAggregator.add` of already parsed records, then its emission;
-(d) read + parse + aggregate: the edge path of issue 24, short of the sink.
+(d) read + parse + aggregate: the edge path of issue 24, short of the sink;
+(e) agent: the request-log agent itself in the windows mode (`RequestLogAgent.poll_once`
+    until the file is read, then its shutdown emission) into a `LandingSink` in a temporary
+    folder: (d) plus the agent's per-line handling, the records' JSON and the files, the
+    figure the issue's target is about.
 
 Two inputs: broker 1's request log of the bursty-3b corpus (29,685 lines over 403 s of a
 3-broker cluster under load, Kafka 4.3.1: the realistic sequence for windows) and the
@@ -41,9 +45,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ingest.file_tailer import FileTailer
+from prometheus_client import CollectorRegistry
+
+from ingest.agent_metrics import AgentMetrics
+from ingest.file_tailer import FileTailer, PositionStore
 from ingest.request_log import parse_request_line
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource, WindowSettings
 from ingest.request_windows import WindowAggregator
+from ingest.sinks import LandingSink
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus" / "bursty-3b" / "raw" / "node-1" / "kafka-request.log.xz"
@@ -123,6 +132,19 @@ def edge_path(path: Path) -> list:
     return out + agg.flush_all()
 
 
+def agent_path(path: Path) -> None:
+    """The windows-mode agent over the whole file, from a fresh position, into a landing
+    folder that is thrown away."""
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = RequestLogAgent(
+            [RequestLogSource("bench", 1, path)], LandingSink(Path(tmp) / "landing", "bench"),
+            PositionStore(Path(tmp) / "positions.json"),
+            AgentMetrics(CollectorRegistry(), "request-log"), windows=WindowSettings())
+        while agent.poll_once() >= agent.batch_lines:
+            pass
+        agent.finish()
+
+
 def measure(name: str, path: Path, seconds: float) -> dict:
     lines = read_all(path)
     records = parse_all(lines)
@@ -134,6 +156,7 @@ def measure(name: str, path: Path, seconds: float) -> dict:
         "parse": best_rate(lambda: parse_all(lines), n, seconds),
         "aggregate": best_rate(lambda: aggregate(pairs), n, seconds),
         "read_parse_aggregate": best_rate(lambda: edge_path(path), n, seconds),
+        "agent": best_rate(lambda: agent_path(path), n, seconds),
     }
     out = aggregate(pairs)
     windows = [o.record for o in out if o.stream == "request_windows"]
@@ -191,12 +214,13 @@ def main() -> None:
                    measure("kafka-4.3.1 fixture", fixture, args.seconds)]
         hot = profile(corpus)
     print(f"{'input':30s} {'lines':>6s} {'raw read':>10s} {'read':>10s} {'parse':>10s} "
-          f"{'aggregate':>10s} {'all (d)':>10s}   lines/s per core (CPU time); "
+          f"{'aggregate':>10s} {'all (d)':>10s} {'agent (e)':>10s}   lines/s per core (CPU time); "
           f"target {TARGET:,}")
     for r in results:
         x = r["rates_lines_per_cpu_s"]
         print(f"{r['input']:30s} {r['lines']:6d} {x['raw_read']:10,} {x['read']:10,} "
-              f"{x['parse']:10,} {x['aggregate']:10,} {x['read_parse_aggregate']:10,}")
+              f"{x['parse']:10,} {x['aggregate']:10,} {x['read_parse_aggregate']:10,} "
+              f"{x['agent']:10,}")
     for r in results:
         print(f"{r['input']}: us/line {r['us_per_line']}; output {r['output_records']}, "
               f"{r['output_json_bytes']:,} JSON bytes for {r['input_bytes']:,} input bytes; "

@@ -48,13 +48,8 @@ def split_connection(conn: str) -> tuple[str, str]:
 
 
 def first_unique(values, limit: int = MAX_TOPICS) -> list[str]:
-    out: list[str] = []
-    for v in values:
-        if v not in out:
-            out.append(v)
-            if len(out) == limit:
-                break
-    return out
+    """The first `limit` distinct values, in their order."""
+    return list(dict.fromkeys(values))[:limit]
 
 
 def fetch_kind_fields(replica_id: int | None) -> dict:
