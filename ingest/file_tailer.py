@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 MAX_ROTATED = 20
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(NamedTuple):
+    """A place in a file: its inode and a byte offset. (Named tuples, not frozen
+    dataclasses: the tailer makes two objects per line, and a frozen dataclass's
+    constructor costs several times a tuple's, a tenth of the request-log agent's time.)"""
     inode: int
     offset: int
 
@@ -29,8 +31,7 @@ class Position:
         return {"inode": self.inode, "offset": self.offset}
 
 
-@dataclass(frozen=True)
-class TailedLine:
+class TailedLine(NamedTuple):
     data: bytes            # without the trailing newline
     inode: int
     start: int             # byte offset of the line in its file
