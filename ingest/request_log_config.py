@@ -1,14 +1,13 @@
 """The [request_log] config section: what the request-log agents ship (issue 24).
 
-Kept apart from the agent so the configuration loads without it. ``mode = "full"`` (the
-default) ships one request_stages record per request (tens of busy brokers at most on a
-2-core driver); ``mode = "windows"`` ships the edge aggregation's per-window histograms and
-exemplars (ingest/request_windows.py), whose volume follows the number of brokers, not of
-requests; `full_brokers` keeps some brokers on the per-request path (root-cause work on one
-broker) while the rest aggregate. The windows mode is not the default yet: its four more
-streams cost every silver micro-batch four more Delta appends, a fixed cost that on the
-3-broker demo made silver batches 12.6 s on average against 4.2 s in the full mode (the
-live demo of 2026-11-30, 2 cores), though its rows follow brokers, not requests.
+Kept apart from the agent so the configuration loads without it. ``mode = "windows"``
+(the default) ships the edge aggregation's per-window histograms and exemplars
+(ingest/request_windows.py), whose volume follows the number of brokers, not of requests;
+``mode = "full"`` ships one request_stages record per request instead (tens of busy
+brokers at most on a 2-core driver; on a few brokers it is the cheaper mode: the windows
+mode's four more streams cost every silver micro-batch four more Delta appends);
+`full_brokers` keeps some brokers on the per-request path (root-cause work on one broker)
+while the rest aggregate.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ MODES = ("full", "windows")
 class RequestLogSection:
     mode: str = _key("What the request-log agents ship: 'full' (a request_stages record per "
                      "request) or 'windows' (per broker, request key and window: counts, stage "
-                     "histograms and exemplars; OffsetCommit requests still whole)", "full",
+                     "histograms and exemplars; OffsetCommit requests still whole)", "windows",
                      choices=MODES)
     full_brokers: list = _key("In the windows mode, brokers (node ids) whose requests also go "
                               "out one record each to request_stages (root-cause work; the "

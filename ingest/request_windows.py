@@ -66,11 +66,10 @@ restart rebuilds them up to it and emits them again, identical. So the checkpoin
 right after `flush_all` must be saved BEFORE its records are sent (and again after): a
 crash between the send and the save then cannot reissue those ids with other contents.
 
-Speed (bench/bench_edge_aggregation.py, one core of a 2-vCPU Xeon VM, loaded): 147,000
-parsed lines/s aggregated (6.8 us a line; 181,000 in a run minutes before: the machine's
-other load moves these figures by 20 %), half of it in the
-stage counting (request_window_records.count_stages); reading and parsing the lines cost
-45 us a line, so the aggregator is an eighth of the edge path's time.
+Speed (bench/bench_edge_aggregation.py, CPU time of one core of a 2-vCPU VM): about
+210,000 parsed lines/s aggregated (4.8 us a line on the bursty-3b log), a third of it in
+the stage counting (request_window_records.count_stages); reading and parsing a line cost
+about 13 us more, so the windows-mode agent as a whole handles about 54,000 lines/s.
 
 The request-log agent's windows mode (ingest/request_log_agent.py) runs one aggregator
 per broker file and saves its checkpoint beside the file position; the streams' tables
