@@ -34,7 +34,9 @@ at broker 23 (600 ms more send time). The figures per size:
 - the detector's evaluations: seconds from each one's range end to its findings;
 - detection: each fault's findings (entity, cause, seconds from onset to the first
   evaluation that had it), the slow follower's victims (its leaders), and any finding on
-  another broker.
+  another broker;
+- the silver query's own account of each micro-batch (jobs/silver.py's log line: where
+  its time went, per phase and per table written), to see what limits it.
 
 Prints the figures and writes them with the machine's name, CPU and load average to
 bench/results/fleet-<utc stamp>.json. Nothing here asserts a speed.
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -106,6 +109,17 @@ def _durations(progress: list[dict]) -> dict:
             "rows": sum(p.get("numInputRows", 0) for p in progress)}
 
 
+class _Lines(logging.Handler):
+    """Keeps the messages of one logger (the silver query's per-batch account)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
              profile: dict | None = None) -> dict:
     from kmon.config import Config
@@ -147,6 +161,10 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
         seen.append((now_ms, list(findings)))
 
     monitor = Monitor(config, on_findings=[on_findings])
+    batch_lines = _Lines()
+    silver_log = logging.getLogger("jobs.silver")
+    silver_log.addHandler(batch_lines)
+    silver_log.setLevel(logging.INFO)
     landing = Path(monitor.lake.landing_root)
     heap = {"peak": 0}
     stop = threading.Event()
@@ -181,6 +199,7 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
     finally:
         stop.set()
         monitor.stop()
+        silver_log.removeHandler(batch_lines)
     state = {}
     for name, ps in progress.items():
         last = next((p for p in reversed(ps) if p.get("stateOperators")), None)
@@ -205,6 +224,7 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
         "deliveries_late_s": late,
         "evaluations": _evaluations(seen, evaluated),
         "detection": detection(seen, faults, onset, sim),
+        "silver_batches": [x for x in batch_lines.lines if x.startswith("silver batch")],
     }
     return out
 
