@@ -62,8 +62,10 @@ def main() -> int:
                          "detector query does)")
     args = ap.parse_args()
     lake_src = Path(args.lake)
-    if not (lake_src / "silver" / "request_stages" / "_delta_log").is_dir():
-        print(f"{lake_src}: no silver.request_stages table; run a demo first "
+    if not any((lake_src / "silver" / t / "_delta_log").is_dir()
+               for t in ("request_stages", "request_windows")):
+        print(f"{lake_src}: no silver.request_stages or request_windows table; run a demo "
+              f"first "
               f"(./kmonw test -m demo)", file=sys.stderr)
         return 2
 
@@ -101,14 +103,20 @@ def main() -> int:
     at = args.at
     if not at:
         from pyspark.sql import functions as F
-        newest = (spark.read.format("delta").load(lake.table("silver", "request_stages"))
-                  .agg(F.max("ts_ms")).first()[0])
+        from delta.tables import DeltaTable
+
+        # The newest request (full mode) or request window (windows mode, a fleet's lake).
+        newest = max((spark.read.format("delta").load(lake.table("silver", t))
+                      .agg(F.max("ts_ms")).first()[0] or 0)
+                     for t in ("request_stages", "request_windows")
+                     if DeltaTable.isDeltaTable(spark, lake.table("silver", t)))
         at = [newest - 360_000, newest - 60_000]
     # Like the detector query: each evaluation after the first at a time starts from the
     # last result at that time and keeps the slow-broker baselines (`--like-replay`: read
     # both every time, as a replay does).
     carried: dict[int, list] = {}
     caches = {now_ms: inputs.BaselineCache() for now_ms in at}
+    windows = {now_ms: inputs.WindowReadCache() for now_ms in at}
     try:
         for rep in range(args.repeats):
             for base_ms in at:
@@ -116,7 +124,8 @@ def main() -> int:
                 timings.clear()
                 t = time.monotonic()
                 query_state = {} if args.like_replay else {
-                    "previous": carried.get(base_ms), "baseline_cache": caches[base_ms]}
+                    "previous": carried.get(base_ms), "baseline_cache": caches[base_ms],
+                    "window_cache": windows[base_ms]}
                 findings = detect.evaluate(spark, lake, config, now_ms, table="anomalies_bench",
                                            **query_state)
                 carried[base_ms] = findings

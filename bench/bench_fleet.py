@@ -1,7 +1,7 @@
 """Fleet keep-up and detection at scale: a simulated fleet through kmon, window by window.
 
 Run: .kmon/venv/bin/python -m bench.bench_fleet [--brokers 100,2000] [--windows 18]
-     [--exemplar-slowest K] [--top-clients N] [--no-faults] [--no-save]
+     [--exemplar-slowest K] [--top-clients N] [--no-faults] [--no-save] [--keep-lake DIR]
 
 `--exemplar-slowest` / `--top-clients` set the agents' request_log keys of the same names
 for the fleet (the simulator ships what agents so configured would, and kmon is run with
@@ -331,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-clients", type=int, default=None,
                    help="the agents' request_log.top_clients (default: as recorded, 20)")
     p.add_argument("--no-save", action="store_true")
+    p.add_argument("--keep-lake", metavar="DIR", default=None,
+                   help="keep the last size's lake here (for bench/bench_detect_eval.py "
+                        "--lake DIR/lake); by default it is deleted")
     a = p.parse_args(argv)
     profile = {"exemplar_slowest": a.exemplar_slowest, "top_clients": a.top_clients}
     results = []
@@ -339,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = run_size(n, a.windows, not a.no_faults, work, profile)
         finally:
+            if a.keep_lake and (work / "lake").exists():
+                shutil.rmtree(a.keep_lake, ignore_errors=True)
+                Path(a.keep_lake).mkdir(parents=True)
+                shutil.move(str(work / "lake"), str(Path(a.keep_lake) / "lake"))
             shutil.rmtree(work, ignore_errors=True)
         results.append(r)
         print(json.dumps(r, indent=1), flush=True)

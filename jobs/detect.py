@@ -323,13 +323,15 @@ def evaluate(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: i
              topic_configs: Iterable[CompactedTopicConfig] = (),
              previous: Iterable[Finding] | None = None,
              baseline_cache: BaselineCache | None = None,
+             window_cache: WindowReadCache | None = None,
              before_write: Callable[[list[Finding]], None] | None = None) -> list[Finding]:
     """One evaluation at now_ms (`assess`, then step 5); returns its findings (open and
     recently resolved, correlated) after writing the changed ones to gold.<table>.
 
     `before_write(findings)` is called with the findings before the MERGE."""
     a = assess(spark, lake, config, now_ms, lookback_s, table=table,
-               topic_configs=topic_configs, previous=previous, baseline_cache=baseline_cache)
+               topic_configs=topic_configs, previous=previous, baseline_cache=baseline_cache,
+               window_cache=window_cache)
     handed = time.monotonic()
     if before_write is not None:
         before_write(a.findings)

@@ -227,7 +227,8 @@ def stage_percentiles(df: DataFrame, group_cols: Sequence[str],
         for s in stages:
             aggs += [F.sum(f"{s}_sum_ms").alias(f"{s}_sum_ms"),
                      F.max(f"{s}_max_ms").alias(f"{s}_max_ms")]
-    out = _merge(df, group_cols, list(stages), aggs)
+    merge = _merge if keep_histograms else _collect
+    out = merge(df, group_cols, list(stages), aggs)
     out = _with_quantiles(out, stages, qs, {s: s for s in stages},
                           {s: f"{s}_count" for s in stages})
     cols: list[str] = [*group_cols, *totals, *extra]
@@ -279,6 +280,24 @@ def _with_quantiles(df: DataFrame, stages: Sequence[str], qs: Sequence[float],
             for j, s in enumerate(stages) for i, name in enumerate(names[s])}
     cols.update({c: F.col(n[s]) for s, c in count_cols.items() if c is not None})
     return out.withColumns(cols).drop(*n.values(), *ids.values(), values)
+
+
+def _collect(df: DataFrame, group_cols: list[str], stages: list[str],
+             aggs: list[Column]) -> DataFrame:
+    """groupBy(group_cols) with `aggs` and every stage's entries collected, sorted by id,
+    not summed per id: ``<stage>_buckets`` / ``<stage>_counts`` may hold an id several
+    times (adjacent). Their total and their quantiles are the merged histogram's
+    (`collected_sql` says why), so `stage_percentiles` without `keep_histograms` stops
+    here and skips `_merge`'s two passes over every entry: on a 2,000-broker lake
+    (bench/bench_fleet.py --keep-lake, then bench/bench_detect_eval.py) those were most of
+    the detector's stage-window read. The arrays are the entries' fields (``E.b``, no
+    lambda)."""
+    e = {s: f"{_TMP}e_{s}" for s in stages}
+    out = df.groupBy(*group_cols).agg(
+        *aggs, *[F.expr(collected_sql(s)).alias(e[s]) for s in stages])
+    out = out.withColumns({c: F.col(e[s])[f] for s in stages
+                           for c, f in ((f"{s}_buckets", "b"), (f"{s}_counts", "c"))})
+    return out.drop(*e.values())
 
 
 def _merge(df: DataFrame, group_cols: list[str], stages: list[str],

@@ -170,6 +170,21 @@ def test_quantiles_are_within_alpha_of_the_exact_nearest_rank(edge, broker_windo
     assert off == []
 
 
+def test_quantiles_without_the_histograms_skip_the_merge_and_equal_it(edge, broker_windows):
+    """keep_histograms=False reads the quantiles and counts off the collected entries, not
+    summed per id (jobs/histogram_sql._collect): the same doubles as after the merge, on
+    groups of up to three emissions each."""
+    df, _, _ = edge
+    lean = stage_percentiles(df, BROKER_WINDOW, STAGES, QS, keep_histograms=False).collect()
+    assert len(lean) == len(broker_windows)
+    assert not any(c.endswith(("_buckets", "_counts")) for c in lean[0].asDict())
+    merged = {tuple(r[c] for c in BROKER_WINDOW): r.asDict() for r in broker_windows}
+    for row in lean:
+        want = merged[tuple(row[c] for c in BROKER_WINDOW)]
+        assert {k: (v, type(v)) for k, v in row.asDict().items()} == {
+            k: (want[k], type(want[k])) for k in row.asDict()}
+
+
 def test_merged_histograms_gives_one_stage_the_same_arrays(edge):
     df, records, _ = edge
     expected = python_merge(records, lambda r: tuple(r[c] for c in BROKER_WINDOW))
