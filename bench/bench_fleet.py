@@ -56,6 +56,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.bench_silver_batch import PhaseLines
 from bench.fleet_sim import WINDOW_MS, Fault, FleetSim, templates_from_recording
 from bench.result_file import machine_header, save
 
@@ -109,17 +110,6 @@ def _durations(progress: list[dict]) -> dict:
             "rows": sum(p.get("numInputRows", 0) for p in progress)}
 
 
-class _Lines(logging.Handler):
-    """Keeps the messages of one logger (the silver query's per-batch account)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
              profile: dict | None = None) -> dict:
     from kmon.config import Config
@@ -161,7 +151,7 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
         seen.append((now_ms, list(findings)))
 
     monitor = Monitor(config, on_findings=[on_findings])
-    batch_lines = _Lines()
+    batch_lines = PhaseLines()
     silver_log = logging.getLogger("jobs.silver")
     silver_log.addHandler(batch_lines)
     silver_log.setLevel(logging.INFO)

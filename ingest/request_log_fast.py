@@ -38,8 +38,8 @@ import msgspec
 
 from ingest.kafka_api import API_NAMES, FETCH, PRODUCE, upper_snake
 from ingest.request_log_json import ZERO_TOPIC_ID, is_text, json_object_text, walk_topics
-from ingest.request_log_record import (NO_COMMIT, first_unique, kept_error_codes,
-                                       offset_commit_fields)
+from ingest.request_log_record import (NO_COMMIT, BadLine, first_unique, kept_error_codes,
+                                       offset_commit_fields, split_connection)
 
 # Request bodies of the APIs without a regex path are decoded only up to this size.
 MAX_DECODED_BODY_CHARS = 256 * 1024
@@ -124,8 +124,9 @@ def _fast_record(doc: _Envelope, cluster: str, broker: int, ts_ms: int,
                doc.throttleTimeMs, doc.responseQueueTimeMs, doc.sendTimeMs)
     if min(timings) < 0 or max(timings) == math.inf:
         return None
-    connection = doc.connection.split("-")
-    if len(connection) not in (3, 4) or ":" not in connection[0] or ":" not in connection[1]:
+    try:
+        local_addr, remote_addr = split_connection(doc.connection)
+    except BadLine:
         return None
     request_text = bytes(doc.request).decode()
     response_text = bytes(doc.response).decode()
@@ -152,7 +153,7 @@ def _fast_record(doc: _Envelope, cluster: str, broker: int, ts_ms: int,
         "client_software_version": info.softwareVersion,
         "principal": doc.principal, "listener": listener,
         "security_protocol": doc.securityProtocol,
-        "local_addr": connection[0], "remote_addr": connection[1],
+        "local_addr": local_addr, "remote_addr": remote_addr,
         "total_ms": timings[0], "request_queue_ms": timings[1], "local_ms": timings[2],
         "remote_ms": timings[3], "throttle_ms": timings[4], "response_queue_ms": timings[5],
         "send_ms": timings[6],

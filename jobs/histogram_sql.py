@@ -227,8 +227,7 @@ def stage_percentiles(df: DataFrame, group_cols: Sequence[str],
         for s in stages:
             aggs += [F.sum(f"{s}_sum_ms").alias(f"{s}_sum_ms"),
                      F.max(f"{s}_max_ms").alias(f"{s}_max_ms")]
-    merge = _merge if keep_histograms else _collect
-    out = merge(df, group_cols, list(stages), aggs)
+    out = _merge(df, group_cols, list(stages), aggs, sum_runs=keep_histograms)
     out = _with_quantiles(out, stages, qs, {s: s for s in stages},
                           {s: f"{s}_count" for s in stages})
     cols: list[str] = [*group_cols, *totals, *extra]
@@ -282,26 +281,8 @@ def _with_quantiles(df: DataFrame, stages: Sequence[str], qs: Sequence[float],
     return out.withColumns(cols).drop(*n.values(), *ids.values(), values)
 
 
-def _collect(df: DataFrame, group_cols: list[str], stages: list[str],
-             aggs: list[Column]) -> DataFrame:
-    """groupBy(group_cols) with `aggs` and every stage's entries collected, sorted by id,
-    not summed per id: ``<stage>_buckets`` / ``<stage>_counts`` may hold an id several
-    times (adjacent). Their total and their quantiles are the merged histogram's
-    (`collected_sql` says why), so `stage_percentiles` without `keep_histograms` stops
-    here and skips `_merge`'s two passes over every entry: on a 2,000-broker lake
-    (bench/bench_fleet.py --keep-lake, then bench/bench_detect_eval.py) those were most of
-    the detector's stage-window read. The arrays are the entries' fields (``E.b``, no
-    lambda)."""
-    e = {s: f"{_TMP}e_{s}" for s in stages}
-    out = df.groupBy(*group_cols).agg(
-        *aggs, *[F.expr(collected_sql(s)).alias(e[s]) for s in stages])
-    out = out.withColumns({c: F.col(e[s])[f] for s in stages
-                           for c, f in ((f"{s}_buckets", "b"), (f"{s}_counts", "c"))})
-    return out.drop(*e.values())
-
-
 def _merge(df: DataFrame, group_cols: list[str], stages: list[str],
-           aggs: list[Column]) -> DataFrame:
+           aggs: list[Column], *, sum_runs: bool = True) -> DataFrame:
     """groupBy(group_cols) with `aggs` and every stage's histogram merged into
     ``<stage>_buckets`` / ``<stage>_counts``, in three steps:
 
@@ -313,21 +294,29 @@ def _merge(df: DataFrame, group_cols: list[str], stages: list[str],
 
     Steps 2 and 3 are separate projections, so E and ends are columns: read in O(1) from
     inside a lambda, where an expression would be recomputed for every element.
+
+    `sum_runs=False` stops after step 1: the arrays are E's fields (``E.b``, no lambda),
+    an id held several times when several rows hold it (adjacent). Their total and their
+    quantiles are the merged histogram's (`collected_sql` says why), so `stage_percentiles`
+    without `keep_histograms` skips steps 2 and 3, two passes over every entry: on a
+    2,000-broker lake (bench/bench_fleet.py --keep-lake, then bench/bench_detect_eval.py)
+    they were most of the detector's stage-window read.
     """
     e = {s: f"{_TMP}e_{s}" for s in stages}
     ends = {s: f"{_TMP}ends_{s}" for s in stages}
     collected = [F.expr(collected_sql(s)).alias(e[s]) for s in stages]
     out = df.groupBy(*group_cols).agg(*aggs, *collected)
-    out = out.withColumns({ends[s]: F.expr(
-        f"filter(transform({_q(e[s])}, (x, i) -> IF(x.b <=> get({_q(e[s])}, i + 1).b, NULL, "
-        f"i + 1)), i -> i IS NOT NULL)") for s in stages})
-    runs = {s: F.expr(
-        f"transform({_q(ends[s])}, (hi, k) -> named_struct("
-        f"'b', element_at({_q(e[s])}, hi).b, "
-        f"'c', aggregate(slice({_q(e[s])}, coalesce(get({_q(ends[s])}, k - 1), 0) + 1, "
-        f"hi - coalesce(get({_q(ends[s])}, k - 1), 0)), 0L, (a, x) -> a + x.c)))")
-        for s in stages}
-    out = out.withColumns({e[s]: runs[s] for s in stages})
+    if sum_runs:
+        out = out.withColumns({ends[s]: F.expr(
+            f"filter(transform({_q(e[s])}, (x, i) -> IF(x.b <=> get({_q(e[s])}, i + 1).b, "
+            f"NULL, i + 1)), i -> i IS NOT NULL)") for s in stages})
+        runs = {s: F.expr(
+            f"transform({_q(ends[s])}, (hi, k) -> named_struct("
+            f"'b', element_at({_q(e[s])}, hi).b, "
+            f"'c', aggregate(slice({_q(e[s])}, coalesce(get({_q(ends[s])}, k - 1), 0) + 1, "
+            f"hi - coalesce(get({_q(ends[s])}, k - 1), 0)), 0L, (a, x) -> a + x.c)))")
+            for s in stages}
+        out = out.withColumns({e[s]: runs[s] for s in stages}).drop(*ends.values())
     out = out.withColumns({c: F.col(e[s])[f] for s in stages
                            for c, f in ((f"{s}_buckets", "b"), (f"{s}_counts", "c"))})
-    return out.drop(*e.values(), *ends.values())
+    return out.drop(*e.values())

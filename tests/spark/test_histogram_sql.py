@@ -172,8 +172,8 @@ def test_quantiles_are_within_alpha_of_the_exact_nearest_rank(edge, broker_windo
 
 def test_quantiles_without_the_histograms_skip_the_merge_and_equal_it(edge, broker_windows):
     """keep_histograms=False reads the quantiles and counts off the collected entries, not
-    summed per id (jobs/histogram_sql._collect): the same doubles as after the merge, on
-    groups of up to three emissions each."""
+    summed per id (jobs/histogram_sql._merge, sum_runs=False): the same doubles as after
+    the merge, on groups of up to three emissions each."""
     df, _, _ = edge
     lean = stage_percentiles(df, BROKER_WINDOW, STAGES, QS, keep_histograms=False).collect()
     assert len(lean) == len(broker_windows)
