@@ -1,7 +1,7 @@
 """How long one detector evaluation takes, and where, on a real demo lake.
 
 Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [--at MS ...]
-     [--repeats 3] [--advance S] [--like-replay]
+     [--repeats 3] [--advance S] [--reread S] [--like-replay]
 
 Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or `./kmonw demo
 --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary folder (the
@@ -56,6 +56,9 @@ def main() -> int:
                          "does (default 0: the same times again). With 0 Spark reuses the "
                          "code it generated for the first repeat: a live evaluation compiles "
                          "again, because the times are literals in its plans")
+    ap.add_argument("--reread", type=float, default=None, metavar="S",
+                    help="the window cache's re-read margin, seconds (default: the live "
+                         "detector's, jobs/detector_inputs/window_cache.py)")
     ap.add_argument("--like-replay", action="store_true",
                     help="read the findings and the baselines at every evaluation (as "
                          "`jobs.detect.replay` does) instead of carrying them (as the "
@@ -116,7 +119,8 @@ def main() -> int:
     # both every time, as a replay does).
     carried: dict[int, list] = {}
     caches = {now_ms: inputs.BaselineCache() for now_ms in at}
-    windows = {now_ms: inputs.WindowReadCache() for now_ms in at}
+    reread = {} if args.reread is None else {"reread_s": args.reread}
+    windows = {now_ms: inputs.WindowReadCache(**reread) for now_ms in at}
     try:
         for rep in range(args.repeats):
             for base_ms in at:

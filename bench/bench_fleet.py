@@ -32,9 +32,11 @@ at broker 23 (600 ms more send time). The figures per size:
   written per simulated day (the lake's size after the run, scaled), and the requests/s
   the run stands for;
 - the detector's evaluations: seconds from each one's range end to its findings;
-- detection: each fault's findings (entity, cause, seconds from onset to the first
-  evaluation that had it), the slow follower's victims (its leaders), and any finding on
-  another broker;
+- detection: each fault's findings (entity, cause; `after_onset_s`, seconds from onset
+  to the hand-over of the first evaluation that had it, as the matrix scores it, and
+  `evaluated_s`, to that evaluation's start), the slow follower's victims (its leaders),
+  any finding on another broker, and the timeline: each evaluation from onset until all
+  three are found, with what it said of the faulty brokers and the victims;
 - the silver query's own account of each micro-batch (jobs/silver.py's log line: where
   its time went, per phase and per table written), to see what limits it.
 
@@ -213,7 +215,7 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
         "delta_bytes_per_day": int(lake_bytes / simulated_s * 86400),
         "deliveries_late_s": late,
         "evaluations": _evaluations(seen, evaluated),
-        "detection": detection(seen, faults, onset, sim),
+        "detection": detection(seen, evaluated, faults, onset, sim),
         "silver_batches": [x for x in batch_lines.lines if x.startswith("silver batch")],
     }
     return out
@@ -275,32 +277,48 @@ def _evaluations(seen: list[tuple[int, list]], evaluated: list[float]) -> dict:
             "max_s": round(took[-1], 2)}
 
 
-def detection(seen: list[tuple[int, list]], faults: list[Fault], onset: int,
-              sim: FleetSim) -> dict:
-    """Per fault: the first evaluation whose findings name it, the finding's cause; the
-    victims a slow follower makes (its leaders, whose acks=-1 Produce waits for it: a
-    finding there must say so); and every other finding (none is expected)."""
+def detection(seen: list[tuple[int, list]], handed: list[float], faults: list[Fault],
+              onset: int, sim: FleetSim) -> dict:
+    """Per fault: the first evaluation whose findings name it (seconds from onset to its
+    hand-over, the matrix's measure, and to its start), the finding's cause; the victims
+    a slow follower makes (its leaders, whose acks=-1 Produce waits for it: a finding
+    there must say so); every other finding (none is expected); and the timeline of the
+    evaluations from onset until every fault was found."""
     from core.findings import AnomalyType
 
     faulty = {f"broker:{f.broker}" for f in faults}
     victims = {f"broker:{(f.broker - k) % sim.brokers}" for f in faults
                if f.kind == "slow_follower" for k in range(1, sim.rf)}
     out: dict = {"faults": {}, "other_findings": []}
+
+    def names(f: Fault, x) -> bool:
+        if f.kind == "slow_client":
+            return x.type is AnomalyType.SLOW_CLIENT and f.client_id in x.entity
+        return x.entity == f"broker:{f.broker}"
+
+    last_hit = None
     for f in faults:
-        entity = f"broker:{f.broker}"
         hit = None
-        for now_ms, findings in seen:
-            for x in findings:
-                names_it = (x.entity == entity if f.kind != "slow_client"
-                            else x.type is AnomalyType.SLOW_CLIENT
-                            and f.client_id in x.entity)
-                if names_it and x.first_seen_ms >= onset - WINDOW_MS:
-                    hit = {"after_onset_s": round((now_ms - onset) / 1000, 1),
-                           "type": x.type.value, "cause": x.cause, "entity": x.entity}
-                    break
-            if hit:
+        for (now_ms, findings), handed_ms in zip(seen, handed):
+            x = next((x for x in findings
+                      if names(f, x) and x.first_seen_ms >= onset - WINDOW_MS), None)
+            if x is not None:
+                hit = {"after_onset_s": round((handed_ms - onset) / 1000, 1),
+                       "evaluated_s": round((now_ms - onset) / 1000, 1),
+                       "type": x.type.value, "cause": x.cause, "entity": x.entity}
+                last_hit = max(last_hit or now_ms, now_ms)
                 break
-        out["faults"][f"{f.kind} {entity}"] = hit
+        out["faults"][f"{f.kind} {f'broker:{f.broker}'}"] = hit
+    watched = faulty | victims
+    until = (last_hit + WINDOW_MS if all(out["faults"].values()) and last_hit is not None
+             else float("inf"))
+    out["timeline"] = [
+        {"evaluated_s": round((now_ms - onset) / 1000, 1),
+         "after_onset_s": round((handed_ms - onset) / 1000, 1),
+         "findings": sorted(f"{x.type.value} {x.entity} {x.cause}" for x in findings
+                            if x.entity in watched or any(names(f, x) for f in faults))}
+        for (now_ms, findings), handed_ms in zip(seen, handed)
+        if onset - WINDOW_MS <= now_ms <= until]
     named = [(x.type.value, x.entity, x.cause) for _, fs in seen for x in fs]
     out["victims"] = sorted({n for n in named if n[1] in victims})
     out["victims_expected"] = sorted(victims)

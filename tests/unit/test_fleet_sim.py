@@ -143,3 +143,36 @@ def test_the_fleet_profile_ships_fewer_exemplars_and_client_rows_and_loses_no_re
     assert {e["record_id"] for e in lean["request_exemplars"]} <= \
         {e["record_id"] for e in full["request_exemplars"]}
     assert len(lean["request_exemplars"]) < len(full["request_exemplars"]) / 2
+
+
+def test_detection_times_a_fault_to_the_hand_over_and_keeps_the_timeline(sim):
+    """bench_fleet scores as the matrix does: onset to the hand-over of the first
+    evaluation that names the fault (its start kept beside it); a finding first seen
+    before the onset is not the fault's."""
+    from types import SimpleNamespace
+
+    from bench.bench_fleet import detection
+    from core.findings import AnomalyType
+
+    def finding(entity, cause, first_seen_ms, kind=AnomalyType.SLOW_BROKER):
+        return SimpleNamespace(type=kind, entity=entity, cause=cause,
+                               first_seen_ms=first_seen_ms)
+
+    client = next(f.client_id for f in sim.faults if f.kind == "slow_client")
+    early = finding("broker:5", "old", ONSET - 3 * WINDOW_MS)
+    seen = [(ONSET + 20_000, [early]),
+            (ONSET + 30_000, [early, finding("broker:11", "slow_follower", ONSET),
+                              finding("broker:10", "remote_produce_slow_follower", ONSET)]),
+            (ONSET + 45_000, [finding("broker:5", "local_disk_or_page_cache", ONSET),
+                              finding(f"client:{client}", "client_slow_read", ONSET,
+                                      AnomalyType.SLOW_CLIENT),
+                              finding("broker:77", "x", ONSET)])]
+    handed = [now + 12_000 for now, _ in seen]
+    out = detection(seen, handed, list(sim.faults), ONSET, sim)
+    assert out["faults"]["slow_follower broker:11"] == {
+        "after_onset_s": 42.0, "evaluated_s": 30.0, "type": "slow_broker",
+        "cause": "slow_follower", "entity": "broker:11"}
+    assert out["faults"]["slow_broker broker:5"]["after_onset_s"] == 57.0
+    assert [t["evaluated_s"] for t in out["timeline"]] == [20.0, 30.0, 45.0]
+    assert "slow_broker broker:10 remote_produce_slow_follower" in out["timeline"][1]["findings"]
+    assert out["other_findings"] == [("slow_broker", "broker:77", "x")]
