@@ -69,6 +69,7 @@ from infra.lake import Lake, skipping_properties
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
                                   check_config, read_inputs)
+from jobs.detector_inputs.window_cache import Written
 from jobs.slow_requests import attach_slow_requests
 from jobs.write_behind import BackgroundJobFailed, WriteBehind
 
@@ -404,8 +405,8 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
                          topic_configs: Callable[[int], list[CompactedTopicConfig]] | None = None,
                          query_name: str = QUERY_NAME,
                          in_background: Callable[[list[Finding], int], None] | None = None,
-                         wait_for_data: Callable[[], float] | None = None
-                         ) -> DetectorQuery:
+                         wait_for_data: Callable[[], float] | None = None,
+                         written_since: Written | None = None) -> DetectorQuery:
     """A StreamingQuery that evaluates at clock() on every trigger.
 
     `trigger` is a DataStreamWriter.trigger keyword dict (default every 10 s;
@@ -423,6 +424,8 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
     `wait_for_data()` is called at the start of each tick, before the clock is read, and
     returns the seconds it waited: `jobs.silver_commits.SilverCommits.wait_fresh`, so an
     evaluation starts right after the silver query's commit and reads the freshest data.
+    `written_since` (`SilverCommits.written_since`) tells the window reads which windows
+    silver wrote since their last read (jobs/detector_inputs/window_cache.py).
     """
     check_config(config)
     path = lake.table("gold", table)
@@ -431,7 +434,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
     on_tick = DetectorTicks(spark, lake, config, path, writer, clock=clock,
                             lookback_s=lookback_s, table=table, topic_configs=topic_configs,
                             on_findings=on_findings, in_background=in_background,
-                            wait_for_data=wait_for_data)
+                            wait_for_data=wait_for_data, written_since=written_since)
     ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
     query = (ticks.writeStream.queryName(query_name)
              .option("checkpointLocation", lake.checkpoint(query_name))
@@ -456,14 +459,15 @@ class DetectorTicks:
                  topic_configs: Callable[[int], list[CompactedTopicConfig]] | None,
                  on_findings: Callable[[list[Finding], int], None] | None,
                  in_background: Callable[[list[Finding], int], None] | None,
-                 wait_for_data: Callable[[], float] | None) -> None:
+                 wait_for_data: Callable[[], float] | None,
+                 written_since: Written | None = None) -> None:
         self.spark, self.lake, self.config, self.path = spark, lake, config, path
         self.writer, self.clock = writer, clock
         self.lookback_s, self.table = lookback_s, table
         self.topic_configs, self.on_findings = topic_configs, on_findings
         self.in_background, self.wait_for_data = in_background, wait_for_data
         self.baselines = BaselineCache()
-        self.windows = WindowReadCache()
+        self.windows = WindowReadCache(written=written_since)
         self.commit_seed = CommitSeedCache()
         self.last_findings: list[Finding] | None = None
 

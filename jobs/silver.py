@@ -201,7 +201,8 @@ def _counts(flat: DataFrame, stream: Stream) -> DataFrame:
         F.sum(F.col("_reason").isNull().cast("long")).alias("rows_valid"),
         F.sum(F.col("_late").cast("long")).alias("late_in"),
         F.sum((F.col("_reason") == "late_beyond_watermark").cast("long")).alias("late_out"),
-        F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"))
+        F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"),
+        F.min(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("min_ms"))
 
 
 def release(checkpointed: DataFrame) -> None:
@@ -420,7 +421,8 @@ class SilverBatches:
                     if name == QUARANTINE
                     or counts[name]["rows_valid"] != counts[name]["rows_in"]]
         last: list[tuple[str, object]] = [(f"gold.{BATCHES_TABLE}", functools.partial(
-            self.appends.append, self.spark.createDataFrame(stats, BATCH_SCHEMA),
+            self.appends.append, self.spark.createDataFrame(
+                [{k: row[k] for k in BATCH_SCHEMA.fieldNames()} for row in stats], BATCH_SCHEMA),
             self.batches_path, f"{self.query}_batches", batch_id))]
         if rejected:
             last.append(("silver.quarantine", functools.partial(
@@ -446,5 +448,7 @@ def batch_stats(query: str, batch_id: int, counts: dict, hw_before: dict[str, in
                       "rows_quarantined": (c["rows_in"] or 0) - (c["rows_valid"] or 0),
                       "rows_late_within_bound": c["late_in"] or 0,
                       "rows_late_beyond_bound": c["late_out"] or 0,
-                      "high_water_ms": high, "batch_ts_ms": now_ms})
+                      "high_water_ms": high, "batch_ts_ms": now_ms,
+                      # not in the table: for on_batch (jobs/silver_commits.py)
+                      "low_ms": c["min_ms"]})
     return stats, hw

@@ -13,13 +13,22 @@ stream at the end of each silver micro-batch, once its tables are written);
 `wait_fresh` is what the detector query calls before each evaluation. Only the query
 named `query` (the fast silver query, the one carrying request stages and broker logs)
 counts: the slow one commits once a minute and no detector waits for it.
+
+`written_since` tells the detector's window cache (jobs/detector_inputs/window_cache.py)
+which windows to read again: per stream, the oldest event time (`low_ms` of the stats
+rows, jobs/silver.py) of the rows committed after a mark it was given. The last
+WRITTEN_KEPT stats rows are kept (hours of batches); a mark older than them is answered
+"not known".
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Callable, Mapping
+
+WRITTEN_KEPT = 10_000
 
 
 class SilverCommits:
@@ -32,6 +41,9 @@ class SilverCommits:
         self._commits = 0
         self._at: float | None = None        # clock() of the last commit
         self._closed = False
+        self._rows = 0                        # stats rows seen: the marks of written_since
+        self._written: deque[tuple[int, str, int]] = deque()   # (row, stream, low_ms)
+        self._forgotten = 0                   # the newest row no longer in _written
 
     @property
     def commits(self) -> int:
@@ -45,6 +57,12 @@ class SilverCommits:
         if stats.get("query") != self.query:
             return
         with self._cond:
+            self._rows += 1
+            if stats.get("low_ms") is not None:
+                if len(self._written) >= WRITTEN_KEPT:
+                    self._forgotten = self._written.popleft()[0]
+                self._written.append((self._rows, str(stats.get("stream")),
+                                      int(stats["low_ms"])))
             if stats.get("batch_id") == self._batch:
                 return
             self._batch = stats.get("batch_id")
@@ -64,6 +82,21 @@ class SilverCommits:
             seen = self._commits
             self._cond.wait_for(lambda: self._commits != seen or self._closed, timeout_s)
             return max(0.0, self._clock() - started)
+
+    def written_since(self, mark: int | None) -> tuple[int, dict[str, int] | None]:
+        """A mark for now, and per stream the oldest event time (ms) of the valid rows
+        silver committed after `mark` (a mark this returned earlier); None instead of the
+        dict when that is not known (no mark, or one older than the rows kept)."""
+        with self._cond:
+            now = self._rows
+            if mark is None or mark < self._forgotten or mark > now:
+                return now, None
+            lows: dict[str, int] = {}
+            for row, stream, low in reversed(self._written):
+                if row <= mark:
+                    break
+                lows[stream] = min(low, lows.get(stream, low))
+            return now, lows
 
     def close(self) -> None:
         """Stop waiting: a wait in progress returns now, later ones at once (shutdown)."""

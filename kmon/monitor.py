@@ -346,7 +346,8 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
 
     With `silver_commits`, a running query's evaluation starts once the silver query has
     committed (within the last second, or next: at most two silver intervals' wait); a
-    run-once (availableNow) evaluates at once, after silver has ended.
+    run-once (availableNow) evaluates at once, after silver has ended. Its window reads
+    read again the windows silver wrote since (SilverCommits.written_since).
 
     Compacted topics' configs (for the compaction-lag contract) come from the watched
     cluster when it is reachable: `bootstrap` (the local cluster) or watch.bootstrap_servers.
@@ -378,7 +379,9 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
         waits = silver_commits is not None and "processingTime" in trigger
         return start_detector_query(spark, lake, config, trigger, on_findings=on_findings,
                                     topic_configs=topic_configs, in_background=in_background,
-                                    wait_for_data=wait_for_data if waits else None)
+                                    wait_for_data=wait_for_data if waits else None,
+                                    written_since=(silver_commits.written_since
+                                                   if silver_commits is not None else None))
 
     pipeline.extra_queries.append(start)
     return client.clear

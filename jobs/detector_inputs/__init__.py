@@ -292,13 +292,15 @@ class _Reading:
     def meter_s(self) -> float:
         return self.config.unclean_election.meter_match_window_s
 
-    def by_window(self, name: str, read: Callable[[TimeRange], list[T]]) -> list[T]:
+    def by_window(self, name: str, read: Callable[[TimeRange], list[T]],
+                  stream: str | None = None) -> list[T]:
         """`read(r)` of a per-window read, timed; with the detector query's cache, the
-        older windows from its last read and only the newest read again (window_cache.py)."""
+        older windows from its last read and only the newest read again (window_cache.py;
+        `stream`, the silver stream read, for what silver says it wrote since)."""
         if self.window_cache is None:
             return self.out.timed(name, lambda: read(self.r))
         return self.out.timed(name, lambda: self.window_cache.read(
-            name, self.r, self.config.slow_broker.window_ms, read))
+            name, self.r, self.config.slow_broker.window_ms, read, stream=stream))
 
     def side_by_side(self, *reads: Callable[[], None]) -> None:
         """Two reads of one chain at once (when parallelism allows)."""
@@ -320,14 +322,14 @@ def _request_stage_chain(x: _Reading) -> None:
 
         def stage_windows() -> None:
             out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
-                spark, lake, sb, sub))
+                spark, lake, sb, sub), stream="request_windows")
             clients.extend(windows("client_sends", lambda sub: read_window_client_sends(
-                spark, lake, sb, sub)))
+                spark, lake, sb, sub), stream="client_send_windows"))
 
         def window_followers() -> None:
             # silver.follower_fetch_windows once for the fetches and the replicas' sends
             both = windows("follower_windows", lambda sub: read_window_follower_windows(
-                spark, lake, sb, sub))
+                spark, lake, sb, sub), stream="follower_fetch_windows")
             out.follower_fetches = [w for w in both if isinstance(w, FollowerFetchWindow)]
             clients.extend(w for w in both if isinstance(w, ClientSendWindow))
 

@@ -36,8 +36,8 @@ def lake(tmp_path) -> Lake:
     return Lake(str(tmp_path / "lake"))
 
 
-def _pipeline(spark, lake, kmon_config):
-    return Pipeline(spark, lake, kmon_config.pipeline,
+def _pipeline(spark, lake, kmon_config, on_batch=None):
+    return Pipeline(spark, lake, kmon_config.pipeline, on_batch=on_batch,
                     streams=(stream("request_stages"), stream(QUARANTINE)))
 
 
@@ -93,7 +93,8 @@ def test_rows_later_than_the_bound_are_quarantined_and_within_it_counted(spark, 
     sink = LandingSink(lake.landing_root, "test")
     sink.send("request_stages", "k", dict(base, record_id="new", ts_ms=t))
     sink.flush()
-    pipeline = _pipeline(spark, lake, kmon_config)
+    stats: list[dict] = []
+    pipeline = _pipeline(spark, lake, kmon_config, on_batch=stats.append)
     pipeline.process_available()
     lateness_ms = stream("request_stages").lateness_s * 1000
     sink.send("request_stages", "k", dict(base, record_id="late-ok", ts_ms=t - lateness_ms // 2))
@@ -109,6 +110,10 @@ def test_rows_later_than_the_bound_are_quarantined_and_within_it_counted(spark, 
             .agg(F.sum("rows_late_within_bound").alias("i"),
                  F.sum("rows_late_beyond_bound").alias("o")).first())
     assert (late["i"], late["o"]) == (1, 1)
+    # what the detector's window cache is told silver wrote: the oldest valid row's time
+    # of each batch (the quarantined row is not in silver)
+    assert [x["low_ms"] for x in stats if x["stream"] == "request_stages"] == [
+        t, t - lateness_ms // 2]
 
 
 def test_agent_quarantine_records_land_in_the_quarantine_table(spark, lake, kmon_config):

@@ -79,3 +79,32 @@ def test_close_ends_a_wait_in_progress_and_later_ones():
     waiter.join(5.0)
     assert not waiter.is_alive() and waited[0] < 5.0
     assert commits.wait_fresh(1.0, 60.0) == 0.0
+
+
+def test_written_since_gives_each_streams_oldest_row_after_the_mark():
+    commits = SilverCommits()
+    assert commits.written_since(None) == (0, None)      # no mark: not known
+    commits.notice({**batch(1), "low_ms": 5_000})
+    mark, lows = commits.written_since(0)
+    assert lows == {"request_stages": 5_000}
+    commits.notice({**batch(2), "low_ms": 9_000})
+    commits.notice({**batch(2, stream="follower_fetch_windows"), "low_ms": 3_000})
+    commits.notice({**batch(3), "low_ms": 7_000})
+    commits.notice({**batch(3, query="silver_slow"), "low_ms": 1_000})   # not this query's
+    commits.notice(batch(4))                                           # no valid rows
+    mark2, lows = commits.written_since(mark)
+    assert lows == {"request_stages": 7_000, "follower_fetch_windows": 3_000}
+    assert commits.written_since(mark2) == (mark2, {})
+
+
+def test_written_since_a_mark_older_than_what_is_kept_is_not_known(monkeypatch):
+    import jobs.silver_commits as sc
+
+    monkeypatch.setattr(sc, "WRITTEN_KEPT", 3)
+    commits = SilverCommits()
+    mark, _ = commits.written_since(0)
+    for i in range(5):
+        commits.notice({**batch(i), "low_ms": 1_000 * i})
+    assert commits.written_since(mark)[1] is None
+    assert commits.written_since(3)[1] == {"request_stages": 3_000}
+    assert commits.written_since(1)[1] is None     # row 2 was forgotten

@@ -157,3 +157,66 @@ def test_a_cluster_behind_is_read_again_from_its_newest_window():
     assert sorted(got) == sorted(read(_range(now + W)))
     got = cache.read("x", _range(now + 2 * W), W, read)
     assert reads[-1] == TimeRange((now + 2 * W - 60_000) // W * W, now + 2 * W)
+
+
+class Written:
+    """What silver says it wrote (SilverCommits.written_since's contract): each `write`
+    is a stats row; a mark is the number of rows so far."""
+
+    def __init__(self):
+        self.rows: list[tuple[str, int]] = []
+
+    def write(self, stream: str, low_ms: int) -> None:
+        self.rows.append((stream, low_ms))
+
+    def __call__(self, mark):
+        if mark is None:
+            return len(self.rows), None
+        lows: dict[str, int] = {}
+        for stream, low in self.rows[mark:]:
+            lows[stream] = min(low, lows.get(stream, low))
+        return len(self.rows), lows
+
+
+def test_with_what_silver_wrote_only_those_windows_and_the_newest_are_read_again():
+    t, written = Table(), Written()
+    cache = WindowReadCache(reread_s=60, written=written)
+    t.values = {T0 + i * W: 1 for i in range(-40, 0)}
+    now = T0 + 3_000
+    cache.read("x", _range(now), W, t.read, stream="s")
+    # silver writes the next window, a late delta 200 s old and another stream's rows
+    t.values[T0] = 1
+    written.write("s", T0)
+    t.values[T0 - 20 * W] = 2
+    written.write("s", T0 - 20 * W + 500)
+    written.write("other", T0 - 30 * W)
+    now += W
+    got = {r.window_start_ms: r.value for r in cache.read("x", _range(now), W, t.read,
+                                                          stream="s")}
+    assert got == {r.window_start_ms: r.value for r in t.read(_range(now))}
+    assert got[T0 - 20 * W] == 2                   # older than reread_s, still seen
+    assert t.reads[-2] == TimeRange(T0 - 20 * W, now)
+    # nothing written since: only the windows the last range did not hold whole
+    t.reads.clear()
+    now += W
+    cache.read("x", _range(now), W, t.read, stream="s")
+    assert t.reads == [TimeRange((now - W) // W * W, now)]
+    # a broker's windows that come 90 s late (its agent behind): read when they come
+    t.values[T0 - 6 * W] = 3
+    written.write("s", T0 - 6 * W)
+    now += W
+    got = {r.window_start_ms: r.value for r in cache.read("x", _range(now), W, t.read,
+                                                          stream="s")}
+    assert got[T0 - 6 * W] == 3
+
+
+def test_without_a_stream_or_what_silver_wrote_the_margin_applies():
+    t, written = Table(), Written()
+    cache = WindowReadCache(reread_s=60, written=written)
+    t.values = {T0 + i * W: 1 for i in range(-40, 40)}
+    now = T0 + 3_000
+    cache.read("x", _range(now), W, t.read)
+    t.reads.clear()
+    now += W
+    cache.read("x", _range(now), W, t.read)
+    assert t.reads == [TimeRange((now - 60_000) // W * W, now)]
