@@ -1,7 +1,7 @@
 """How long one detector evaluation takes, and where, on a real demo lake.
 
 Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [--at MS ...]
-     [--repeats 3] [--advance S] [--reread S] [--like-replay]
+     [--repeats 3] [--advance S] [--reread S] [--like-replay] [--no-save]
 
 Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or `./kmonw demo
 --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary folder (the
@@ -10,7 +10,8 @@ ms; default: 60 s and 360 s before the newest request row) `--repeats` times (ea
 `--advance` seconds later than the last), the way the detector query does (same config,
 same parallel reads; from the second repeat on, the last result and the baselines are
 carried over, unless `--like-replay`). It prints each read's wall time and row count, then
-each evaluation's wall time. The first evaluation includes Spark's warm-up; the later ones
+each evaluation's wall time, and writes them to bench/results/detect-eval-<utc stamp>.json
+(with the machine and the command). The first evaluation includes Spark's warm-up; the later ones
 are what a running detector query pays per trigger on an idle machine. Under the demo's
 load the same evaluation takes 3-4 times longer (see the demo log's "detectors at ... in
 X s" lines).
@@ -63,6 +64,7 @@ def main() -> int:
                     help="read the findings and the baselines at every evaluation (as "
                          "`jobs.detect.replay` does) instead of carrying them (as the "
                          "detector query does)")
+    ap.add_argument("--no-save", action="store_true", help="print only")
     args = ap.parse_args()
     lake_src = Path(args.lake)
     if not any((lake_src / "silver" / t / "_delta_log").is_dir()
@@ -117,6 +119,7 @@ def main() -> int:
     # Like the detector query: each evaluation after the first at a time starts from the
     # last result at that time and keeps the slow-broker baselines (`--like-replay`: read
     # both every time, as a replay does).
+    runs: list[dict] = []
     carried: dict[int, list] = {}
     caches = {now_ms: inputs.BaselineCache() for now_ms in at}
     reread = {} if args.reread is None else {"reread_s": args.reread}
@@ -137,9 +140,17 @@ def main() -> int:
                 print(f"run {rep + 1}, at {now_ms}: {wall:.1f} s, {len(findings)} findings")
                 for name, secs, rows in timings:
                     print(f"    {name:24s} {secs:5.2f} s  rows {rows}")
+                runs.append({"repeat": rep + 1, "at_ms": now_ms, "wall_s": round(wall, 2),
+                             "findings": len(findings),
+                             "reads": {name: {"s": round(secs, 2), "rows": rows}
+                                       for name, secs, rows in timings}})
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+    if not args.no_save:
+        from bench.result_file import machine_header, save
+        save("detect-eval", {**machine_header("detect-eval", "bench.bench_detect_eval", None),
+                             "lake": str(lake_src), "runs": runs})
     return 0
 
 
