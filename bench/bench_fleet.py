@@ -308,7 +308,7 @@ def detection(seen: list[tuple[int, list]], handed: list[float], faults: list[Fa
                        "type": x.type.value, "cause": x.cause, "entity": x.entity}
                 last_hit = max(last_hit or now_ms, now_ms)
                 break
-        out["faults"][f"{f.kind} {f'broker:{f.broker}'}"] = hit
+        out["faults"][f"{f.kind} broker:{f.broker}"] = hit
     watched = faulty | victims
     until = (last_hit + WINDOW_MS if all(out["faults"].values()) and last_hit is not None
              else float("inf"))

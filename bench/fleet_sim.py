@@ -95,12 +95,11 @@ class Fault:
 @dataclass
 class Templates:
     """Recorded window records: per request key the request windows (with their clients
-    and exemplars), and the follower rows; `requests_per_window`, the recorded mean."""
+    and exemplars), and the follower rows."""
     windows: dict[str, list[dict]]
     clients: dict[str, list[list[dict]]]       # key -> per window, its client rows
     exemplars: dict[str, list[list[dict]]]     # key -> per window, its exemplars
     followers: list[dict]
-    requests_per_window: float                 # a simulated broker window's mean, unscaled
     windows_recorded: int                      # (broker, window) pairs of the recording
 
     def presence(self, key: str) -> float:
@@ -109,6 +108,13 @@ class Templates:
         if key.split(":")[0] in DATA_PATH_APIS:
             return 1.0
         return min(1.0, len(self.windows[key]) / max(1, self.windows_recorded))
+
+    @property
+    def requests_per_window(self) -> float:
+        """A simulated broker window's mean requests, unscaled: each key's mean recorded
+        window, as often as the key is present."""
+        return sum(self.presence(k) * sum(r["requests"] for r in ws) / len(ws)
+                   for k, ws in self.windows.items())
 
 
 def templates_from_recording(recording: Path = DEFAULT_RECORDING) -> Templates:
@@ -157,11 +163,7 @@ def templates_from_recording(recording: Path = DEFAULT_RECORDING) -> Templates:
         n_windows += len({o.record["ts_ms"] for o in outputs if o.stream == "request_windows"})
     if not windows:
         raise ValueError(f"{recording}: no request-log lines to take window shapes from")
-    t = Templates(windows, clients, exemplars, followers, 0.0, n_windows)
-    # a simulated broker window: each key's mean recorded window, as often as it is present
-    t.requests_per_window = sum(
-        t.presence(k) * sum(r["requests"] for r in ws) / len(ws) for k, ws in windows.items())
-    return t
+    return Templates(windows, clients, exemplars, followers, n_windows)
 
 
 def _healthy(rec: dict) -> bool:

@@ -89,9 +89,14 @@ def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
     return names
 
 
+def holdbacks_elsewhere(view: FollowerView, follower: int, leader: int) -> list[float]:
+    """The follower's holdback at each of the other leaders it follows."""
+    return [ms for other, ms in view.by_follower.get(follower, {}).items() if other != leader]
+
+
 def holdback_elsewhere(view: FollowerView, follower: int, leader: int) -> float | None:
     """The follower's median holdback at the other leaders it follows, None if none see it."""
-    seen = [ms for other, ms in view.by_follower.get(follower, {}).items() if other != leader]
+    seen = holdbacks_elsewhere(view, follower, leader)
     return statistics.median(seen) if seen else None
 
 
@@ -138,7 +143,7 @@ def over_threshold_elsewhere(view: FollowerView, follower: int, leader: int,
                              config: SlowBrokerSection) -> bool:
     """Did most of the other leaders that see this follower wait on it past the latency
     threshold (False when no other leader sees it)?"""
-    others = [ms for other, ms in view.by_follower.get(follower, {}).items() if other != leader]
+    others = holdbacks_elsewhere(view, follower, leader)
     return bool(others) and sum(ms >= config.threshold_ms for ms in others) * 2 > len(others)
 
 
