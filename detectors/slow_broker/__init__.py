@@ -153,11 +153,7 @@ The confirmed candidate with the largest holdback is blamed. If every
 follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
 replication (a paused or overloaded leader makes all its followers look late, and on
 resuming it even shrinks its ISR to drop them): cause leader_replication_stalled, L is
-the culprit. Failing both, a follower is blamed when it is the only one of L's followers
-past threshold_ms at L and at most of the other leaders it follows (a window's longest gap
-is noisy: a follower 600 ms late beside one that hiccuped 300 ms once is not 3x later, but
-only it is late everywhere; the 2,000-broker simulation needed a third or fourth window in
-one onset of ten without this). Otherwise remote_produce_unknown_follower, unattributed.
+the culprit. Otherwise remote_produce_unknown_follower, unattributed.
 Acceptance scenario (one broker paused in bursts, acks=all, RF=3): the other leaders'
 Produce Remote time is attributed to it (victims naming it); it is blamed in its own
 finding, with its own stage cause when its own requests were slow.

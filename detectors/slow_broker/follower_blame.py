@@ -89,14 +89,9 @@ def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
     return names
 
 
-def holdbacks_elsewhere(view: FollowerView, follower: int, leader: int) -> list[float]:
-    """The follower's holdback at each of the other leaders it follows."""
-    return [ms for other, ms in view.by_follower.get(follower, {}).items() if other != leader]
-
-
 def holdback_elsewhere(view: FollowerView, follower: int, leader: int) -> float | None:
     """The follower's median holdback at the other leaders it follows, None if none see it."""
-    seen = holdbacks_elsewhere(view, follower, leader)
+    seen = [ms for other, ms in view.by_follower.get(follower, {}).items() if other != leader]
     return statistics.median(seen) if seen else None
 
 
@@ -139,26 +134,6 @@ def late_elsewhere(view: FollowerView, follower: int, leader: int,
     return sum(late_at(follower, m, config) for m in others.values()) * 2 > len(others)
 
 
-def over_threshold_elsewhere(view: FollowerView, follower: int, leader: int,
-                             config: SlowBrokerSection) -> bool:
-    """Did most of the other leaders that see this follower wait on it past the latency
-    threshold (False when no other leader sees it)?"""
-    others = holdbacks_elsewhere(view, follower, leader)
-    return bool(others) and sum(ms >= config.threshold_ms for ms in others) * 2 > len(others)
-
-
-def the_one_slow_everywhere(leader: int, mine: Mapping[int, float], view: FollowerView,
-                            config: SlowBrokerSection) -> int | None:
-    """The one follower past the latency threshold here and at most of its other leaders,
-    when the leader's other followers past it here keep under it elsewhere (None if not
-    exactly one). A follower's longest gap in a window is a noisy measure: a follower 600
-    ms late against one that hiccuped 300 ms once is not 3x later, but only the first is
-    late at every leader it follows."""
-    over = [f for f, ms in mine.items() if ms >= config.threshold_ms]
-    everywhere = [f for f in over if over_threshold_elsewhere(view, f, leader, config)]
-    return everywhere[0] if len(everywhere) == 1 else None
-
-
 def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -> FollowerBlame:
     """The follower that holds back acks=all Produce on `leader` (see the package docstring)."""
     mine = dict(view.by_leader.get(leader, {}))
@@ -188,10 +163,5 @@ def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -
         return FollowerBlame(follower=None, leader_at_fault=True, via="fetch_holdback",
                              holdback_ms=max(mine.values()),
                              elsewhere_ms=max(e for _, e in refuted), candidates=tuple(candidates))
-    f = the_one_slow_everywhere(leader, mine, view, config)
-    if f is not None:
-        return FollowerBlame(follower=f, leader_at_fault=False, via="fetch_holdback",
-                             holdback_ms=mine[f], elsewhere_ms=holdback_elsewhere(view, f, leader),
-                             candidates=tuple(sorted({*candidates, f})))
     return FollowerBlame(follower=None, leader_at_fault=False, via="none", holdback_ms=None,
                          elsewhere_ms=None, candidates=tuple(candidates))

@@ -639,24 +639,6 @@ def test_leader_dropping_all_followers_from_isr_points_at_the_leader():
     assert (blame.follower, blame.leader_at_fault, blame.candidates) == (None, False, ())
 
 
-@pytest.mark.parametrize("by_leader,blamed", [
-    # follower 11 600 ms late at both its leaders; follower 10 hiccuped 320 ms once at 9
-    # (650 is not 3 x 320), and keeps up at leader 8: 11 is the one late everywhere
-    ({9: {10: 320.0, 11: 650.0}, 10: {11: 660.0, 12: 330.0}, 8: {9: 20.0, 10: 40.0},
-      11: {12: 30.0, 13: 25.0}}, 11),
-    # two followers late everywhere: which one holds 9 back is not known
-    ({9: {10: 400.0, 11: 650.0}, 10: {11: 660.0, 12: 30.0}, 8: {9: 20.0, 10: 420.0}}, None),
-    # 11 late at 9 only: not slow everywhere (9's own problem, or nothing)
-    ({9: {10: 320.0, 11: 650.0}, 10: {11: 40.0, 12: 30.0}, 8: {9: 20.0, 10: 40.0}}, None),
-], ids=["one_follower_late_everywhere", "two_late_everywhere", "late_at_one_leader_only"])
-def test_a_follower_late_at_every_leader_is_blamed_when_the_ratio_is_noisy(by_leader, blamed):
-    blame = blame_follower(9, FollowerView.build(by_leader), CONFIG)
-    assert blame.follower == blamed
-    if blamed is not None:
-        assert (blame.via, blame.holdback_ms, blame.leader_at_fault) == (
-            "fetch_holdback", by_leader[9][blamed], False)
-
-
 @pytest.mark.parametrize("last_window,detected", [
     (LAST - 1, False),  # first faulty window: 1 of 3
     (LAST, True),       # second: 2 of 3, detected
