@@ -146,14 +146,20 @@ the relative half every leader looked slow at once and the window was called
 cluster-wide with no broker named. Candidates are the followers named by L's ISR shrinks
 in the window and those late at L. A candidate F is confirmed when it is slow
 everywhere: its median holdback at the other leaders it follows is above the floor, or
-it is late at most of them; and refuted otherwise (F fetches fine elsewhere). When no
+it is late at most of them; or when F is slow to serve its own followers (below: a
+broker whose own network is slow is late at some leaders and waited on by its
+followers); and refuted otherwise (F fetches fine elsewhere). When no
 other leader sees F, F is confirmed if L's ISR shrink named it but not all of L's
 followers, or if its holdback is follower_ratio (3) x the median of L's other followers.
 The confirmed candidate with the largest holdback is blamed. If every
 follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
 replication (a paused or overloaded leader makes all its followers look late, and on
 resuming it even shrinks its ISR to drop them): cause leader_replication_stalled, L is
-the culprit. Otherwise remote_produce_unknown_follower, unattributed.
+the culprit. "Waited on" is past the floor, or (`follower_blame.serves_slowly`) past
+threshold_ms and twice the follower's median holdback elsewhere, which is under
+threshold_ms (a 250-ms delay each way keeps every gap under the floor; followers about
+as late everywhere, a starved host, are not this). Otherwise
+remote_produce_unknown_follower, unattributed.
 Acceptance scenario (one broker paused in bursts, acks=all, RF=3): the other leaders'
 Produce Remote time is attributed to it (victims naming it); it is blamed in its own
 finding, with its own stage cause when its own requests were slow.
@@ -177,7 +183,9 @@ up on a 2-core host shared with the pipeline), not an event to page on.
 
 Persistence and decay: a broker (or the cluster, or a client) is detected when it has a
 verdict in at least persistence_windows (2) of the last persistence_lookback_windows (3)
-windows. One
+windows; a broker's verdict on quiet windows pooled together (rule 1) at least
+pooled_persistence_ratio (2) x its threshold holds for each of them, and a follower
+blamed only by its leaders takes the longest such pool among them. One
 noisy window never fires; a broker paused in bursts that spare a window now and then
 still fires; after recovery the detection lasts until fewer than 2 of the last 3 windows
 hold a verdict (at most two more windows), and the finding resolves resolve_after_s later
@@ -203,6 +211,7 @@ OffsetFetch, ListOffsets], purgatory_apis = [Fetch, FetchConsumer, FetchFollower
 JoinGroup, SyncGroup], history_ratio = 3.0, corroborated_history_ratio = 1.5,
 min_history_windows = 6, peer_ratio = 3.0,
 min_peers = 2, persistence_windows = 2, persistence_lookback_windows = 3,
+pooled_persistence_ratio = 2.0,
 cluster_wide_share = 0.5, cluster_wide_persistence_windows = 3, cluster_wide_min_brokers = 2,
 quiet_slow_min_requests = 50,
 follower_holdback_floor_ms = 1000,

@@ -60,8 +60,19 @@ class SlowBrokerSection:
     min_peers: int = _key("Other brokers with traffic needed for the peer comparison", 2,
                           min=1, max=100000)
     persistence_windows: int = _key("Windows with a verdict needed (out of "
-                                    "persistence_lookback_windows) to detect", 2, min=1,
+                                    "persistence_lookback_windows) to detect; a verdict on "
+                                    "quiet windows pooled together (low_traffic_pool_windows) "
+                                    "counts for each of them when pooled_persistence_ratio "
+                                    "holds", 2, min=1,
                                     max=1000)
+    pooled_persistence_ratio: float = _key(
+        "A verdict on quiet windows pooled together counts for persistence in each of them "
+        "when its latency (the least TP99 of the pool: every pooled window had a request at "
+        "least that slow) is at least this many times the threshold; under it, a TP99 of a "
+        "few dozen requests is one request at the edge, and the verdict counts for its own "
+        "window only (controller-failover-5b: the new active controller's pooled Produce "
+        "at 365 ms, 1.2x, is not a page; delayed-broker-5b's leaders at 1,000 ms are)",
+        2.0, min=1, max=1000)
     persistence_lookback_windows: int = _key("The last this many windows are counted for "
                                              "persistence", 3, min=1, max=1000)
     cluster_wide_share: float = _key("More than this share of the brokers with traffic blamed "

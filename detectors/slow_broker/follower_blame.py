@@ -134,6 +134,30 @@ def late_elsewhere(view: FollowerView, follower: int, leader: int,
     return sum(late_at(follower, m, config) for m in others.values()) * 2 > len(others)
 
 
+def serves_slowly(view: FollowerView, leader: int, config: SlowBrokerSection) -> bool:
+    """Every follower of `leader` waits on it while keeping up at the other leaders it
+    follows: the leader is slow to serve replication (its own network or its fetch path),
+    even when the waits stay under the holdback floor.
+
+    Each follower's holdback here is at least threshold_ms (long enough to make an acks=all
+    TP99 slow) and at least twice its median holdback at its other leaders, which is under
+    threshold_ms. A follower no other leader sees cannot tell, so the leader is not judged
+    (delayed-broker-5b live: every byte to and from broker 2 delayed 250 ms; its three
+    followers waited 550-760 ms at it and 30-240 ms at the others, under the 1,000-ms
+    floor. Every follower about as late everywhere, a starved host, is not this: their
+    median elsewhere is over the threshold.)
+    """
+    mine = view.by_leader.get(leader, {})
+    if not mine:
+        return False
+    for follower, here in mine.items():
+        elsewhere = holdback_elsewhere(view, follower, leader)
+        if (elsewhere is None or here < config.threshold_ms
+                or elsewhere >= config.threshold_ms or here < 2 * elsewhere):
+            return False
+    return True
+
+
 def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -> FollowerBlame:
     """The follower that holds back acks=all Produce on `leader` (see the package docstring)."""
     mine = dict(view.by_leader.get(leader, {}))
@@ -146,8 +170,12 @@ def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -
     for f in candidates:
         elsewhere = holdback_elsewhere(view, f, leader)
         slow_elsewhere = late_elsewhere(view, f, leader, config)
-        if slow_elsewhere is not None:
-            (confirmed if slow_elsewhere else refuted).append((f, elsewhere))
+        if slow_elsewhere or (slow_elsewhere is not None and serves_slowly(view, f, config)):
+            # Late everywhere, or late here and slow to serve its own followers: the
+            # broker's own network or fetch path, slow both ways.
+            confirmed.append((f, elsewhere))
+        elif slow_elsewhere is not None:
+            refuted.append((f, elsewhere))
         elif (f in named and not all_named) or stands_out(f, mine, config):
             confirmed.append((f, None))
     if confirmed:
@@ -160,8 +188,14 @@ def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -
                              candidates=tuple(candidates))
     waited_on_all = bool(mine) and all(h >= floor for h in mine.values())
     if refuted and waited_on_all:
+        elsewhere = [e for _, e in refuted]
+    elif serves_slowly(view, leader, config):
+        elsewhere = [holdback_elsewhere(view, f, leader) for f in mine]
+    else:
+        elsewhere = []
+    if elsewhere:
         return FollowerBlame(follower=None, leader_at_fault=True, via="fetch_holdback",
-                             holdback_ms=max(mine.values()),
-                             elsewhere_ms=max(e for _, e in refuted), candidates=tuple(candidates))
+                             holdback_ms=max(mine.values()), elsewhere_ms=max(elsewhere),
+                             candidates=tuple(candidates))
     return FollowerBlame(follower=None, leader_at_fault=False, via="none", holdback_ms=None,
                          elsewhere_ms=None, candidates=tuple(candidates))

@@ -1,5 +1,6 @@
 """Persistence and decay: a broker (or the cluster, or a client) is detected when at least
-persistence_windows of the last persistence_lookback_windows windows hold a verdict for it;
+persistence_windows of the last persistence_lookback_windows windows hold a verdict for it
+(a verdict on quiet windows pooled together holds for each of them: `covered_windows`);
 one noisy window never fires, and a recovered broker clears within two windows."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from detectors.slow_broker.client_links import link_detection
 from detectors.slow_broker.clients import client_detection
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.evidence import broker_detection, cluster_wide_detection
-from detectors.slow_broker.verdicts import Role, WindowAssessment
+from detectors.slow_broker.verdicts import ApiVerdict, Role, WindowAssessment
 
 
 def recent_windows(assessments: Sequence[WindowAssessment], config: SlowBrokerSection
@@ -41,6 +42,40 @@ def flagged_keys(a: WindowAssessment) -> set[Key]:
                    if v.attribution.role is not Role.CLIENT}
 
 
+def covered_windows(a: WindowAssessment, key: Key, config: SlowBrokerSection) -> list[int]:
+    """The windows a verdict of this window speaks for: its own, and for a broker judged
+    on its own requests pooled over earlier windows (latency.pooled_traffic), those too.
+
+    A pooled verdict already holds several windows of evidence: each of them over the
+    threshold, together enough requests. Counting them for persistence finds a quiet
+    broker as soon as a busy one, instead of one window later (delayed-broker-5b live:
+    leaders held back 1 s served 30-40 Produce requests a window, so their first verdict
+    pooled three windows and persistence waited 10 s more for the next). Only a pool far
+    over its threshold (pooled_persistence_ratio) counts so: the least TP99 of a few dozen
+    requests a window is one request, and just over the threshold it is weak evidence. A
+    follower blamed only through the leaders it holds back (no verdict of its own) speaks
+    for the windows of the longest such pool among them: that leader's pooled slowness is
+    put on it."""
+    pooled = 1
+    if key[0] == "broker" and not a.cluster_wide:
+        verdict = a.brokers[key[1]]
+        if verdict.api_verdict is not None:
+            pooled = strong_pool(verdict.api_verdict, config)
+        else:
+            pooled = max((strong_pool(a.brokers[leader].api_verdict, config)
+                          for leader in verdict.held_back_leaders
+                          if leader in a.brokers and a.brokers[leader].api_verdict is not None),
+                         default=1)
+    return [a.window_start_ms - k * config.window_ms for k in range(pooled)]
+
+
+def strong_pool(v: ApiVerdict, config: SlowBrokerSection) -> int:
+    """The windows a verdict counts for: its pool's, when far enough over the threshold."""
+    if v.pooled_windows > 1 and v.latency_ms >= config.pooled_persistence_ratio * v.threshold_ms:
+        return v.pooled_windows
+    return 1
+
+
 def detections_from(assessments: Sequence[WindowAssessment],
                     config: SlowBrokerSection) -> list[Detection]:
     """Apply persistence to assessed windows: at least persistence_windows of the last
@@ -51,18 +86,23 @@ def detections_from(assessments: Sequence[WindowAssessment],
     detections = []
     for cluster, starts in sorted(grid.items()):
         recent = [by_cw[(cluster, s)] for s in starts if (cluster, s) in by_cw]
-        flagged: dict[Key, list[int]] = defaultdict(list)
+        in_grid = set(starts)
+        flagged: dict[Key, set[int]] = defaultdict(set)
+        latest_of: dict[Key, int] = {}
         for a in recent:
             for k in flagged_keys(a):
-                flagged[k].append(a.window_start_ms)
-        for k, windows in sorted(flagged.items(), key=lambda kv: tuple(map(str, kv[0]))):
+                flagged[k].update(w for w in covered_windows(a, k, config)
+                                  if w in in_grid)
+                latest_of[k] = max(latest_of.get(k, a.window_start_ms), a.window_start_ms)
+        for k, covered in sorted(flagged.items(), key=lambda kv: tuple(map(str, kv[0]))):
+            windows = sorted(covered)
             needed = (config.cluster_wide_persistence_windows if k[0] == "cluster"
                       else config.persistence_windows)
             if len(windows) < needed:
                 continue
             if k[0] == "link" and len(flagged.get(("client", k[1]), ())) >= needed:
                 continue   # one slow_client finding per client: its slow reads say more
-            latest = by_cw[(cluster, max(windows))]
+            latest = by_cw[(cluster, latest_of[k])]
             if k[0] == "cluster":
                 detections.append(cluster_wide_detection(latest, windows, config))
             elif k[0] == "client":

@@ -294,7 +294,8 @@ def scenarios():
                                 "suspect": True, "stage": "remote"}},
         verdicts=FOLLOWER_3_NAMED, detections=FOLLOWER_3_NAMED_DETECTIONS,
         evidence={"broker:1": {"slow_follower": "broker:3", "pooled_windows": 3,
-                               "pooled_requests": 120, "requests": 40}})
+                               "pooled_requests": 120, "requests": 40}},
+        first_window=LAST - 2)   # the pool's windows count for persistence
 
     # Leaders whose acks=all Produce TP99 is already over the threshold (340 ms) before the
     # fault rise 2.4x when follower 3 freezes in bursts (freeze-short-5b on the live
@@ -370,6 +371,39 @@ def scenarios():
                                  ActionKind.MOVE_LEADERSHIP, Severity.HIGH)},
         evidence={"broker:3": {"follower_candidates": [1, 2],
                                "follower_holdback_elsewhere_ms": 5.0}})
+
+    # Every byte to and from broker 3 delayed (delayed-broker-5b live): its followers wait
+    # 600 ms at it and keep up elsewhere, under the 1,000-ms floor; it is 600 ms late at
+    # leader 1 but, its fetches to leader 2 not delayed, fine there: not "late everywhere",
+    # yet slow to serve its own followers. Both ways it is broker 3's fault: leader 3 is
+    # the culprit (leader_replication_stalled) and leader 1 its victim, not an unknown.
+    both_ways = replaced(healthy(), 3, "Produce", FAULT, **PAUSED_PRODUCE_ON_LEADER)
+    both_ways = replaced(both_ways, 1, "Produce", FAULT, **PAUSED_PRODUCE_ON_LEADER)
+    yield Scenario(
+        "broker_slow_both_ways_is_named_by_the_leader_it_holds_back", both_ways,
+        fetches=follower_fetches(FAULT, {(3, 1): 600.0, (3, 2): 600.0, (1, 3): 600.0}),
+        verdicts={1: (Role.VICTIM, "remote_produce_slow_follower"),
+                  3: (Role.CULPRIT, "leader_replication_stalled")},
+        detections={"broker:1": (AnomalyType.SLOW_BROKER, "remote_produce_slow_follower",
+                                 ActionKind.NONE, Severity.WARNING),
+                    "broker:3": (AnomalyType.SLOW_BROKER, "leader_replication_stalled",
+                                 ActionKind.MOVE_LEADERSHIP, Severity.HIGH)},
+        evidence={"broker:1": {"slow_follower": "broker:3", "follower_holdback_ms": 600.0},
+                  "broker:3": {"follower_holdback_ms": 600.0,
+                               "follower_holdback_elsewhere_ms": 5.0}})
+
+    # Its followers a little later at broker 3 (350 ms) than elsewhere (250 ms, a loaded
+    # host): not twice as late, so broker 3 is not called slow to serve, and nobody
+    # stands out: unknown, as before.
+    marginal = replaced(healthy(), 3, "Produce", FAULT, **PAUSED_PRODUCE_ON_LEADER)
+    near = {(3, 1): 350.0, (3, 2): 350.0, (1, 2): 250.0, (2, 1): 250.0, (1, 3): 250.0,
+            (2, 3): 250.0}
+    yield Scenario(
+        "followers_a_little_later_at_one_leader_do_not_make_it_stalled", marginal,
+        fetches=follower_fetches(FAULT, near),
+        verdicts={3: (Role.UNATTRIBUTED, "remote_produce_unknown_follower")},
+        detections={"broker:3": (AnomalyType.SLOW_BROKER, "remote_produce_unknown_follower",
+                                 ActionKind.PAGE_HUMAN, Severity.WARNING)})
 
     fleet = healthy()
     for b in BROKERS:
@@ -548,7 +582,8 @@ def scenarios():
         detections={"broker:2": (AnomalyType.SLOW_BROKER, "request_handlers_saturated",
                                  ActionKind.MOVE_LEADERSHIP, Severity.HIGH)},
         evidence={"broker:2": {"pooled_windows": 4, "pooled_requests": 120,
-                               "baseline_ms": 20.0}})
+                               "baseline_ms": 20.0}},
+        first_window=LAST - 2)   # the pool's windows in the lookback
 
     # The same quiet cluster on a loaded host: every broker's quiet windows at 450 ms, over
     # the threshold, and broker 2 at 900 ms through the last five. Pooled, it is over the
@@ -672,6 +707,36 @@ def test_detection_within_60_seconds_of_fault_start():
         pytest.fail("never detected")
     assert evidence_complete_ms - fault_start <= 2 * W
     assert evidence_complete_ms - fault_start + 2 * W <= 60_000
+
+
+def test_a_pooled_verdict_is_persistent_on_its_own():
+    # The leaders held back by delayed follower 3 serve 40 Produce requests a window: the
+    # first window whose pool holds enough requests (three windows, each over the
+    # threshold) already speaks for three windows, so the follower and its victims are
+    # detected there, not a window later; one quiet window over the threshold is not.
+    starving = {LAST - 3, LAST - 2, LAST - 1}
+    rows = healthy(windows=range(LAST))
+    for leader in (1, 2):
+        rows = replaced(rows, leader, "Produce", starving, total=1200.0, remote=1180.0,
+                        requests=40)
+    fetches = [f for f in follower_fetches(starving, {(1, 3): 500.0, (2, 3): 510.0})
+               if window_of(f) < LAST]
+    got = {d.entity: d.cause for d in detect_slow_brokers(rows, follower_fetches=fetches,
+                                                          config=CONFIG)}
+    assert got == {"broker:1": "remote_produce_slow_follower",
+                   "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
+    # The same pool just over the threshold (400 ms: each window's TP99 is about its one
+    # slowest request): weak evidence, it counts for its own window only, as before.
+    edge = healthy(windows=range(LAST))
+    for leader in (1, 2):
+        edge = replaced(edge, leader, "Produce", starving, total=400.0, remote=380.0,
+                        requests=40)
+    assert not detect_slow_brokers(edge, follower_fetches=fetches, config=CONFIG)
+    # One window fewer over the threshold: the pool never holds enough requests.
+    short = [r for r in rows if window_of(r) != LAST - 3 or r.broker not in (1, 2)
+             or r.api != "Produce"]
+    short += [with_(produce(b, LAST - 3), requests=40) for b in (1, 2)]
+    assert not detect_slow_brokers(short, follower_fetches=fetches, config=CONFIG)
 
 
 def test_many_clusters_are_judged_apart():
