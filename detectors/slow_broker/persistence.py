@@ -88,12 +88,12 @@ def detections_from(assessments: Sequence[WindowAssessment],
         recent = [by_cw[(cluster, s)] for s in starts if (cluster, s) in by_cw]
         in_grid = set(starts)
         flagged: dict[Key, set[int]] = defaultdict(set)
-        latest_of: dict[Key, int] = {}
         for a in recent:
             for k in flagged_keys(a):
+                # A verdict covers its own window and earlier ones only, so the newest
+                # covered window is the newest verdict's.
                 flagged[k].update(w for w in covered_windows(a, k, config)
                                   if w in in_grid)
-                latest_of[k] = max(latest_of.get(k, a.window_start_ms), a.window_start_ms)
         for k, covered in sorted(flagged.items(), key=lambda kv: tuple(map(str, kv[0]))):
             windows = sorted(covered)
             needed = (config.cluster_wide_persistence_windows if k[0] == "cluster"
@@ -102,7 +102,7 @@ def detections_from(assessments: Sequence[WindowAssessment],
                 continue
             if k[0] == "link" and len(flagged.get(("client", k[1]), ())) >= needed:
                 continue   # one slow_client finding per client: its slow reads say more
-            latest = by_cw[(cluster, latest_of[k])]
+            latest = by_cw[(cluster, windows[-1])]
             if k[0] == "cluster":
                 detections.append(cluster_wide_detection(latest, windows, config))
             elif k[0] == "client":
