@@ -135,13 +135,20 @@ COORDINATOR_MOVING = ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
 def group_state(admin, group: str, retry_s: float = 30.0):
     """(member count, coordinator broker id) of a group, asking again for up to retry_s
     while its coordinator is moving (seen in CI: NOT_COORDINATOR 6 s after a kill -9 of
-    the coordinator, before the controller had fenced it; seen here: no answer in 10 s)."""
+    the coordinator, before the controller had fenced it; seen here: no answer in 10 s).
+
+    admin is an AdminClient, or a function that makes one for each attempt: after a kill
+    of the coordinator, a kept client has the dead broker in its coordinator cache, and
+    librdkafka holds a request for a cached coordinator that is down until that broker
+    is up again (rdkafka_coord.c: "we'll be re-triggered on broker state broadcast"), so
+    it may never learn of the new coordinator while the old one is down."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + retry_s
     while True:
+        client = admin() if callable(admin) else admin
         try:
-            desc = admin.describe_consumer_groups([group])[group].result(10)
+            desc = client.describe_consumer_groups([group])[group].result(10)
             return len(desc.members), desc.coordinator.id
         except (KafkaException, TimeoutError) as e:
             # TimeoutError: no answer in 10 s (the request went to the dead broker)
@@ -150,6 +157,13 @@ def group_state(admin, group: str, retry_s: float = 30.0):
             if code not in (*COORDINATOR_MOVING, "TIMEOUT") or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def fresh_admin(bootstrap: str):
+    """A new AdminClient, with no coordinator cached (see group_state)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
 
 
 def wait_group_empty(ctx: FaultContext, group: str, timeout_s: float = 60) -> bool:

@@ -126,3 +126,14 @@ def test_group_state_asks_again_while_the_coordinator_moves():
     answers[:] = [KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))]
     with pytest.raises(KafkaException):
         rewind_clients.group_state(Admin(), "g", retry_s=5)
+    # A function for the admin: a new client each attempt (a kept one may wait for ever
+    # on the dead coordinator it has cached).
+    made = []
+
+    def new_admin():
+        made.append(Admin())
+        return made[-1]
+
+    answers[:] = [TimeoutError(), TimeoutError(), Desc()]
+    assert rewind_clients.group_state(new_admin, "g", retry_s=5) == (2, 2)
+    assert len(made) == 3 and len({id(a) for a in made}) == 3
