@@ -55,6 +55,13 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    (at most low_traffic_pool_windows), once they hold enough requests together, at the
    least of their TP99s (a lower bound of the pooled TP99: latency.pooled_traffic;
    scenario delayed_follower_that_starves_its_leaders_traffic_is_named).
+   1b. An acks=all write (Produce, OffsetCommit) too quiet for that, with Remote its
+   dominant stage, whose leader waits on a follower that is late at the other leaders it
+   follows too (the follower's fetches are the evidence, see 4b), is judged once it,
+   pooled the same way, holds corroborated_min_requests (20), if its latency is at least
+   corroborated_history_ratio x its baseline (attribution.corroborated_by_follower):
+   leaders held back by a follower frozen in short bursts served ~26 Produce requests a
+   window (freeze-short-5b live) and pooled 100 only after four windows.
 2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
    (`purgatory_apis`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
@@ -205,6 +212,7 @@ catch up or drop out of the ISR), and a broker whose clients' network is slow.
 
 Config keys ([slow_broker] section, `SlowBrokerSection`), defaults:
 window_s = 10, min_requests_per_minute = 50, min_requests_per_window = 100,
+low_traffic_pool_windows = 6, corroborated_min_requests = 20,
 threshold_ms = 300, api_threshold_ms = {},
 watched_apis = [Produce, Fetch, FetchConsumer, FetchFollower, Metadata, OffsetCommit,
 OffsetFetch, ListOffsets], purgatory_apis = [Fetch, FetchConsumer, FetchFollower,

@@ -12,7 +12,8 @@ from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.follower_blame import (FollowerView, blame_follower,
                                                   late_elsewhere)
 from detectors.slow_broker.inputs import ClientSendWindow
-from detectors.slow_broker.latency import MIN_REFERENCE_MS, norm_api
+from detectors.slow_broker.latency import (MIN_REFERENCE_MS, is_slow_vs_history,
+                                          is_slow_vs_peers, norm_api)
 from detectors.slow_broker.verdicts import ApiVerdict, Attribution, Role, SlowBrokerCause
 
 
@@ -108,9 +109,19 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
     first is lower. A baseline is still needed: on the same cluster broker 2 lagged 400 ms
     at both its leaders for 20 s at a time with no fault (a loaded 2-core host), leader 1
     at 460-560 ms, 1.1x its usual: without a baseline to compare, the first windows of a
-    replay were flagged. Returns the verdicts, the corroborated ones replaced."""
+    replay were flagged.
+
+    Rule 1b: a row too quiet to judge even pooled (rule 1) is judged on its
+    `quiet_pool` (corroborated_min_requests, pooled the same way) when the same holds of
+    it: its follower's lateness at the other leaders is the evidence, and its own few
+    requests only show that its writes waited (freeze-short-5b live: leaders 1 and 5
+    served 6-43 Produce requests a window during the freeze, 13-38 % of them at 300 ms or
+    more against none before, and pooled 100 only after four windows). Returns the
+    verdicts, the corroborated ones replaced."""
     out = []
     for v in verdicts:
+        if not v.enough_traffic and v.quiet_pool is not None:
+            v = _judged_on_quiet_pool(v, view, config)
         if (not v.suspect and v.enough_traffic and v.over_threshold
                 and v.dominant_stage == "remote"
                 and norm_api(v.row.api) in REPLICATED_WRITE_APIS
@@ -123,6 +134,29 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
                 v = dataclasses.replace(v, follower_corroborated=True)
         out.append(v)
     return out
+
+
+def _judged_on_quiet_pool(v: ApiVerdict, view: FollowerView,
+                          config: SlowBrokerSection) -> ApiVerdict:
+    """Rule 1b on a row too quiet for rule 1: the row judged on its quiet pool when it is
+    an acks=all write waiting in Remote on a corroborated follower, at least
+    corroborated_history_ratio x its baseline; else the row unchanged."""
+    windows, requests, latency = v.quiet_pool
+    if not (v.dominant_stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS
+            and latency > v.threshold_ms and v.baseline_ms is not None
+            and latency >= config.corroborated_history_ratio * max(v.baseline_ms,
+                                                                   MIN_REFERENCE_MS)):
+        return v
+    blame = blame_follower(v.row.broker, view, config)
+    if blame.follower is None or not late_elsewhere(view, blame.follower, v.row.broker,
+                                                    config):
+        return v
+    return dataclasses.replace(
+        v, enough_traffic=True, latency_ms=latency, pooled_windows=windows,
+        pooled_requests=requests, over_threshold=True,
+        slow_vs_history=is_slow_vs_history(latency, v.baseline_ms, config),
+        slow_vs_peers=is_slow_vs_peers(latency, v.peer_median_ms, config),
+        follower_corroborated=True)
 
 
 def attribute(v: ApiVerdict, view: FollowerView, sends: Sequence[ClientSendWindow],

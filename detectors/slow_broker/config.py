@@ -36,6 +36,14 @@ class SlowBrokerSection:
         "answers, so a slow broker cuts its own request rate: leaders held back 1-1.6 s by "
         "a delayed follower served too few Produce requests a window to be judged. "
         "1 = every window alone", 6, min=1, max=1000)
+    corroborated_min_requests: int = _key(
+        "An acks=all write (Produce, OffsetCommit) too quiet to judge alone or pooled, over "
+        "its threshold and waiting in Remote on a follower that is late at the other "
+        "leaders it follows too, is judged once it (pooled the same way) holds this many "
+        "requests (rule 1b): the follower's fetches are the evidence, and the leader's "
+        "requests only show that writes waited for it (freeze-short-5b: leaders serving "
+        "~26 Produce requests a window waited for four windows to pool 100). 0 = never",
+        20, min=0, max=1_000_000_000)
     threshold_ms: float = _key("Latency TP99 above which a broker/API can be slow", 300.0,
                                min=1, max=600000)
     api_threshold_ms: dict = _key("Per-API thresholds overriding threshold_ms, e.g. "

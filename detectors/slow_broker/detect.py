@@ -142,6 +142,12 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
     pooled = {id(r): pool for r in rows if not traffic[id(r)] and (pool := pooled_traffic(
         r.requests, latency[id(r)], threshold_for(r.api, config), history.earlier(r, config),
         config))}
+    # Rule 1b: the same with corroborated_min_requests, used only once the follower the
+    # row waits on is corroborated (attribution.corroborated_by_follower).
+    quiet = {id(r): pool for r in rows if not traffic[id(r)] and id(r) not in pooled
+             and config.corroborated_min_requests > 0 and (pool := pooled_traffic(
+                 r.requests, latency[id(r)], threshold_for(r.api, config),
+                 history.earlier(r, config), config, floor=config.corroborated_min_requests))}
     for r in rows:
         history.note(r, latency[id(r)], config)
     by_api: dict[str, list[float]] = defaultdict(list)
@@ -167,7 +173,8 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
             over_threshold=is_over_threshold(lat, threshold), baseline_ms=baseline,
             slow_vs_history=is_slow_vs_history(lat, baseline, config), peer_median_ms=peers,
             slow_vs_peers=is_slow_vs_peers(lat, peers, config), dominant_stage=stage,
-            stage_share=share, pooled_windows=windows, pooled_requests=requests))
+            stage_share=share, pooled_windows=windows, pooled_requests=requests,
+            quiet_pool=quiet.get(id(r))))
     return verdicts
 
 

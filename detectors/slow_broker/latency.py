@@ -52,15 +52,20 @@ def has_enough_traffic(row: RequestStageWindow, config: SlowBrokerSection) -> bo
     return enough_requests(row.requests, 1, config)
 
 
-def enough_requests(requests: int, windows: int, config: SlowBrokerSection) -> bool:
-    """`has_enough_traffic` for `requests` over `windows` consecutive windows."""
+def enough_requests(requests: int, windows: int, config: SlowBrokerSection,
+                    floor: int | None = None) -> bool:
+    """`has_enough_traffic` for `requests` over `windows` consecutive windows; with
+    `floor`, at least that many requests instead (rule 1b's corroborated_min_requests)."""
+    if floor is not None:
+        return requests >= floor
     return (requests >= config.min_requests_per_minute * windows * config.window_s / 60.0
             and requests >= config.min_requests_per_window)
 
 
 def pooled_traffic(requests: int, latency: float, threshold: float,
                    earlier: Sequence[tuple[int, float] | None],
-                   config: SlowBrokerSection) -> tuple[int, int, float] | None:
+                   config: SlowBrokerSection,
+                   floor: int | None = None) -> tuple[int, int, float] | None:
     """A window with too few requests to judge alone, pooled with the windows before it.
 
     `earlier`: (requests, latency) of the same broker/API in the windows just before,
@@ -78,12 +83,12 @@ def pooled_traffic(requests: int, latency: float, threshold: float,
         return None
     windows, total, least = 1, requests, latency
     for prior in earlier[:config.low_traffic_pool_windows - 1]:
-        if enough_requests(total, windows, config):
+        if enough_requests(total, windows, config, floor):
             break
         if prior is None or prior[1] <= threshold:
             return None
         windows, total, least = windows + 1, total + prior[0], min(least, prior[1])
-    return (windows, total, least) if enough_requests(total, windows, config) else None
+    return (windows, total, least) if enough_requests(total, windows, config, floor) else None
 
 
 def threshold_for(api: str, config: SlowBrokerSection) -> float:

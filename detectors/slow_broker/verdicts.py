@@ -72,6 +72,10 @@ class ApiVerdict:
     # threshold, waiting in Remote on a follower that is late at the other leaders it
     # follows too; set after rules 1-5, once every leader's view of its followers is known.
     follower_corroborated: bool = False
+    # Rule 1b: the pool (windows, requests, least latency) of a row too quiet for rule 1
+    # that holds corroborated_min_requests; judged only when the follower it waits on is
+    # corroborated (attribution.corroborated_by_follower).
+    quiet_pool: tuple[int, int, float] | None = None
 
     @property
     def suspect(self) -> bool:

@@ -725,18 +725,63 @@ def test_a_pooled_verdict_is_persistent_on_its_own():
                                                           config=CONFIG)}
     assert got == {"broker:1": "remote_produce_slow_follower",
                    "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
-    # The same pool just over the threshold (400 ms: each window's TP99 is about its one
-    # slowest request): weak evidence, it counts for its own window only, as before.
+    # Without rule 1b (each 40-request window judged alone on its corroborated follower):
+    # the same pool just over the threshold (400 ms: each window's TP99 is about its one
+    # slowest request) is weak evidence, it counts for its own window only, as before.
+    pooled_only = replace(CONFIG, corroborated_min_requests=0)
     edge = healthy(windows=range(LAST))
     for leader in (1, 2):
         edge = replaced(edge, leader, "Produce", starving, total=400.0, remote=380.0,
                         requests=40)
-    assert not detect_slow_brokers(edge, follower_fetches=fetches, config=CONFIG)
+    assert not detect_slow_brokers(edge, follower_fetches=fetches, config=pooled_only)
     # One window fewer over the threshold: the pool never holds enough requests.
     short = [r for r in rows if window_of(r) != LAST - 3 or r.broker not in (1, 2)
              or r.api != "Produce"]
     short += [with_(produce(b, LAST - 3), requests=40) for b in (1, 2)]
-    assert not detect_slow_brokers(short, follower_fetches=fetches, config=CONFIG)
+    assert not detect_slow_brokers(short, follower_fetches=fetches, config=pooled_only)
+    # With it, the windows are judged one by one: the follower, late at both its leaders,
+    # is named from the first two.
+    got = {d.entity: d.cause for d in detect_slow_brokers(short, follower_fetches=fetches,
+                                                          config=CONFIG)}
+    assert got["broker:3"] == "slow_follower", got
+
+
+def _quiet_leaders(slow_windows, requests=25):
+    """Leaders 1 and 2 serve `requests` Produce requests a window (too few to judge one
+    alone, or two pooled), at 700 ms in `slow_windows`."""
+    rows = healthy()
+    for leader in (1, 2):
+        rows = replaced(rows, leader, "Produce", set(range(LAST + 1)), requests=requests)
+        rows = replaced(rows, leader, "Produce", slow_windows, total=700.0, remote=690.0,
+                        requests=requests)
+    return rows
+
+
+def test_quiet_leaders_waiting_on_a_follower_late_everywhere_are_judged_window_by_window():
+    # Rule 1b (freeze-short-5b live: leaders serving ~26 Produce requests a window pooled
+    # 100 only after four windows): follower 3 frozen 0.7 s of every second is late at
+    # both its leaders, whose few writes wait for it: named from the fault's first two
+    # windows, not after a pool of four.
+    fault = {LAST - 1, LAST}
+    rows = _quiet_leaders(fault)
+    fetches = follower_fetches(fault, {(1, 3): 700.0, (2, 3): 700.0})
+    got = {d.entity: d.cause for d in detect_slow_brokers(rows, follower_fetches=fetches,
+                                                          config=CONFIG)}
+    assert got == {"broker:1": "remote_produce_slow_follower",
+                   "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
+    # Without rule 1b, two windows of 25 never pool enough.
+    off = replace(CONFIG, corroborated_min_requests=0)
+    assert not detect_slow_brokers(rows, follower_fetches=fetches, config=off)
+    # The follower's fetches are the evidence: without them, or with a follower late at
+    # one leader only (fine at the other it follows), a few slow writes are no verdict.
+    assert not detect_slow_brokers(rows, config=CONFIG)
+    one = _quiet_leaders(fault)
+    one = replaced(one, 2, "Produce", fault, total=8.0, remote=3.0, requests=25)
+    assert not detect_slow_brokers(one, follower_fetches=follower_fetches(fault, {(1, 3): 700.0}),
+                                   config=CONFIG)
+    # Fewer requests than corroborated_min_requests, even pooled over the two windows.
+    few = _quiet_leaders(fault, requests=8)
+    assert not detect_slow_brokers(few, follower_fetches=fetches, config=CONFIG)
 
 
 def test_many_clusters_are_judged_apart():
