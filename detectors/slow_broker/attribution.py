@@ -123,33 +123,35 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
         if not v.enough_traffic and v.quiet_pool is not None:
             v = _judged_on_quiet_pool(v, view, config)
         if (not v.suspect and v.enough_traffic and v.over_threshold
-                and v.dominant_stage == "remote"
-                and norm_api(v.row.api) in REPLICATED_WRITE_APIS
-                and v.baseline_ms is not None
-                and v.latency_ms >= config.corroborated_history_ratio * max(v.baseline_ms,
-                                                                            MIN_REFERENCE_MS)):
-            blame = blame_follower(v.row.broker, view, config)
-            if blame.follower is not None and late_elsewhere(
-                    view, blame.follower, v.row.broker, config):
-                v = dataclasses.replace(v, follower_corroborated=True)
+                and _waits_on_corroborated_follower(v, v.latency_ms, view, config)):
+            v = dataclasses.replace(v, follower_corroborated=True)
         out.append(v)
     return out
 
 
-def _judged_on_quiet_pool(v: ApiVerdict, view: FollowerView,
-                          config: SlowBrokerSection) -> ApiVerdict:
-    """Rule 1b on a row too quiet for rule 1: the row judged on its quiet pool when it is
-    an acks=all write waiting in Remote on a corroborated follower, at least
-    corroborated_history_ratio x its baseline; else the row unchanged."""
-    windows, requests, latency = v.quiet_pool
+def _waits_on_corroborated_follower(v: ApiVerdict, latency: float, view: FollowerView,
+                                    config: SlowBrokerSection) -> bool:
+    """Rules 4b and 1b's common test: an acks=all write with Remote its dominant stage,
+    `latency` at least corroborated_history_ratio x its baseline, whose leader waits on a
+    follower that is late at the other leaders it follows too."""
     if not (v.dominant_stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS
-            and latency > v.threshold_ms and v.baseline_ms is not None
+            and v.baseline_ms is not None
             and latency >= config.corroborated_history_ratio * max(v.baseline_ms,
                                                                    MIN_REFERENCE_MS)):
-        return v
+        return False
     blame = blame_follower(v.row.broker, view, config)
-    if blame.follower is None or not late_elsewhere(view, blame.follower, v.row.broker,
-                                                    config):
+    return blame.follower is not None and bool(
+        late_elsewhere(view, blame.follower, v.row.broker, config))
+
+
+def _judged_on_quiet_pool(v: ApiVerdict, view: FollowerView,
+                          config: SlowBrokerSection) -> ApiVerdict:
+    """Rule 1b on a row too quiet for rule 1: the row judged on its quiet pool when the
+    pool is over the threshold and `_waits_on_corroborated_follower` holds of it; else
+    the row unchanged."""
+    windows, requests, latency = v.quiet_pool
+    if not (latency > v.threshold_ms
+            and _waits_on_corroborated_follower(v, latency, view, config)):
         return v
     return dataclasses.replace(
         v, enough_traffic=True, latency_ms=latency, pooled_windows=windows,
