@@ -192,7 +192,10 @@ Persistence and decay: a broker (or the cluster, or a client) is detected when i
 verdict in at least persistence_windows (2) of the last persistence_lookback_windows (3)
 windows; a broker's verdict on quiet windows pooled together (rule 1) at least
 pooled_persistence_ratio (2) x its threshold holds for each of them, and a follower
-blamed only by its leaders takes the longest such pool among them. One
+blamed only by its leaders takes the longest such pool among them. The finding reports
+the verdict of the strongest role among those windows (culprit before unattributed), the
+newest of them: a culprit named 20 s ago is not replaced by a window that can only say
+"unattributed" (persistence.strongest). One
 noisy window never fires; a broker paused in bursts that spare a window now and then
 still fires; after recovery the detection lasts until fewer than 2 of the last 3 windows
 hold a verdict (at most two more windows), and the finding resolves resolve_after_s later

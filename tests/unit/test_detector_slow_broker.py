@@ -692,6 +692,28 @@ def test_bursty_pause_that_spares_a_window_still_fires():
     assert {d.entity for d in detect_slow_brokers(rows, config=CONFIG)} == {"broker:2"}
 
 
+def test_a_named_culprit_is_not_replaced_by_a_newer_unattributed_window():
+    # freeze-long-3b live: broker 2's finding was slow_follower and
+    # leader_replication_stalled, then remote_produce_unknown_follower in the fault's last
+    # window, and ended with that vaguer cause. Of the recent windows, the finding reports
+    # the first role in Role's order (culprit before unattributed), then the newest.
+    rows = replaced(healthy(), 2, "Produce", {LAST - 1}, **SLOW_LOCAL)
+    rows = replaced(rows, 2, "Produce", {LAST}, total=910.0, remote=900.0)
+    (d,) = detect_slow_brokers(rows, config=CONFIG)
+    assert (d.entity, d.cause) == ("broker:2", "local_disk_or_page_cache")
+    # The other way round, the newer culprit is reported too.
+    rows = replaced(healthy(), 2, "Produce", {LAST - 1}, total=910.0, remote=900.0)
+    rows = replaced(rows, 2, "Produce", {LAST}, **SLOW_LOCAL)
+    (d,) = detect_slow_brokers(rows, config=CONFIG)
+    assert (d.entity, d.cause) == ("broker:2", "local_disk_or_page_cache")
+    # Two culprit causes: the newest.
+    rows = replaced(healthy(), 2, "Produce", {LAST - 1}, total=910.0, rq=900.0,
+                    local=4.0)
+    rows = replaced(rows, 2, "Produce", {LAST}, **SLOW_LOCAL)
+    (d,) = detect_slow_brokers(rows, config=CONFIG)
+    assert d.cause == "local_disk_or_page_cache"
+
+
 def test_detection_within_60_seconds_of_fault_start():
     # The fault starts 3 s into window 8. Evaluate as each window closes; the first
     # detection must have its evidence complete within 2 windows of the fault, leaving
