@@ -108,6 +108,14 @@ class SlowBrokerSection:
     follower_ratio: float = _key("A follower late at one leader and seen by no other is blamed "
                                  "when it is this many times later than the leader's other "
                                  "followers", 3.0, min=1, max=1000)
+    follower_worst_ratio: float = _key(
+        "A follower that at every leader it follows (two at least) holds it back past "
+        "threshold_ms and this many times longer than any of that leader's other followers "
+        "is late everywhere, under the holdback floor and under follower_ratio: the one "
+        "follower every leader waits on (freeze-short-3b live: broker 2 frozen 0.7 s of "
+        "every second held leaders 1 and 3 back 694-752 ms while a loaded host kept their "
+        "other followers at 170-374 ms, under follower_ratio at one leader of two). "
+        "0 = off", 1.5, min=0, max=1000)
     slow_client_share: float = _key("Slow ResponseSend is blamed on the slow clients when they "
                                     "are at most this share of the broker's clients", 0.5,
                                     min=0, max=1)

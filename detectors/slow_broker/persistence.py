@@ -13,7 +13,7 @@ from detectors.slow_broker.client_links import link_detection
 from detectors.slow_broker.clients import client_detection
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.evidence import broker_detection, cluster_wide_detection
-from detectors.slow_broker.verdicts import ApiVerdict, Role, WindowAssessment
+from detectors.slow_broker.verdicts import ROLE_ORDER, ApiVerdict, Role, WindowAssessment
 
 
 def recent_windows(assessments: Sequence[WindowAssessment], config: SlowBrokerSection
@@ -76,6 +76,18 @@ def strong_pool(v: ApiVerdict, config: SlowBrokerSection) -> int:
     return 1
 
 
+def strongest(recent: Sequence[WindowAssessment], broker: int) -> WindowAssessment:
+    """The window whose verdict on `broker` its finding reports: of the recent windows
+    holding one, the first role in `Role`'s order, then the newest. A culprit named in
+    one of the last windows stays named when a newer window can only say "unattributed":
+    freeze-long-3b live (335cf43), broker 2 frozen 1.5 s of every 2 s was slow_follower,
+    then leader_replication_stalled, then, in the fault's last window,
+    remote_produce_unknown_follower, and its finding ended with that vaguer cause."""
+    held = [a for a in recent if ("broker", broker) in flagged_keys(a)]
+    return min(reversed(held), key=lambda a: ROLE_ORDER.index(
+        a.brokers[broker].attribution.role))
+
+
 def detections_from(assessments: Sequence[WindowAssessment],
                     config: SlowBrokerSection) -> list[Detection]:
     """Apply persistence to assessed windows: at least persistence_windows of the last
@@ -103,6 +115,8 @@ def detections_from(assessments: Sequence[WindowAssessment],
             if k[0] == "link" and len(flagged.get(("client", k[1]), ())) >= needed:
                 continue   # one slow_client finding per client: its slow reads say more
             latest = by_cw[(cluster, windows[-1])]
+            if k[0] == "broker":
+                latest = strongest(recent, k[1])
             if k[0] == "cluster":
                 detections.append(cluster_wide_detection(latest, windows, config))
             elif k[0] == "client":

@@ -692,6 +692,55 @@ def test_bursty_pause_that_spares_a_window_still_fires():
     assert {d.entity for d in detect_slow_brokers(rows, config=CONFIG)} == {"broker:2"}
 
 
+def test_a_named_culprit_is_not_replaced_by_a_newer_unattributed_window():
+    # freeze-long-3b live: broker 2's finding was slow_follower and
+    # leader_replication_stalled, then remote_produce_unknown_follower in the fault's last
+    # window, and ended with that vaguer cause. Of the recent windows, the finding reports
+    # the first role in Role's order (culprit before unattributed), then the newest.
+    rows = replaced(healthy(), 2, "Produce", {LAST - 1}, **SLOW_LOCAL)
+    rows = replaced(rows, 2, "Produce", {LAST}, total=910.0, remote=900.0)
+    (d,) = detect_slow_brokers(rows, config=CONFIG)
+    assert (d.entity, d.cause) == ("broker:2", "local_disk_or_page_cache")
+    # The other way round, the newer culprit is reported too.
+    rows = replaced(healthy(), 2, "Produce", {LAST - 1}, total=910.0, remote=900.0)
+    rows = replaced(rows, 2, "Produce", {LAST}, **SLOW_LOCAL)
+    (d,) = detect_slow_brokers(rows, config=CONFIG)
+    assert (d.entity, d.cause) == ("broker:2", "local_disk_or_page_cache")
+    # Two culprit causes: the newest.
+    rows = replaced(healthy(), 2, "Produce", {LAST - 1}, total=910.0, rq=900.0,
+                    local=4.0)
+    rows = replaced(rows, 2, "Produce", {LAST}, **SLOW_LOCAL)
+    (d,) = detect_slow_brokers(rows, config=CONFIG)
+    assert d.cause == "local_disk_or_page_cache"
+
+
+def test_the_follower_every_leader_waits_on_most_is_named_under_follower_ratio():
+    # freeze-short-3b live: follower 2, frozen 0.7 s of every second, held its two leaders
+    # back ~700 ms while a loaded host lifted their other follower to 170-374 ms: under
+    # follower_ratio (3) at one leader of two, so it was refuted there and the window was
+    # called cluster-wide. It is the worst follower at every leader it follows by
+    # follower_worst_ratio (1.5), past the threshold: named.
+    rows = healthy()
+    for leader in (1, 2):
+        rows = replaced(rows, leader, "Produce", FAULT, total=720.0, remote=700.0)
+    gaps = {(1, 3): 706.0, (1, 2): 170.0, (2, 3): 694.0, (2, 1): 374.0}
+    fetches = follower_fetches(FAULT, gaps)
+    got = {d.entity: d.cause for d in detect_slow_brokers(rows, follower_fetches=fetches,
+                                                          config=CONFIG)}
+    assert got == {"broker:1": "remote_produce_slow_follower",
+                   "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
+    off = replace(CONFIG, follower_worst_ratio=0)
+    assert "broker:3" not in {d.entity for d in detect_slow_brokers(
+        rows, follower_fetches=fetches, config=off)}
+    # A host stall: every follower 400-560 ms late everywhere, none by the margin at
+    # every leader it follows: no follower is named.
+    stall = {(1, 2): 420.0, (1, 3): 560.0, (2, 1): 450.0, (2, 3): 400.0,
+             (3, 1): 430.0, (3, 2): 480.0}
+    got = {d.entity: d.cause for d in detect_slow_brokers(
+        rows, follower_fetches=follower_fetches(FAULT, stall), config=CONFIG)}
+    assert "slow_follower" not in got.values(), got
+
+
 def test_detection_within_60_seconds_of_fault_start():
     # The fault starts 3 s into window 8. Evaluate as each window closes; the first
     # detection must have its evidence complete within 2 windows of the fault, leaving
