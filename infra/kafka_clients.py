@@ -5,7 +5,9 @@ librdkafka settings in ``client_config`` and say where the SASL password lives
 (``sasl_password_env`` or ``sasl_password_file``); the password itself is never in the
 file and never printed (`redacted`).
 
-- `librdkafka_config`: the dict a confluent-kafka Producer/Consumer/AdminClient takes.
+- `librdkafka_config`: the dict a confluent-kafka Producer/Consumer/AdminClient takes. For
+  the watched cluster it turns automatic topic creation off unless client_config says
+  otherwise (`WATCH_DEFAULTS`).
 - `spark_kafka_options`: the same connection for Spark's Kafka source (Java client keys
   with the ``kafka.`` prefix, SASL as a JAAS line, a PEM CA file as a PEM truststore).
 """
@@ -45,6 +47,14 @@ class WatchSection:
     sasl_password_env: str = _key("Environment variable holding the SASL password", "")
     sasl_password_file: str = _key("File holding the SASL password (first line)", "")
 
+# kmon asks the watched cluster for metadata, also of topics that may since have been
+# deleted; a librdkafka AdminClient or Producer asks with allowAutoTopicCreation on by
+# default, and a broker with auto.create.topics.enable (Kafka's default) then creates the
+# topic again, with its default partitions and replication. Seen in the matrix: a kept
+# AdminClient re-created five deleted topics at its next metadata refresh, with one replica
+# each. A monitor must never create topics on the cluster it watches.
+WATCH_DEFAULTS = {"allow.auto.create.topics": "false"}
+
 SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
 
 # librdkafka key -> Java client key, for the settings that differ or need translating.
@@ -79,6 +89,8 @@ def sasl_password(section, name: str) -> str | None:
 def librdkafka_config(section, name: str, bootstrap_servers: str | None = None) -> dict[str, Any]:
     """Settings for confluent-kafka clients; `name` is the section name for error messages."""
     conf = dict(section.client_config)
+    if isinstance(section, WatchSection):
+        conf = {**WATCH_DEFAULTS, **conf}
     for k in SECRET_KEYS:
         if k in conf:
             raise ConfigError(f"key '{name}.client_config' holds '{k}': secrets come only from "
@@ -96,6 +108,9 @@ def librdkafka_config(section, name: str, bootstrap_servers: str | None = None) 
 def spark_kafka_options(section, name: str, bootstrap_servers: str | None = None) -> dict[str, str]:
     """The same connection as options for Spark's Kafka source and sink."""
     conf = librdkafka_config(section, name, bootstrap_servers)
+    # librdkafka's key only: the Java admin and producer do not know it (and warn), and
+    # neither creates topics from a metadata request.
+    conf.pop("allow.auto.create.topics", None)
     out = {"kafka.bootstrap.servers": conf.pop("bootstrap.servers")}
     for k in _JAVA_SAME:
         if k in conf:

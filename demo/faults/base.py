@@ -68,12 +68,16 @@ class FaultContext:
     def admin(self, bootstrap: str | None = None):
         """One AdminClient per bootstrap list, kept: faults poll the cluster every half
         second, and a new client each time left hundreds of librdkafka handles retrying
-        connections to the stopped brokers."""
+        connections to the stopped brokers. No automatic topic creation: a kept client
+        refreshes the metadata of every topic it was asked about, and with librdkafka's
+        default it re-created topic-churn's deleted topics (one replica each; when broker 3
+        was killed in the next scenario the controller logged their unclean elections)."""
         from confluent_kafka.admin import AdminClient
 
         key = bootstrap or self.bootstrap
         if key not in self._admins:
-            self._admins[key] = AdminClient({"bootstrap.servers": key})
+            self._admins[key] = AdminClient({"bootstrap.servers": key,
+                                             "allow.auto.create.topics": False})
         return self._admins[key]
 
     def close(self) -> None:

@@ -56,3 +56,15 @@ def test_missing_env_variable_and_missing_servers_are_named(tmp_path, monkeypatc
         librdkafka_config(_telemetry(tmp_path, sasl_password_env="NOPE_PW"), "telemetry")
     with pytest.raises(ConfigError, match="watch.bootstrap_servers"):
         librdkafka_config(load_config().watch, "watch")
+
+
+def test_watched_cluster_clients_never_create_topics_unless_told():
+    watch = load_config().with_overrides(watch={"bootstrap_servers": "b:9092"}).watch
+    assert librdkafka_config(watch, "watch")["allow.auto.create.topics"] == "false"
+    told = load_config().with_overrides(watch={"bootstrap_servers": "b:9092", "client_config": {
+        "allow.auto.create.topics": "true"}}).watch
+    assert librdkafka_config(told, "watch")["allow.auto.create.topics"] == "true"
+    # Only librdkafka knows the key: the Java clients get no such option.
+    assert not any("auto.create" in k for k in spark_kafka_options(watch, "watch"))
+    telemetry = load_config().with_overrides(telemetry={"bootstrap_servers": "m:9093"}).telemetry
+    assert "allow.auto.create.topics" not in librdkafka_config(telemetry, "telemetry")
