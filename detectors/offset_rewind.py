@@ -62,7 +62,11 @@ Algorithm, per group and partition:
      with no line needed, the rewind's offset
      lies between the last two positions committed before it and the next commit is the
      old position unchanged: a commit sent before the newer one landed after it
-     (`in_flight`). Info: nothing moved back.
+     (`in_flight`); or it lies there, the group's coordinator moved between the older of
+     those commits and the rewind, and the next commit, within REORDER_WINDOW_MS, is at
+     or past the old position (`queued_across_move`: a commit sent to the old
+     coordinator, sent again to the new one after a newer position). Info: nothing moved
+     back.
    - application_seek: the member that committed the rewind had itself committed a
      higher offset on the partition before (same member id: the same live consumer
      moved its own position back), to a position inside the log (not its start or end,
@@ -211,6 +215,7 @@ class RewindAssessment:
     committer: Committer = Committer()          # who committed it (request log)
     coordinator_move: CoordinatorLoad | None = None
     offsets_loss: OffsetsLoss | None = None     # what the move lost (its evidence)
+    queued_across: CoordinatorLoad | None = None  # the move a reordered commit was sent across
 
 
 # --- rules -----------------------------------------------------------------------------
@@ -327,6 +332,29 @@ def sent_between_and_recommitted(r: Rewind) -> bool:
             and r.recovered_commit.offset == r.old_position)
 
 
+def queued_across_move(r: Rewind, loads: Sequence[CoordinatorLoad]) -> CoordinatorLoad | None:
+    """The move of the group's coordinator that the rewind's commit was queued across, or
+    None: the rewind's offset lies strictly between the last two positions committed
+    before it (a position the consumer passed: a commit sent then), the group's
+    __consumer_offsets partition got a new coordinator (a load with epoch above 0) after
+    the older of those two commits and before the rewind, and the group was back at (or
+    past) the old position at once (undone_at_once). The commit sent to the old
+    coordinator got no answer; the client sent it again to the new one after a newer
+    position. Unlike `sent_between_and_recommitted`, the next commit may be past the old
+    position: a busy partition's consumer has read on by then (unclean-rf2-3b live: group
+    billing committed 2082 to broker 2, broker 1 loaded the group's partition 0.7 s later,
+    then 2098 landed, then 2090 0.2 s after it, then 2114; librdkafka's correlation ids
+    show 2090 sent after 2098, the commits to the stopped broker 2 left no line)."""
+    b, c = r.before_previous, r.rewind_commit
+    if (b is None or c.source_partition is None or not undone_at_once(r)
+            or not b.offset < c.offset < r.previous_commit.offset):
+        return None
+    moves = [x for x in loads
+             if x.cluster == c.cluster and x.offsets_partition == c.source_partition
+             and x.is_move and b.commit_ms < x.event_ms <= c.commit_ms]
+    return max(moves, key=lambda x: x.event_ms, default=None)
+
+
 def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMembership],
                   config: OffsetRewindSection,
                   last_commit: OffsetCommit | None = None,
@@ -349,6 +377,9 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
         admin = uses_membership and committer.line.memberless
     move = coordinator_move_before(coordinator_loads, r.rewind_commit, window_ms,
                                   offsets_losses)
+    # A move that lost commits explains a rewind as stale state; only a clean one can be
+    # what a commit was queued across.
+    requeued = None if move is not None else queued_across_move(r, coordinator_loads)
     seek = seek_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     event = reset_event_near(inputs.resets, r.rewind_commit.group, t, window_ms)
     truncation = truncation_near(inputs.truncations, t, window_ms)
@@ -364,11 +395,13 @@ def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMem
         cause=classify_rewind(admin, seek, event, truncation, past_end, member_count,
                               committer, move,
                               reset_target_of(r.new_position, at) is ResetTarget.OFFSET,
-                              undone_at_once(r), sent_between_and_recommitted(r),
+                              undone_at_once(r),
+                              sent_between_and_recommitted(r) or requeued is not None,
                               undone_soon(r)),
         lag_now=None if latest is None else max(0, latest.end_offset - last_offset),
         committer=committer, coordinator_move=move,
-        offsets_loss=None if move is None else loss_at_move(offsets_losses, move, window_ms))
+        offsets_loss=None if move is None else loss_at_move(offsets_losses, move, window_ms),
+        queued_across=requeued)
 
 
 def _rewind_severity_and_action(a: RewindAssessment) -> tuple[Severity, ActionKind]:
@@ -439,6 +472,11 @@ def rewind_detection(a: RewindAssessment, now_ms: int) -> Detection:
         evidence["coordinator_load"] = {"event_ms": m.event_ms, "broker": m.broker,
                                         "offsets_partition": m.offsets_partition,
                                         "leader_epoch": m.leader_epoch}
+    if a.queued_across is not None and a.cause is RewindCause.COMMIT_REORDERED:
+        m = a.queued_across
+        evidence["queued_across_coordinator_load"] = {
+            "event_ms": m.event_ms, "broker": m.broker, "offsets_partition": m.offsets_partition,
+            "leader_epoch": m.leader_epoch}
     if a.offsets_loss is not None:
         evidence["offsets_loss"] = {"event_ms": a.offsets_loss.event_ms,
                                     "kind": a.offsets_loss.kind,

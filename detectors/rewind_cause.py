@@ -68,7 +68,9 @@ the lines of the group before it say:
   eight times after 1225, then 1241 (sent while the coordinator was down), then 1249
   again 25 ms later. A seek lands on a commit it passed or
   further back, and reads on from there (app-seek-3b: 5000, 5100, 5000, 5110). Cause
-  commit_reordered.
+  commit_reordered. On a busy partition the next commit is past the old position (the
+  consumer read on), so there the coordinator move between the older of the two commits
+  and the rewind is the evidence instead (offset_rewind.queued_across_move).
 
 Coordinator moves. A broker that becomes a __consumer_offsets partition's coordinator
 logs "Scheduling loading of metadata from __consumer_offsets-N with epoch E"

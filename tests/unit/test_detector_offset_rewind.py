@@ -318,6 +318,43 @@ def scenarios():
             "commit_reordered", Severity.INFO, ActionKind.NONE)},
         evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {"before_previous_offset": 17144}})
 
+    # Seen live (unclean-rf2-3b, 54729Z): on a busy partition the group's coordinator
+    # moved (broker 1 loaded its __consumer_offsets partition at 30.04 s) between the
+    # member's commits of 2082 (to the old coordinator) and 2098 (the first at the new
+    # one); then 2090, a position passed between them, landed 0.2 s after 2098 (the
+    # client's correlation ids show it was sent again after 2098), and the next commit
+    # was 2114: the consumer had read on, so it is no commit of the old position itself.
+    busy = [(26.2, 2058), (27.4, 2074), (29.38, 2082), (31.42, 2098), (31.63, 2090),
+            (32.38, 2114), (33.38, 2122)]
+    yield Scenario(
+        "a_commit_resent_across_a_coordinator_move_on_a_busy_partition_is_a_reordered_commit",
+        commits(*busy), offsets=ends((29, 2140, 0), (33, 2160, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, *busy), loads=[load(30.04, epoch=1, broker=1)],
+        now_s=60,
+        rewind={"old_position": 2098, "new_position": 2090, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 8,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)},
+        evidence={(AnomalyType.OFFSET_REWIND, ENTITY): {
+            "queued_across_coordinator_load": {"event_ms": at(30.04), "broker": 1,
+                                               "offsets_partition": 7, "leader_epoch": 1}}})
+
+    # The same commits with no coordinator move: the member went back itself (the next
+    # commit past the old position says nothing when the partition is busy).
+    yield Scenario(
+        "the_same_commits_without_a_coordinator_move_are_the_members_own_seek",
+        commits(*busy), offsets=ends((29, 2140, 0), (33, 2160, 0)), members=ACTIVE,
+        requests=lines("m-live", 3, *busy), loads=[load(25.0, epoch=1, broker=1)],
+        now_s=60,
+        rewind={"old_position": 2098, "new_position": 2090, "drops": 1, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 8,
+                "cause": "application_seek"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "application_seek", Severity.INFO, ActionKind.NONE)})
+
     # Seen in the live matrix (unclean-rf3-dc): the group's coordinator was down 28 s; the
     # idle member then committed 1249 again and again, then 1241 (a position it passed
     # between 1225 and 1249, sent while the coordinator was down), then 1249 25 ms later.
