@@ -71,7 +71,16 @@ Per compacted partition:
    samples, the size never dropped by more than growth_drop_tolerance between samples,
    and grew by growth_min_ratio or more, and by more than the cleaner lets a partition
    grow on purpose; and no cleaner run on that partition in the window (a partition that
-   is cleaned but still grows has a growing key space, which is not lag).
+   is cleaned but still grows has a growing key space, which is not lag: rule 5b).
+5b. compacted_key_space_growing: the same growth (growth_min_ratio, no drop beyond
+   growth_drop_tolerance, past the active segment), while the cleaner ran on the
+   partition key_space_min_runs times or more on one replica in the window and no run
+   removed more than key_space_max_reduction_pct of it: its keys are new rather than
+   updates (a key that should repeat does not, e.g. a timestamp in it), so compaction
+   cannot bound it and it grows until retention (if any) or the disk stops it. Not the
+   cleaner's fault; a warning. A stable key space drops at each cleaning by what the
+   updates superseded (up to half the partition at min.cleanable.dirty.ratio 0.5), and
+   a partition cleaned often in small steps does not grow.
    __consumer_offsets gets its own cause (consumer_offsets_not_compacted) and severity
    high: slow coordinator loads, stale offsets.
    What the cleaner lets grow, and is not lag: the active segment is never cleaned, so a
@@ -92,16 +101,17 @@ Config keys ([compaction_lag] section, `CompactionLagSection`), defaults:
 stall_floor_s = 1800, stall_factor = 5.0, min_history_samples = 6,
 rising_observations = 4, dirty_margin_pct = 20.0, default_min_cleanable_dirty_ratio = 0.5,
 compaction_delay_tolerance_s = 0.0, growth_window_s = 7200, growth_min_ratio = 0.25,
-growth_drop_tolerance = 0.02, growth_min_samples = 6, cleaner_backoff_s = 15.0.
+growth_drop_tolerance = 0.02, growth_min_samples = 6, key_space_max_reduction_pct = 5.0,
+key_space_min_runs = 2, cleaner_backoff_s = 15.0.
 
 Output: `Detection`s of type compaction_lag, entity "broker:<id>" (rules 1-4) or
-"<topic>-<p>" (rule 5).
+"<topic>-<p>" (rules 5 and 5b).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable, Sequence
@@ -129,6 +139,7 @@ class CompactionCause(StrEnum):
     CLEANER_FALLING_BEHIND = "cleaner_falling_behind"
     CONSUMER_OFFSETS_NOT_COMPACTED = "consumer_offsets_not_compacted"
     COMPACTED_PARTITION_GROWING = "compacted_partition_growing"
+    COMPACTED_KEY_SPACE_GROWING = "compacted_key_space_growing"
 
 
 @dataclass(frozen=True)
@@ -163,6 +174,14 @@ class CompactionLagSection:
     growth_drop_tolerance: float = _key("A shrink smaller than this fraction between two samples "
                                         "is noise, not a clean", 0.02, min=0, max=1)
     growth_min_samples: int = _key("Size samples needed in the window", 6, min=2, max=100000)
+    key_space_max_reduction_pct: float = _key(
+        "A cleaner run on a partition that removed at most this share of it removed next to "
+        "nothing: a partition that grows although its runs in the growth window all removed "
+        "so little has keys that are new, not updated (its key space grows)", 5.0, min=0,
+        max=100)
+    key_space_min_runs: int = _key("Cleaner runs on one replica of the partition in the growth "
+                                   "window needed to say its key space grows", 2, min=1,
+                                   max=100000)
     cleaner_backoff_s: float = _key("The brokers' log.cleaner.backoff.ms, in seconds: an idle "
                                     "cleaner thread looks for work this often, so a longer time "
                                     "since the last look means a pass is running", 15.0, min=0.1,
@@ -242,6 +261,9 @@ class GrowthAssessment:
     growing: bool
     required_ratio: float = 0.0  # the growth that counts (growth_min_ratio or the dirty allowance)
     segment_bytes: int | None = None   # the topic's segment.bytes, when known
+    key_space_growing: bool = False    # rule 5b: cleaned, and grew all the same
+    runs_in_window: int = 0            # cleaner runs on the busiest replica in the window
+    max_reduction_pct: float | None = None   # the most any run in the window removed
 
 
 # --- broker rules ----------------------------------------------------------------------
@@ -412,22 +434,33 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
     drops = [max(0.0, (a.size_bytes - b.size_bytes) / a.size_bytes)
              for a, b in zip(in_window, in_window[1:]) if a.size_bytes > 0]
     largest_drop = max(drops, default=0.0)
-    cleaned = any(first.observed_ms <= r.end_ms <= last.observed_ms for r in runs)
+    runs_in = [r for r in runs if first.observed_ms <= r.end_ms <= last.observed_ms]
+    cleaned = bool(runs_in)
     span_ms = last.observed_ms - first.observed_ms
     required = growth_allowance(topic, config)
     segment = topic.segment_bytes if topic is not None else None
-    growing = (span_ms >= config.growth_window_s * 1000
-               and len(in_window) >= config.growth_min_samples
-               and largest_drop <= config.growth_drop_tolerance
-               and first.size_bytes > 0
-               and last.size_bytes >= first.size_bytes * (1 + required)
-               and (segment is None or last.size_bytes > segment)
-               and not cleaned)
+    steady = (span_ms >= config.growth_window_s * 1000
+              and len(in_window) >= config.growth_min_samples
+              and largest_drop <= config.growth_drop_tolerance
+              and first.size_bytes > 0
+              and (segment is None or last.size_bytes > segment))
+    growing = steady and last.size_bytes >= first.size_bytes * (1 + required) and not cleaned
+    per_replica = Counter(r.broker for r in runs_in)
+    reductions = [r.size_reduction_pct for r in runs_in]
+    known = [x for x in reductions if x is not None]
+    key_space = (steady and not growing
+                 and max(per_replica.values(), default=0) >= config.key_space_min_runs
+                 and len(known) == len(reductions)
+                 and max(known) <= config.key_space_max_reduction_pct
+                 and last.size_bytes >= first.size_bytes * (1 + config.growth_min_ratio))
     return GrowthAssessment(topic=last.topic, partition=last.partition, window_ms=span_ms,
                             samples=len(in_window), first_bytes=first.size_bytes,
                             last_bytes=last.size_bytes, largest_drop=largest_drop,
                             cleaned_in_window=cleaned, growing=growing,
-                            required_ratio=required, segment_bytes=segment)
+                            required_ratio=required, segment_bytes=segment,
+                            key_space_growing=key_space,
+                            runs_in_window=max(per_replica.values(), default=0),
+                            max_reduction_pct=max(known, default=None))
 
 
 # --- detections ------------------------------------------------------------------------
@@ -499,6 +532,8 @@ def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detecti
     growth = a.last_bytes / a.first_bytes - 1
     what = (f"{a.topic}-{a.partition} grew {growth:.0%} over {_duration(a.window_ms)} with no "
             f"compaction")
+    if a.key_space_growing:
+        return key_space_detection(cluster, a, last_ms, growth)
     if offsets_topic:
         explanation = (f"{what}: the group coordinator that loads it after a move will take "
                        f"ever longer, and consumers will see stale offsets meanwhile.")
@@ -517,6 +552,33 @@ def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detecti
                   "window_ms": a.window_ms, "samples": a.samples,
                   "largest_drop": round(a.largest_drop, 4),
                   "required_growth_ratio": round(a.required_ratio, 4),
+                  "segment_bytes": a.segment_bytes})
+
+
+def key_space_detection(cluster: str, a: GrowthAssessment, last_ms: int,
+                        growth: float) -> Detection:
+    """Rule 5b: cleaned, and growing all the same. Not the cleaner's fault: compaction keeps
+    the last record of each key, and these keys are new, so the partition grows until
+    retention or the disk stops it. Warning (for __consumer_offsets too: many groups or
+    partitions, not a stuck coordinator log)."""
+    return Detection(
+        cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=Severity.WARNING,
+        entity_kind=EntityKind.PARTITION, entity=partition_entity(a.topic, a.partition),
+        first_seen_ms=last_ms - a.window_ms, last_seen_ms=last_ms,
+        cause=CompactionCause.COMPACTED_KEY_SPACE_GROWING,
+        explanation=(f"{a.topic}-{a.partition} grew {growth:.0%} over "
+                     f"{_duration(a.window_ms)} although the log cleaner ran on it "
+                     f"{a.runs_in_window} times, removing at most "
+                     f"{a.max_reduction_pct or 0:.1f}% each time: its records have new keys, "
+                     f"not updates of old ones, so compaction cannot bound it (a key "
+                     f"that should repeat but does not, or a topic that wants retention)."),
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
+                  "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
+                  "window_ms": a.window_ms, "samples": a.samples,
+                  "largest_drop": round(a.largest_drop, 4),
+                  "cleaner_runs": a.runs_in_window,
+                  "max_reduction_pct": a.max_reduction_pct,
                   "segment_bytes": a.segment_bytes})
 
 
@@ -555,6 +617,6 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
         tp_runs = [r for r in runs
                    if (r.cluster, r.topic, r.partition) == (cluster, topic, partition)]
         a = assess_growth(series, tp_runs, config, topics.get((cluster, topic)))
-        if a.growing:
+        if a.growing or a.key_space_growing:
             detections.append(growth_detection(cluster, a, series[-1].observed_ms))
     return detections

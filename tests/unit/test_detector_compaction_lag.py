@@ -304,3 +304,40 @@ def test_partition_growth(series, runs, config, growing, cause, severity):
     assert d.evidence["growth_ratio"] == pytest.approx(last / first - 1, abs=1e-4)
     assert d.evidence["required_growth_ratio"] == pytest.approx(a.required_ratio)
     assert d.last_seen_ms - d.first_seen_ms == 135 * MIN
+
+
+def _runs(reductions, partition=0, broker=2, topic_name="users"):
+    """Cleaner runs of one replica at 30, 60, ... min, removing these percentages."""
+    return [CleanerRun("c1", broker, topic_name, partition, T0 + (k + 1) * 30 * MIN,
+                       size_reduction_pct=pct) for k, pct in enumerate(reductions)]
+
+
+@pytest.mark.parametrize("series,runs,flagged", [
+    # Cleaned four times, nothing removed, x2.1 over 2 h: the key space grows.
+    (GROWING, _runs([0.0, 0.4, 0.0, 1.2]), True),
+    # The same growth, one run removed a fifth: keys are updated too (rule 5b says nothing;
+    # the sizes would show that drop, this is only the run's own word).
+    (GROWING, _runs([0.0, 20.0, 0.0, 0.0]), False),
+    # One run only, or runs whose reduction is unknown: not enough to tell.
+    (GROWING, _runs([0.0]), False),
+    (GROWING, _runs([0.0, None, 0.0]), False),
+    # Cleaned often in small steps, size steady: a stable key space.
+    ([100e6 + (i % 2) * 1e6 for i in range(11)], _runs([1.0, 1.0, 1.0, 1.0]), False),
+    # Runs on three replicas of one round each do not make two rounds.
+    (GROWING, _runs([0.0], broker=1) + _runs([0.0], broker=2) + _runs([0.0], broker=3), False),
+], ids=["new_keys_every_run", "a_run_that_removed_a_fifth", "one_run", "reduction_unknown",
+        "stable_key_space_cleaned_often", "one_round_on_three_replicas"])
+def test_a_partition_that_grows_although_cleaned_has_a_growing_key_space(series, runs, flagged):
+    s = sizes("users", 0, series)
+    a = assess_growth(s, runs, CONFIG, topic("users", ratio=0.5, segment=1048576))
+    assert (a.growing, a.key_space_growing) == (False, flagged)
+    detections = detect_compaction_lag([], runs=runs, sizes=s, config=CONFIG,
+                                       topic_configs=[topic("users", ratio=0.5,
+                                                            segment=1048576)])
+    if not flagged:
+        assert detections == []
+        return
+    [d] = detections
+    assert (d.cause, d.severity) == ("compacted_key_space_growing", Severity.WARNING)
+    assert d.evidence["cleaner_runs"] == 4 and d.evidence["max_reduction_pct"] == 1.2
+    assert "new keys" in d.explanation

@@ -83,7 +83,7 @@ def test_ground_truth():
 
     (g,) = GrowingCompactedPartition(topic="sessions").expect()
     assert g.matches({"type": "compaction_lag", "entity": "sessions-0",
-                      "cause": "compacted_partition_growing", "severity": "warning"})
+                      "cause": "compacted_key_space_growing", "severity": "warning"})
 
     u = UncleanElection(topic="ledger3", group="ledger3-readers")
     assert u.fault_class == "unclean_election"
