@@ -73,8 +73,9 @@ Per compacted partition:
    grow on purpose; and no cleaner run on that partition in the window (a partition that
    is cleaned but still grows has a growing key space, which is not lag: rule 5b).
 5b. compacted_key_space_growing: the same growth (growth_min_ratio, no drop beyond
-   growth_drop_tolerance, past the active segment), while the cleaner ran on the
-   partition key_space_min_runs times or more on one replica in the window and no run
+   growth_drop_tolerance; the runs show it is past the active segment), while the cleaner
+   ran on the partition key_space_min_runs times or more on one replica in the window and
+   no run
    removed more than key_space_max_reduction_pct of it: its keys are new rather than
    updates (a key that should repeat does not, e.g. a timestamp in it), so compaction
    cannot bound it and it grows until retention (if any) or the disk stops it. Not the
@@ -102,7 +103,7 @@ stall_floor_s = 1800, stall_factor = 5.0, min_history_samples = 6,
 rising_observations = 4, dirty_margin_pct = 20.0, default_min_cleanable_dirty_ratio = 0.5,
 compaction_delay_tolerance_s = 0.0, growth_window_s = 7200, growth_min_ratio = 0.25,
 growth_drop_tolerance = 0.02, growth_min_samples = 6, key_space_max_reduction_pct = 5.0,
-key_space_min_runs = 2, cleaner_backoff_s = 15.0.
+key_space_min_runs = 2, topic_config_refresh_s = 300, cleaner_backoff_s = 15.0.
 
 Output: `Detection`s of type compaction_lag, entity "broker:<id>" (rules 1-4) or
 "<topic>-<p>" (rules 5 and 5b).
@@ -182,6 +183,11 @@ class CompactionLagSection:
     key_space_min_runs: int = _key("Cleaner runs on one replica of the partition in the growth "
                                    "window needed to say its key space grows", 2, min=1,
                                    max=100000)
+    topic_config_refresh_s: float = _key(
+        "How often the watched cluster's topic configs are described (which topics are "
+        "compacted, their min.cleanable.dirty.ratio, segment.bytes and max.compaction.lag.ms): "
+        "a new compacted topic's partitions are judged from the next description on", 300.0,
+        min=5, max=86400)
     cleaner_backoff_s: float = _key("The brokers' log.cleaner.backoff.ms, in seconds: an idle "
                                     "cleaner thread looks for work this often, so a longer time "
                                     "since the last look means a pass is running", 15.0, min=0.1,
@@ -442,9 +448,11 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
     steady = (span_ms >= config.growth_window_s * 1000
               and len(in_window) >= config.growth_min_samples
               and largest_drop <= config.growth_drop_tolerance
-              and first.size_bytes > 0
-              and (segment is None or last.size_bytes > segment))
-    growing = steady and last.size_bytes >= first.size_bytes * (1 + required) and not cleaned
+              and first.size_bytes > 0)
+    growing = (steady and last.size_bytes >= first.size_bytes * (1 + required)
+               and (segment is None or last.size_bytes > segment) and not cleaned)
+    # Rule 5b needs no segment bound: cleaner runs show segments rolled (segment.ms rolls
+    # them long before segment.bytes on a slow topic).
     per_replica = Counter(r.broker for r in runs_in)
     reductions = [r.size_reduction_pct for r in runs_in]
     known = [x for x in reductions if x is not None]

@@ -370,7 +370,7 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
                 client["admin"] = AdminClient(dict(admin_config))
             return describe_compacted_topics(client["admin"], config.watch.cluster)
 
-        topic_configs = TopicConfigCache(describe)
+        topic_configs = TopicConfigCache(describe, config.compaction_lag.topic_config_refresh_s)
 
     def wait_for_data() -> float:
         return silver_commits.wait_fresh(FRESH_COMMIT_S, 2 * config.pipeline.silver_trigger_s)

@@ -156,6 +156,9 @@ class MatrixSession(LiveDemo):
             error = f"{type(e).__name__}: {e}"
             self.p.note(f"{s.name}: could not be caused: {error}")
         finally:
+            # Before the heal: a scenario's heal may delete the compacted topic whose
+            # config its recording needs (which topics are compacted, for the replay).
+            configs = self.compacted_configs() if self.corpus is not None else []
             fault.heal(self.ctx)
         self.healed_ms = int(time.time() * 1000)
         self.stop.wait(st.settle_s)
@@ -170,14 +173,22 @@ class MatrixSession(LiveDemo):
                                                        f"({d['cause']}) {d['entity']}"
                                                        for t, d in seen]}, error=error)
         if self.corpus is not None and error is None and not self.stop.is_set():
-            result.recording = str(self.record(s, truth, history_from, ended))
+            result.recording = str(self.record(s, truth, history_from, ended, configs))
         return result
 
-    def record(self, s: Scenario, truth: GroundTruth, start_ms: int, end_ms: int) -> Path:
+    def compacted_configs(self) -> list:
         from jobs.detector_inputs import describe_compacted_topics
 
-        configs = describe_compacted_topics({"bootstrap.servers": self.cluster.bootstrap_servers},
-                                            self.config.watch.cluster)
+        try:
+            return describe_compacted_topics({"bootstrap.servers":
+                                              self.cluster.bootstrap_servers},
+                                             self.config.watch.cluster)
+        except Exception:  # noqa: BLE001 - recorded without; the replay says what is missing
+            log.exception("could not describe the compacted topics for the recording")
+            return []
+
+    def record(self, s: Scenario, truth: GroundTruth, start_ms: int, end_ms: int,
+               configs: list) -> Path:
         dest = record(Path(self.config.storage_root) / "landing", self.corpus / s.name,
                       scenario=s.name, title=s.summary,
                       topology=dataclasses.asdict(self.topology), truth=truth,

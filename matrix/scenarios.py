@@ -21,12 +21,16 @@ class Topology:
     controllers: int          # nodes that are KRaft controllers too (the highest ids)
     dedicated_controllers: int = 0
     workload: str = ""        # said when it is not the base workload plus the scenarios'
+    # Settings of kmon's own sections for this topology's session (and its recordings),
+    # e.g. time constants scaled down so that a fault of hours shows in minutes.
+    settings: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
 
     def overrides(self) -> dict:
         cluster = {"brokers": self.brokers, "controllers": self.controllers}
         if self.dedicated_controllers:
             cluster["dedicated_controllers"] = self.dedicated_controllers
-        return {"local_cluster": cluster}
+        return {"local_cluster": cluster, **{section: dict(keys)
+                                             for section, keys in self.settings}}
 
     def describe(self) -> str:
         ctl = (f"{self.dedicated_controllers} dedicated controller(s)"
@@ -45,7 +49,13 @@ DEDICATED = Topology("3b+1dc", 3, 0, dedicated_controllers=1)
 # session's traffic is its faults' clients on top of that base, so on FIVE a slow broker
 # is judged among the other scenarios' producers; here a broker serves 20-60 Produce
 # requests a 10 s window, under min_requests_per_window, with no busier peer to compare.
-FIVE_QUIET = Topology("5b-3c-quiet", 5, 3, workload="the base workload alone")
+# Its compaction rule 5 runs on a 2-minute growth window (of 2 h by default) with 3
+# samples (the size is read once a minute) and topic configs described every minute (5
+# by default): the growth of a new compacted topic shows in minutes, not hours.
+FIVE_QUIET = Topology("5b-3c-quiet", 5, 3, workload="the base workload alone",
+                      settings=(("compaction_lag", (("growth_window_s", 120.0),
+                                                    ("growth_min_samples", 3),
+                                                    ("topic_config_refresh_s", 60.0))),))
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,11 @@ def catalog() -> list[Scenario]:
         S("delayed-broker-quiet-5b", "slow_broker", FIVE_QUIET,
           _make("delayed_broker", "DelayedBroker", broker=2, delay_ms=250.0),
           "every byte to and from broker 2 delayed 250 ms by a TCP proxy, on a quiet cluster"),
+        S("key-space-growth-5b", "compaction", FIVE_QUIET,
+          _make("compaction", "GrowingCompactedPartition", segment_ms=10_000,
+                visible_after_s=180),
+          "a compacted topic written with keys that never repeat: cleaned every time its "
+          "size doubles, and it keeps growing (2-minute growth window)"),
         # --- 3 brokers apart from one dedicated controller --------------------------------
         S("unclean-rf3-dc", "unclean_election", DEDICATED, _make("unclean", "UncleanElection"),
           "RF 3 ledger3, quorum on its own node: the stale replica elected after the two in "

@@ -174,8 +174,12 @@ class GrowingCompactedPartition(MatrixFault):
     observe_s = 60.0
 
     def __init__(self, topic: str = "sessions", rate_per_s: float = 100,
-                 value_bytes: int = 500, segment_ms: int | None = None):
-        self.topic, self.segment_ms = topic, segment_ms
+                 value_bytes: int = 500, segment_ms: int | None = None,
+                 visible_after_s: float = 0.0):
+        # visible_after_s: the growth is a fault only once it has lasted the detector's
+        # growth window, and kmon reads a partition's size once a minute: the ground
+        # truth's fault time is the producer's start plus this.
+        self.topic, self.segment_ms, self.visible_after_s = topic, segment_ms, visible_after_s
         # key_space far beyond what a scenario writes: every key is new.
         self.producer = ProducerSpec(f"{topic}-producer", topic, rate_per_s, acks="all",
                                      value_bytes=value_bytes, key_space=10 ** 12)
@@ -201,7 +205,8 @@ class GrowingCompactedPartition(MatrixFault):
         ctx.say(f"writing {self.producer.rate_per_s:.0f} records/s with never-repeated keys "
                 f"to compacted '{self.topic}'")
         ctx.workload.start_producer(self.producer)
-        run.fault_ms = now_ms()
+        run.notes["producer_started_ms"] = now_ms()
+        run.fault_ms = run.notes["producer_started_ms"] + int(self.visible_after_s * 1000)
         run.notes.update(topic=self.topic, segment_ms=self.segment_ms,
                          bytes_per_s=self.producer.rate_per_s * self.producer.value_bytes)
 
