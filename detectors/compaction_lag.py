@@ -75,8 +75,7 @@ Per compacted partition:
 5b. compacted_key_space_growing: the same growth (growth_min_ratio, no drop beyond
    growth_drop_tolerance; the runs show it is past the active segment), while the cleaner
    ran on the partition key_space_min_runs times or more on one replica in the window and
-   no run
-   removed more than key_space_max_reduction_pct of it: its keys are new rather than
+   no run removed more than key_space_max_reduction_pct of it: its keys are new rather than
    updates (a key that should repeat does not, e.g. a timestamp in it), so compaction
    cannot bound it and it grows until retention (if any) or the disk stops it. Not the
    cleaner's fault; a warning. A stable key space drops at each cleaning by what the
@@ -453,11 +452,11 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
                and (segment is None or last.size_bytes > segment) and not cleaned)
     # Rule 5b needs no segment bound: cleaner runs show segments rolled (segment.ms rolls
     # them long before segment.bytes on a slow topic).
-    per_replica = Counter(r.broker for r in runs_in)
+    runs_on_one = max(Counter(r.broker for r in runs_in).values(), default=0)
     reductions = [r.size_reduction_pct for r in runs_in]
     known = [x for x in reductions if x is not None]
     key_space = (steady and not growing
-                 and max(per_replica.values(), default=0) >= config.key_space_min_runs
+                 and runs_on_one >= config.key_space_min_runs
                  and len(known) == len(reductions)
                  and max(known) <= config.key_space_max_reduction_pct
                  and last.size_bytes >= first.size_bytes * (1 + config.growth_min_ratio))
@@ -467,7 +466,7 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
                             cleaned_in_window=cleaned, growing=growing,
                             required_ratio=required, segment_bytes=segment,
                             key_space_growing=key_space,
-                            runs_in_window=max(per_replica.values(), default=0),
+                            runs_in_window=runs_on_one,
                             max_reduction_pct=max(known, default=None))
 
 
@@ -540,8 +539,6 @@ def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detecti
     growth = a.last_bytes / a.first_bytes - 1
     what = (f"{a.topic}-{a.partition} grew {growth:.0%} over {_duration(a.window_ms)} with no "
             f"compaction")
-    if a.key_space_growing:
-        return key_space_detection(cluster, a, last_ms, growth)
     if offsets_topic:
         explanation = (f"{what}: the group coordinator that loads it after a move will take "
                        f"ever longer, and consumers will see stale offsets meanwhile.")
@@ -555,20 +552,24 @@ def growth_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detecti
         cause=(CompactionCause.CONSUMER_OFFSETS_NOT_COMPACTED if offsets_topic
                else CompactionCause.COMPACTED_PARTITION_GROWING),
         explanation=explanation, suggested_action=ActionKind.PAGE_HUMAN,
-        evidence={"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
-                  "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
-                  "window_ms": a.window_ms, "samples": a.samples,
-                  "largest_drop": round(a.largest_drop, 4),
-                  "required_growth_ratio": round(a.required_ratio, 4),
-                  "segment_bytes": a.segment_bytes})
+        evidence={**_growth_evidence(a, growth),
+                  "required_growth_ratio": round(a.required_ratio, 4)})
 
 
-def key_space_detection(cluster: str, a: GrowthAssessment, last_ms: int,
-                        growth: float) -> Detection:
+def _growth_evidence(a: GrowthAssessment, growth: float) -> dict:
+    """The evidence rules 5 and 5b share: the sizes and the window."""
+    return {"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
+            "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
+            "window_ms": a.window_ms, "samples": a.samples,
+            "largest_drop": round(a.largest_drop, 4), "segment_bytes": a.segment_bytes}
+
+
+def key_space_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detection:
     """Rule 5b: cleaned, and growing all the same. Not the cleaner's fault: compaction keeps
     the last record of each key, and these keys are new, so the partition grows until
     retention or the disk stops it. Warning (for __consumer_offsets too: many groups or
     partitions, not a stuck coordinator log)."""
+    growth = a.last_bytes / a.first_bytes - 1
     return Detection(
         cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=Severity.WARNING,
         entity_kind=EntityKind.PARTITION, entity=partition_entity(a.topic, a.partition),
@@ -581,13 +582,8 @@ def key_space_detection(cluster: str, a: GrowthAssessment, last_ms: int,
                      f"not updates of old ones, so compaction cannot bound it (a key "
                      f"that should repeat but does not, or a topic that wants retention)."),
         suggested_action=ActionKind.PAGE_HUMAN,
-        evidence={"topic": a.topic, "partition": a.partition, "first_bytes": a.first_bytes,
-                  "last_bytes": a.last_bytes, "growth_ratio": round(growth, 4),
-                  "window_ms": a.window_ms, "samples": a.samples,
-                  "largest_drop": round(a.largest_drop, 4),
-                  "cleaner_runs": a.runs_in_window,
-                  "max_reduction_pct": a.max_reduction_pct,
-                  "segment_bytes": a.segment_bytes})
+        evidence={**_growth_evidence(a, growth), "cleaner_runs": a.runs_in_window,
+                  "max_reduction_pct": a.max_reduction_pct})
 
 
 def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
@@ -625,6 +621,8 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
         tp_runs = [r for r in runs
                    if (r.cluster, r.topic, r.partition) == (cluster, topic, partition)]
         a = assess_growth(series, tp_runs, config, topics.get((cluster, topic)))
-        if a.growing or a.key_space_growing:
+        if a.growing:
             detections.append(growth_detection(cluster, a, series[-1].observed_ms))
+        elif a.key_space_growing:
+            detections.append(key_space_detection(cluster, a, series[-1].observed_ms))
     return detections

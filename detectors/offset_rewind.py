@@ -321,24 +321,27 @@ def undone_soon(r: Rewind) -> bool:
             and r.recovered_commit.commit_ms - r.rewind_commit.commit_ms <= REORDER_WINDOW_MS)
 
 
-def sent_between_and_recommitted(r: Rewind) -> bool:
+def passed_and_undone(r: Rewind) -> bool:
     """The rewind's offset lies strictly between the last two positions committed before
-    it (a position the consumer passed between them: a commit sent then, in flight while
-    the newer one landed), and the next commit is the old position again, unchanged (the
-    consumer's position had not moved: it re-read nothing). rewind_cause.py, `in_flight`."""
+    it (a position the consumer passed between them: a commit sent then), and the group
+    was back at the old position at once (undone_at_once)."""
     b = r.before_previous
     return (undone_at_once(r) and b is not None
-            and b.offset < r.rewind_commit.offset < r.previous_commit.offset
-            and r.recovered_commit.offset == r.old_position)
+            and b.offset < r.rewind_commit.offset < r.previous_commit.offset)
+
+
+def sent_between_and_recommitted(r: Rewind) -> bool:
+    """passed_and_undone (the commit sent then was in flight while the newer one landed),
+    and the next commit is the old position again, unchanged (the consumer's position had
+    not moved: it re-read nothing). rewind_cause.py, `in_flight`."""
+    return passed_and_undone(r) and r.recovered_commit.offset == r.old_position
 
 
 def queued_across_move(r: Rewind, loads: Sequence[CoordinatorLoad]) -> CoordinatorLoad | None:
     """The move of the group's coordinator that the rewind's commit was queued across, or
-    None: the rewind's offset lies strictly between the last two positions committed
-    before it (a position the consumer passed: a commit sent then), the group's
-    __consumer_offsets partition got a new coordinator (a load with epoch above 0) after
-    the older of those two commits and before the rewind, and the group was back at (or
-    past) the old position at once (undone_at_once). The commit sent to the old
+    None: passed_and_undone, and the group's __consumer_offsets partition got a new
+    coordinator (a load with epoch above 0) after the older of the two commits before the
+    rewind and before the rewind itself. The commit sent to the old
     coordinator got no answer; the client sent it again to the new one after a newer
     position. Unlike `sent_between_and_recommitted`, the next commit may be past the old
     position: a busy partition's consumer has read on by then (unclean-rf2-3b live: group
@@ -346,8 +349,7 @@ def queued_across_move(r: Rewind, loads: Sequence[CoordinatorLoad]) -> Coordinat
     then 2098 landed, then 2090 0.2 s after it, then 2114; librdkafka's correlation ids
     show 2090 sent after 2098, the commits to the stopped broker 2 left no line)."""
     b, c = r.before_previous, r.rewind_commit
-    if (b is None or c.source_partition is None or not undone_at_once(r)
-            or not b.offset < c.offset < r.previous_commit.offset):
+    if c.source_partition is None or not passed_and_undone(r):
         return None
     moves = [x for x in loads
              if x.cluster == c.cluster and x.offsets_partition == c.source_partition
