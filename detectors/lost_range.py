@@ -28,6 +28,14 @@ algorithm:
      watermark consumers could reach). Seen live (unclean-noloss-3b): 500 records written
      between two 10 s samples of the end offsets, the last sample before the election
      said 0; the two brokers' start lines said 500 and 500.
+   - The elected replica was the partition's last in-sync one (`elected_in_sync_source`:
+     the controller's line names it in the last known ELR, or it is the last leader the
+     brokers' start lines name): a sole replica back after its broker went down, which a
+     4.x controller elects from the last known ELR and logs as unclean. Every record the
+     partition acknowledged went through it, so with its log end exact (its own start
+     line) lost_until is that end, or the last end offset observed before the election
+     when that is higher (records its broker lost in the crash itself, unflushed: the
+     only loss left, and one kmon can see only where a sample saw them).
    Each bound's source is in the evidence; a bound we cannot find stays null and the
    finding says so rather than guessing.
 2. Groups: each group's last commit on the partition at or before the election.
@@ -61,6 +69,10 @@ class UncleanElection:
     old_leader: int | None = None
     new_leader: int | None = None
     leader_epoch: int | None = None
+    # The partition's last known ELR before the election, as the controller's line names
+    # it (4.x; None when the line does not say): the replicas still in sync when its ISR
+    # emptied.
+    last_known_elr: tuple[int, ...] | None = None
 
 
 # The log-event kinds whose lines show a partition's leader epoch (`LeaderEpochSeen`): read
@@ -153,6 +165,20 @@ def old_leader_back(e: UncleanElection, seen: Sequence[LeaderEpochSeen]
     return min(back, key=lambda s: s.event_ms, default=None)
 
 
+def elected_in_sync_source(e: UncleanElection, seen: Sequence[LeaderEpochSeen]
+                           ) -> str | None:
+    """How we know the elected replica was the partition's last in-sync one, or None:
+    "last_known_elr" (the controller's line names it there) or "last_leader" (the last
+    leader before the elected epoch, from the brokers' start lines)."""
+    if e.new_leader is None or e.new_leader < 0:
+        return None
+    if e.last_known_elr and e.new_leader in e.last_known_elr:
+        return "last_known_elr"
+    if last_leader(e, seen) == e.new_leader:
+        return "last_leader"
+    return None
+
+
 def lost_range_start(e: UncleanElection, truncations: Sequence[LogTruncation],
                      offsets: Sequence[PartitionOffsets],
                      seen: Sequence[LeaderEpochSeen] = ()) -> tuple[int | None, str]:
@@ -184,11 +210,15 @@ def lost_range_end(e: UncleanElection, truncations: Sequence[LogTruncation],
     marks = [t.high_watermark for t in truncations if t.high_watermark is not None]
     if marks:
         return max(marks), "truncation_high_watermark"
-    back = old_leader_back(e, seen)
     exact = lost_from_source in ("old_leader_truncation", "new_leader_start")
+    before = at_or_before(offsets, e.event_ms - 1, lambda o: o.observed_ms)
+    if (exact and lost_from is not None
+            and (how := elected_in_sync_source(e, seen)) is not None):
+        return max(lost_from, before.end_offset if before is not None else lost_from), \
+            f"elected_{how}"
+    back = old_leader_back(e, seen)
     if back is not None and exact and lost_from is not None and back.log_end <= lost_from:
         return back.log_end, "old_leader_log_end"
-    before = at_or_before(offsets, e.event_ms - 1, lambda o: o.observed_ms)
     if before is not None:
         return before.end_offset, "last_end_offset_before_election"
     return None, "unknown"

@@ -110,6 +110,9 @@ class ElectionCause(StrEnum):
     """The `cause` of this detector's findings."""
     UNCLEAN_LEADER_ELECTION = "unclean_leader_election"
     UNCLEAN_LEADER_ELECTION_UNLOGGED = "unclean_leader_election_unlogged"
+    # The controller logged an unclean election of the partition's last in-sync replica
+    # (a sole replica back after its broker went down): no out-of-sync replica took over.
+    LAST_IN_SYNC_REPLICA_ELECTED = "last_in_sync_replica_elected"
     TRUNCATED_BELOW_HIGH_WATERMARK = "truncated_below_high_watermark"
 
 
@@ -230,6 +233,17 @@ def election_detection(e: UncleanElection, r: LostRange, groups: GroupsOnRange,
            f"{' and more' if len(affected) > 5 else ''}" if affected else "")
     leaders = f"{e.old_leader if e.old_leader is not None else '?'} -> " \
               f"{e.new_leader if e.new_leader is not None else '?'}"
+    in_sync = r.lost_until_source.startswith("elected_")
+    if in_sync:
+        how = ("the controller names it in the last known ELR"
+               if r.lost_until_source == "elected_last_known_elr" else
+               "it was the partition's last leader")
+        opening = (f"The controller logged an unclean election of {e.topic}-{e.partition}, "
+                   f"but broker {e.new_leader} was its last in-sync replica ({how}), "
+                   f"back after going down (leader {leaders})")
+    else:
+        opening = (f"An out-of-sync replica became leader of {e.topic}-{e.partition} "
+                   f"(leader {leaders})")
     return Detection(
         cluster=e.cluster, type=AnomalyType.UNCLEAN_ELECTION,
         # Severity follows what was lost: critical while a loss is proven or cannot be
@@ -238,12 +252,14 @@ def election_detection(e: UncleanElection, r: LostRange, groups: GroupsOnRange,
         severity=Severity.WARNING if lost == 0 else Severity.CRITICAL,
         entity_kind=EntityKind.PARTITION, entity=partition_entity(e.topic, e.partition),
         first_seen_ms=e.event_ms, last_seen_ms=e.event_ms,
-        cause=ElectionCause.UNCLEAN_LEADER_ELECTION,
-        explanation=(f"An out-of-sync replica became leader of {e.topic}-{e.partition} "
-                     f"(leader {leaders}): {what}{who}."),
+        cause=(ElectionCause.LAST_IN_SYNC_REPLICA_ELECTED if in_sync
+               else ElectionCause.UNCLEAN_LEADER_ELECTION),
+        explanation=f"{opening}: {what}{who}.",
         suggested_action=ActionKind.PAGE_HUMAN,
         evidence={"topic": e.topic, "partition": e.partition, "old_leader": e.old_leader,
                   "new_leader": e.new_leader, "leader_epoch": e.leader_epoch,
+                  "last_known_elr": list(e.last_known_elr) if e.last_known_elr is not None
+                  else None,
                   "election_ms": e.event_ms, "lost_from": r.lost_from,
                   "lost_from_source": r.lost_from_source, "lost_until": r.lost_until,
                   "lost_until_source": r.lost_until_source, "messages_lost": lost,

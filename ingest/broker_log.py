@@ -26,7 +26,10 @@ for the kinds kmon acts on. Each line form matched, and where it was seen:
   logged by every controller as it replays the change); ``Setting new leader for topicId
   <id>, partition <p> to <b> using an unclean election[. Previous partition: ...]`` (3.7+,
   seen on 4.3.1 on the active controller); ``[QuorumController id=N] Triggering unclean
-  leader election for offline partition <t>-<p>.`` (from TELEMETRY.md, not seen).
+  leader election for offline partition <t>-<p>.`` (from TELEMETRY.md, not seen). The
+  first two (4.x, with eligible leader replicas) also name the partition's last known
+  ELR before the change (``lastKnownElr: [2] -> []``; ``lastKnownElr=[2]`` in the previous
+  registration): `last_known_elr`, the replicas still in sync when its ISR emptied.
 - truncation: ``[UnifiedLog partition=<t>-<p>, dir=<d>] Truncating to offset N`` (``[Log``
   before 3.0); ``Truncating partition <t>-<p> with TruncationState(offset=N, completed=true)
   due to ...``; WARN ``Truncating <t>-<p> to offset N below high watermark M``; 2.x
@@ -101,6 +104,7 @@ RECORD_FIELDS = (
     "old_leader", "new_leader", "leader_epoch", "isr_before", "isr_after", "dirty_start",
     "dirty_end", "mb_processed", "seconds", "start_size_mb", "end_size_mb", "start_messages",
     "end_messages", "reduction_pct", "buffer_utilization_pct", "subject_broker",
+    "last_known_elr",
 )
 
 
@@ -232,10 +236,13 @@ UNCLEAN_CHANGE_RE = re.compile(r"UNCLEAN partition change for " + TP +
 ISR_CHANGE_RE = re.compile(r"\bisr: \[(?P<a>" + INTS + r")\] -> \[(?P<b>" + INTS + r")\]")
 LEADER_CHANGE_RE = re.compile(r"\bleader: (?P<a>-?\d+) -> (?P<b>-?\d+)")
 EPOCH_CHANGE_RE = re.compile(r"\bleaderEpoch: (?P<a>-?\d+) -> (?P<b>-?\d+)")
+LAST_KNOWN_ELR_CHANGE_RE = re.compile(r"\blastKnownElr: \[(?P<a>" + INTS + r")\] -> \[")
 UNCLEAN_SETTING_RE = re.compile(r"Setting new leader for topicId (?P<tid>[^,\s]+), partition "
                                 r"(?P<p>\d+) to (?P<leader>-?\d+) using an unclean election")
 PREVIOUS_ISR_RE = re.compile(r"Previous partition: PartitionRegistration\(.*?\bisr=\[(?P<isr>" +
                              INTS + r")\].*?\bleader=(?P<leader>-?\d+)")
+PREVIOUS_LAST_KNOWN_ELR_RE = re.compile(r"Previous partition: PartitionRegistration\(.*?"
+                                        r"\blastKnownElr=\[(?P<elr>" + INTS + r")\]")
 UNCLEAN_TRIGGER_RE = re.compile(r"Triggering unclean leader election for offline partition " + TP)
 
 
@@ -252,6 +259,8 @@ def _unclean_change(message: str, rec: dict) -> bool:
         rec["old_leader"], rec["new_leader"] = int(leader.group("a")), int(leader.group("b"))
     if epoch := EPOCH_CHANGE_RE.search(changes):
         rec["leader_epoch"] = int(epoch.group("b"))
+    if elr := LAST_KNOWN_ELR_CHANGE_RE.search(changes):
+        rec["last_known_elr"] = _ints(elr.group("a"))
     rec["kind"] = LogEventKind.UNCLEAN_ELECTION.value
     return True
 
@@ -264,6 +273,8 @@ def _unclean_setting(message: str, rec: dict) -> bool:
     rec["new_leader"] = int(m.group("leader"))
     if prev := PREVIOUS_ISR_RE.search(message):
         rec["isr_before"], rec["old_leader"] = _ints(prev.group("isr")), int(prev.group("leader"))
+    if elr := PREVIOUS_LAST_KNOWN_ELR_RE.search(message):
+        rec["last_known_elr"] = _ints(elr.group("elr"))
     rec["kind"] = LogEventKind.UNCLEAN_ELECTION.value
     return True
 

@@ -165,6 +165,9 @@ def catalog() -> list[Scenario]:
           "sync stop; records lost"),
         S("rolling-restart-dc", "healthy", DEDICATED, _make("healthy", "RollingRestart"),
           "controlled restart of the three brokers, then the dedicated controller"),
+        S("crash-rf1-dc", "unclean_election", DEDICATED, _make("unclean", "SoleReplicaCrash"),
+          "kill -9 of the broker holding every replica of an RF 1 topic written with acks=1, "
+          "restarted 20 s later: the controller logs its return as unclean, nothing is lost"),
     ]
 
 

@@ -73,6 +73,7 @@ SCHEMA = StructType([
     StructField("reduction_pct", DoubleType()),
     StructField("buffer_utilization_pct", DoubleType()),
     StructField("subject_broker", IntegerType()),
+    StructField("last_known_elr", ArrayType(IntegerType())),
 ])
 
 DERIVED = dict(EVENT_TIME)
@@ -123,5 +124,8 @@ COLUMNS = {
     "buffer_utilization_pct": "Cleaner run: dedupe buffer utilization, percent",
     "subject_broker": "The broker a controller's line is about (broker_fenced, "
                       "broker_shutdown, broker_registered, broker_unfenced)",
+    "last_known_elr": "Unclean election (4.x): the partition's last known eligible leader "
+                      "replicas before the change (lastKnownElr): the replicas still in sync "
+                      "when its ISR emptied; empty when none",
     "ts": SHARED_COLUMNS["ts"],
 }

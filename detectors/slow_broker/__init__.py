@@ -154,9 +154,10 @@ cluster-wide with no broker named. Candidates are the followers named by L's ISR
 in the window and those late at L. A candidate F is confirmed when it is slow
 everywhere: its median holdback at the other leaders it follows is above the floor, or
 it is late at most of them, or at every leader it follows (two at least) it held the
-leader back past threshold_ms and follower_worst_ratio (1.5) x longer than any other
-follower there (`follower_blame.worst_everywhere`: on three brokers a leader has one
-other follower to compare with, and a loaded host lifts it now and then); or when F is slow to serve its own followers (below: a
+leader back past threshold_ms and follower_worst_min_ms (500) and follower_worst_ratio
+(1.5) x longer than any other follower there (`follower_blame.worst_everywhere`: on three
+brokers a leader has one other follower to compare with, and a loaded host lifts it now
+and then); or when F is slow to serve its own followers (below: a
 broker whose own network is slow is late at some leaders and waited on by its
 followers); and refuted otherwise (F fetches fine elsewhere). When no
 other leader sees F, F is confirmed if L's ISR shrink named it but not all of L's
@@ -229,7 +230,8 @@ pooled_persistence_ratio = 2.0,
 cluster_wide_share = 0.5, cluster_wide_persistence_windows = 3, cluster_wide_min_brokers = 2,
 quiet_slow_min_requests = 50,
 follower_holdback_floor_ms = 1000,
-follower_ratio = 3.0, follower_worst_ratio = 1.5, slow_client_share = 0.5,
+follower_ratio = 3.0, follower_worst_ratio = 1.5, follower_worst_min_ms = 500,
+slow_client_share = 0.5,
 max_named_clients = 5,
 client_min_slow_requests = 2, client_slow_request_share = 0.5,
 broker_session_timeout_s = 9, outage_grace_s = 60, leadership_grace_s = 30.

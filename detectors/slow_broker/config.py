@@ -116,6 +116,13 @@ class SlowBrokerSection:
         "every second held leaders 1 and 3 back 694-752 ms while a loaded host kept their "
         "other followers at 170-374 ms, under follower_ratio at one leader of two). "
         "0 = off", 1.5, min=0, max=1000)
+    follower_worst_min_ms: float = _key(
+        "follower_worst_ratio names a follower only when it held every leader it follows "
+        "back at least this long (and past threshold_ms): a loaded host lifts one follower "
+        "to 340-560 ms at both its leaders now and then, 1.5-8x the other follower there "
+        "(the 3-broker live matrix of 20261201T195748Z, before and after its freezes: "
+        "brokers 1 and 3 paged as slow followers), while one frozen 0.7 s of every second "
+        "holds them back 690-1,070 ms", 500.0, min=0, max=600000)
     slow_client_share: float = _key("Slow ResponseSend is blamed on the slow clients when they "
                                     "are at most this share of the broker's clients", 0.5,
                                     min=0, max=1)

@@ -57,7 +57,7 @@ def dedupe_elections(rows: Iterable[Line], topics: Mapping[tuple[str, str], str]
     Every controller logs "UNCLEAN partition change ... leaderEpoch: a -> b" as it replays
     the change, and the active one also logs "Setting new leader for topicId ... using an
     unclean election" (topic id only, no epoch) and, from 3.9, "Triggering unclean leader
-    election" (no leaders, no epoch). Lines are one election when they name the same
+    election" (no leaders, no epoch). The first two name the last known ELR (4.x). Lines are one election when they name the same
     partition and either the same leader epoch, or no epoch and fall within
     merge_window_ms of a line of that election. A line whose topic cannot be resolved from
     its topic id is dropped (logged). The earliest line's time is the election's; leaders
@@ -72,7 +72,9 @@ def dedupe_elections(rows: Iterable[Line], topics: Mapping[tuple[str, str], str]
                 cluster=cluster, topic=topic, partition=partition,
                 event_ms=int(g[0]["ts_ms"]),
                 old_leader=_first(g, "old_leader"), new_leader=_first(g, "new_leader"),
-                leader_epoch=_first(g, "leader_epoch")))
+                leader_epoch=_first(g, "leader_epoch"),
+                last_known_elr=next((tuple(r["last_known_elr"]) for r in g
+                                     if r.get("last_known_elr") is not None), None)))
     return sorted(out, key=lambda e: (e.event_ms, e.cluster, e.topic, e.partition))
 
 

@@ -122,9 +122,13 @@ def read_log_events(spark: SparkSession, lake: Lake, r: TimeRange) -> list[dict]
     df = table(spark, lake, "silver", "log_events")
     if df is None:
         return []
-    cols = ("cluster", "broker", "ts_ms", "kind", "topic", "partition", "topic_id", "offset",
+    cols = ["cluster", "broker", "ts_ms", "kind", "topic", "partition", "topic_id", "offset",
             "high_watermark", "old_leader", "new_leader", "leader_epoch", "isr_before",
-            "isr_after", "seconds", "reduction_pct", "subject_broker")
+            "isr_after", "seconds", "reduction_pct", "subject_broker"]
+    # Added later: a lake written before it lacks the column until `kmon run` adds it
+    # (jobs.pipeline.add_missing_columns); `kmon detect` may read such a lake first.
+    if "last_known_elr" in df.columns:
+        cols.append("last_known_elr")
     return [x.asDict() for x in silver_range(df, r).where(F.col("kind").isin(*LOG_EVENT_KINDS))
             .select(*cols).collect()]
 

@@ -50,7 +50,7 @@ class _Healthy(MatrixFault):
         restore_cluster(ctx)
 
 
-def _bounce(ctx: FaultContext, broker: int, *, crash: bool, down_s: float,
+def bounce(ctx: FaultContext, broker: int, *, crash: bool, down_s: float,
             while_down=None, await_shrink: bool = True) -> dict:
     """Kill (crash) or stop one broker, leave it down `down_s` (and until the ISRs show
     it: just after a crash the old registration is still in the metadata with full ISRs,
@@ -100,7 +100,7 @@ class BrokerCrashRestart(_Healthy):
     def inject(self, ctx: FaultContext, run: FaultRun) -> None:
         ctx.say(f"killing broker {self.broker} (kill -9); restarting it in {self.down_s:.0f}s")
         run.fault_ms = now_ms()
-        run.notes.update(_bounce(ctx, self.broker, crash=True, down_s=self.down_s))
+        run.notes.update(bounce(ctx, self.broker, crash=True, down_s=self.down_s))
 
 
 class RollingRestart(_Healthy):
@@ -129,7 +129,7 @@ class RollingRestart(_Healthy):
             if ctx.stopping():
                 return
             ctx.say(f"rolling restart: broker {broker}")
-            run.notes["restarts"].append(_bounce(ctx, broker, crash=False, down_s=self.down_s))
+            run.notes["restarts"].append(bounce(ctx, broker, crash=False, down_s=self.down_s))
 
 
 class ControllerFailover(_Healthy):
@@ -170,7 +170,7 @@ class ControllerFailover(_Healthy):
                     "failover_s": round(time.monotonic() - t0, 1)}
 
         run.fault_ms = now_ms()
-        run.notes.update(_bounce(ctx, old, crash=True, down_s=self.down_s,
+        run.notes.update(bounce(ctx, old, crash=True, down_s=self.down_s,
                                  while_down=failover, await_shrink=len(voters) >= 2))
         if len(voters) < 2:   # no ISR to watch: wait for the quorum to be back
             run.notes["quorum_back"] = wait_for(

@@ -25,6 +25,16 @@ controller (local_cluster.dedicated_controllers = 1: every broker may stop), or 
 brokers with controllers 3, 4, 5 (the defaults stop 1 and 3: one controller of three).
 `inject` refuses any layout that would stop a majority of the controllers.
 
+`SoleReplicaCrash` (RF 1): topic ``solo``, its partitions all on one broker, written
+(acks=1) and read by a group. The fault kills that broker (kill -9) and restarts it after
+`down_s`: the partitions are offline meanwhile. Kafka 4.3 (eligible leader replicas) takes
+the replica out of the ISR into the ELR when its broker is fenced, and, since the broker
+shut down uncleanly, into the last known ELR when it registers again; the controller then
+elects it from there and logs the change as UNCLEAN (seen on topic-churn's RF 1 topics).
+It was the partitions' last in-sync replica: nothing acknowledged is lost. Expected, per
+partition: an unclean_election that names that (cause last_in_sync_replica_elected) and is
+not a data-loss page (warning). The fault time is the restart: the election follows it.
+
 `UncleanNoLoss` (RF 2): topic ``ledger-quiet`` on [leader, follower], written once
 (`records`, acks=all) and then left alone. The fault stops the follower (out of the ISR,
 with every record), stops the leader with nothing new written, and restarts the
@@ -233,6 +243,64 @@ class UncleanElection(MatrixFault):
         # knows it lets that client's next metadata request create it again, with the
         # broker's defaults (seen: ledger-quiet back with 3 partitions).
         wait_whole_again(ctx, self.topic, self.replicas)
+
+
+class SoleReplicaCrash(MatrixFault):
+    name = "sole_replica_crash"
+    title = "the broker of an RF 1 topic crashes and restarts"
+    fault_class = "unclean_election"
+    observe_s = 120.0   # as the healthy crash: late truncation lines, windows after it
+
+    def __init__(self, topic: str = "solo", broker: int = 2, partitions: int = 2,
+                 group: str = "solo-readers", rate_per_s: float = 20, down_s: float = 20):
+        self.topic, self.broker, self.partitions = topic, broker, partitions
+        self.group, self.down_s = group, down_s
+        self.producer = ProducerSpec(f"{topic}-producer", topic, rate_per_s, acks="1")
+        self.consumer = ConsumerSpec(group, (topic,), "earliest")
+
+    def expect(self) -> tuple[Expect, ...]:
+        return (Expect("sole replica back: not a data-loss page", "unclean_election",
+                       rf"{re.escape(self.topic)}-\d+", ("last_in_sync_replica_elected",),
+                       ("warning",)),)
+
+    def explained(self) -> tuple[Expect, ...]:
+        # The same for each of the topic's other partitions; a coordinator on the killed
+        # broker makes commits land out of order.
+        return (*self.expect(), COMMITS_RETRIED)
+
+    def prepare(self, ctx: FaultContext) -> None:
+        """Nothing at the session's start (as UncleanNoLoss): the session's other
+        scenarios stop this broker too, and the topic is made when this one starts."""
+
+    def inject(self, ctx: FaultContext, run: FaultRun) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        from demo.workload import create_topics
+        from matrix.mechanisms.healthy import bounce
+
+        cl = ctx.cluster
+        check_quorum_survives(cl, {self.broker})
+        create_topics(ctx.bootstrap, [NewTopic(
+            self.topic, self.partitions,
+            replica_assignment=[[self.broker]] * self.partitions)])
+        ctx.workload.start_producer(self.producer)
+        ctx.workload.start_consumer(self.consumer)
+        wait_for(f"records on broker {self.broker}'s replicas of '{self.topic}'",
+                 lambda: replica_bytes(cl.node(self.broker), self.topic) > 10_000, 60, ctx)
+        run.notes["end_before"] = end_offset(ctx.bootstrap, self.topic)
+        ctx.say(f"killing broker {self.broker} (kill -9), the only replica of "
+                f"'{self.topic}'; restarting it in {self.down_s:.0f}s")
+        run.notes.update(bounce(ctx, self.broker, crash=True, down_s=self.down_s))
+        run.fault_ms = run.notes["restarted_ms"]
+        run.notes["end_after"] = end_offset(ctx.bootstrap, self.topic)
+
+    def heal(self, ctx: FaultContext) -> None:
+        if not _alive(ctx.cluster, self.broker):
+            ctx.cluster.restart(self.broker)
+        stop_producer(ctx.workload, self.producer.name)
+        ctx.workload.stop_consumer(self.group)
+        # The topic stays (see UncleanElection.heal).
+        wait_whole_again(ctx, self.topic, [self.broker])
 
 
 def _alive(cluster, node_id: int) -> bool:

@@ -23,7 +23,8 @@ from demo.faults.base import FaultContext, FaultRun, leader_and_isr, now_ms
 from demo.faults.unclean_election import BROKER_CONFIG
 from demo.workload import Workload
 from matrix.mechanisms.compaction import CleanerStopped, GrowingCompactedPartition
-from matrix.mechanisms.unclean import UncleanElection, UncleanNoLoss
+from ingest.broker_log import parse_event
+from matrix.mechanisms.unclean import SoleReplicaCrash, UncleanElection, UncleanNoLoss
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +181,24 @@ def test_unclean_election_rf3_loses_committed_records(ctx):
     finally:
         f.heal(ctx)
     assert leader_and_isr(ctx.admin(), "__consumer_offsets")[1] == [1, 2, 3]
+
+
+def test_sole_replica_crash_is_logged_unclean_from_the_last_known_elr(ctx):
+    """What crash-rf1-dc's ground truth rests on: the RF 1 topic's broker killed and back,
+    the controller logs each partition's return as an unclean election of that broker
+    from the last known ELR, and no record is lost."""
+    f = SoleReplicaCrash(topic="solo-t", broker=2, partitions=2, down_s=20)
+    r = FaultRun(f.name, now_ms())
+    try:
+        f.prepare(ctx)
+        f.inject(ctx, r)
+        n = r.notes
+        print(n)
+        assert n["isr_full"] and n["end_after"] >= n["end_before"] > 0
+        lines = log_lines(ctx.cluster.node(4), r"UNCLEAN partition change for solo-t-\d")
+        print("\n".join(lines))
+        recs = [parse_event(x, cluster="t", broker=4, log="controller") for x in lines]
+        assert {(x["partition"], x["new_leader"], tuple(x["last_known_elr"])) for x in recs} \
+            == {(0, 2, (2,)), (1, 2, (2,))}
+    finally:
+        f.heal(ctx)

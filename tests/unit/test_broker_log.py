@@ -170,6 +170,29 @@ def test_older_and_unseen_forms(needle, expected):
     assert {k: rec[k] for k in expected} == expected
 
 
+# ---- the last known ELR of an unclean election (4.x), on real 4.3.1 lines ---------------
+
+ELR = "broker_log/kafka-4.3.1-controller-elr.log"
+
+
+@pytest.mark.parametrize("needle,expected", [
+    ("UNCLEAN partition change", {"kind": "unclean_election", "topic": "ledger3",
+                                  "new_leader": 2, "old_leader": -1, "isr_before": [],
+                                  "leader_epoch": 2, "last_known_elr": [1]}),
+    ("using an unclean election", {"kind": "unclean_election", "new_leader": 2,
+                                   "old_leader": -1, "isr_before": [],
+                                   "last_known_elr": [1]}),
+], ids=["replayed_change_names_it_before", "active_controller_previous_registration"])
+def test_unclean_election_names_the_last_known_elr(needle, expected):
+    rec = record(ELR, needle)
+    assert {k: rec[k] for k in expected} == expected
+
+
+def test_lines_without_elr_fields_leave_it_null():
+    assert record(REAL["controller"], "UNCLEAN partition change")["last_known_elr"] is None
+    assert record(REAL["controller"], "using an unclean election")["last_known_elr"] == []
+
+
 # ---- assembling events ------------------------------------------------------------------
 
 def test_cleaner_summary_is_one_event_with_its_logger_from_the_last_line():

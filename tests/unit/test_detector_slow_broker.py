@@ -741,6 +741,26 @@ def test_the_follower_every_leader_waits_on_most_is_named_under_follower_ratio()
     assert "slow_follower" not in got.values(), got
 
 
+def test_a_loaded_hosts_chance_lag_at_two_leaders_names_no_follower():
+    # The 3-broker live matrix of 20261201T195748Z, just before freeze-long-3b's fault:
+    # follower 3 held leader 1 back 373 ms (its other follower 178 ms) and leader 2 399 ms
+    # (263 ms), the worst at both by 1.5x and past the threshold, with nothing wrong with
+    # it: paged HIGH as a slow follower. Under follower_worst_min_ms (500) at a leader, the
+    # margin alone names nobody; a frozen follower is 690-1,070 ms late at each.
+    rows = healthy()
+    for leader in (1, 2):
+        rows = replaced(rows, leader, "Produce", FAULT, total=720.0, remote=700.0)
+    lag = {(1, 3): 373.0, (1, 2): 178.0, (2, 3): 399.0, (2, 1): 263.0}
+    got = {d.entity: d.cause for d in detect_slow_brokers(
+        rows, follower_fetches=follower_fetches(FAULT, lag), config=CONFIG)}
+    assert "slow_follower" not in got.values(), got
+    # The same lags at the level a frozen follower shows are named.
+    frozen = {k: (v * 1.9 if k[1] == 3 else v) for k, v in lag.items()}
+    got = {d.entity: d.cause for d in detect_slow_brokers(
+        rows, follower_fetches=follower_fetches(FAULT, frozen), config=CONFIG)}
+    assert got.get("broker:3") == "slow_follower", got
+
+
 def test_detection_within_60_seconds_of_fault_start():
     # The fault starts 3 s into window 8. Evaluate as each window closes; the first
     # detection must have its evidence complete within 2 windows of the fault, leaving

@@ -49,6 +49,18 @@ def ends(*pairs):
     return [PartitionOffsets("c1", "orders", 2, at(t), end, 0) for t, end in pairs]
 
 
+# RF 1: solo-0's one replica on broker 2, which led it from epoch 0 (its start line then)
+# and again at epoch 2 after it was killed (epoch 1: leader -1, offline), from offset 5,000.
+SOLE = UncleanElection("c1", "solo", 0, at(100), old_leader=-1, new_leader=2, leader_epoch=2,
+                       last_known_elr=(2,))
+SOLE_STARTS = [LeaderEpochSeen("c1", "solo", 0, 0, at(-600), broker=2, leader=2, log_end=0),
+               LeaderEpochSeen("c1", "solo", 0, 2, at(101), broker=2, leader=2, log_end=5000)]
+
+
+def solo_ends(*pairs):
+    return [PartitionOffsets("c1", "solo", 0, at(t), end, 0) for t, end in pairs]
+
+
 COMMITS = [commit("reporting", 50, 700), commit("reporting", 95, 800),
            commit("billing", 60, 900), commit("billing", 95, 950),
            commit("audit", 99, 1000),
@@ -305,6 +317,56 @@ def scenarios():
                 LeaderEpochSeen("c1", "orders", 1, 9, at(50))],   # another partition
         detections={(AnomalyType.UNCLEAN_ELECTION, "orders-2"): ("unclean_leader_election",
                                                                  Severity.CRITICAL)})
+
+    # RF 1 (topic-churn's topics in the matrix, 4.3.1): the sole replica's broker was killed
+    # while the partition was written to; back, the controller elected it from the last
+    # known ELR ("isr: [] -> [2], leader: -1 -> 2, ... lastKnownElr: [2] -> []") and logged
+    # an unclean election. The last end offset sampled before (4,900) is below its log end
+    # (5,000: writes after the sample), which bounds nothing for an out-of-sync replica, so
+    # this was a critical "not known yet"; it was the last in-sync replica, so nothing went.
+    yield Scenario(
+        "sole_replica_back_from_the_last_known_elr_lost_nothing", [SOLE],
+        offsets=solo_ends((60, 4900), (130, 5100)), epochs=SOLE_STARTS,
+        lost=(5000, "new_leader_start", 5000, "elected_last_known_elr"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "last_in_sync_replica_elected", Severity.WARNING)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): {"messages_lost": 0,
+                                                             "last_known_elr": [2]}})
+
+    # A line without lastKnownElr (before 4.x's ELR): the brokers' start lines show broker 2
+    # led the partition last.
+    yield Scenario(
+        "last_leader_back_is_the_last_in_sync_replica_by_its_start_lines",
+        [replace(SOLE, last_known_elr=None)],
+        offsets=solo_ends((60, 4900), (130, 5100)), epochs=SOLE_STARTS,
+        lost=(5000, "new_leader_start", 5000, "elected_last_leader"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "last_in_sync_replica_elected", Severity.WARNING)})
+
+    # Its broker came back with less than a sample had seen (unflushed records lost in the
+    # crash itself, as an OS crash can): that is lost, and a page.
+    yield Scenario(
+        "last_in_sync_replica_back_with_less_than_was_seen_lost_the_difference", [SOLE],
+        offsets=solo_ends((60, 5100), (130, 5100)), epochs=SOLE_STARTS,
+        lost=(5000, "new_leader_start", 5100, "elected_last_known_elr"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "last_in_sync_replica_elected", Severity.CRITICAL)},
+        evidence={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): {"messages_lost": 100}})
+
+    # The matrix's RF 3 case: the last known ELR names broker 1, broker 2 (out of sync) is
+    # elected: an unclean election as before, whatever the start lines say of broker 2.
+    yield Scenario(
+        "replica_outside_the_last_known_elr_is_out_of_sync", [replace(SOLE, last_known_elr=(1,))],
+        offsets=solo_ends((60, 4900), (130, 5100)),
+        epochs=[replace(s, broker=1, leader=1) if s.leader_epoch == 0 else s
+                for s in SOLE_STARTS],
+        lost=(5000, "new_leader_start", None, "unknown"),
+        groups={"inside": [], "beyond": [], "behind": [], "unknown": []},
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "unclean_leader_election", Severity.CRITICAL)})
 
     yield Scenario(
         "truncation_of_an_uncommitted_tail_is_routine", [],
