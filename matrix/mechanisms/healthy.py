@@ -51,12 +51,12 @@ class _Healthy(MatrixFault):
 
 
 def bounce(ctx: FaultContext, broker: int, *, crash: bool, down_s: float,
-            while_down=None, await_shrink: bool = True) -> dict:
+            while_down=None, await_shrink: bool = True, after_restart=None) -> dict:
     """Kill (crash) or stop one broker, leave it down `down_s` (and until the ISRs show
     it: just after a crash the old registration is still in the metadata with full ISRs,
     and "whole again" would pass at once), restart it, wait until the cluster is whole
     again; what happened, with epoch-ms times. `while_down` (returning notes) runs right
-    after it went down."""
+    after it went down, `after_restart` (the same) right after the restart."""
     cl = ctx.cluster
     old_pid = cl.node(broker).pid
     hosted = replicas_on(ctx.admin(), broker)
@@ -82,6 +82,8 @@ def bounce(ctx: FaultContext, broker: int, *, crash: bool, down_s: float,
     ctx.sleep(max(0.0, down_s - (time.monotonic() - t0)))
     cl.restart(broker)
     out["restarted_ms"], out["new_pid"] = now_ms(), cl.node(broker).pid
+    if after_restart is not None:
+        out.update(after_restart())
     out["isr_full"] = wait_healthy(ctx, f"broker {broker} back in every ISR")
     out["isr_full_ms"] = now_ms()
     out["recovery_s"] = round((out["isr_full_ms"] - out["restarted_ms"]) / 1000, 1)

@@ -194,7 +194,7 @@ def test_sole_replica_crash_is_logged_unclean_from_the_last_known_elr(ctx):
         f.inject(ctx, r)
         n = r.notes
         print(n)
-        assert n["isr_full"] and n["end_after"] >= n["end_before"] > 0
+        assert n["isr_full"] and n["elected"] and n["end_after"] >= n["end_before"] > 0
         lines = log_lines(ctx.cluster.node(4), r"UNCLEAN partition change for solo-t-\d")
         print("\n".join(lines))
         recs = [parse_event(x, cluster="t", broker=4, log="controller") for x in lines]
