@@ -48,6 +48,10 @@ Algorithm, per logged election:
 Scoring: unclean_election is critical, unless the lost range is known and empty (the
 elected replica had every record up to the old high watermark: the controller logged an
 unclean election, but nothing committed was lost), then warning; log_truncation high.
+When the elected replica was the partition's last in-sync one (a sole replica back after
+its broker went down, which a 4.x controller elects from the last known ELR and logs as
+unclean: detectors/lost_range.py), the cause is last_in_sync_replica_elected and the
+range is judged against its own log end.
 An end offset sampled after the election equal to the last one before it (no writes in
 between) counts as an empty range; one past it leaves the start unknown (new writes). Unfixable: lost data cannot
 be brought back by kmon; every finding here suggests page_human.

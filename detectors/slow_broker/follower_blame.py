@@ -124,12 +124,12 @@ def worst_everywhere(view: FollowerView, follower: int, config: SlowBrokerSectio
     """At every leader it follows (two at least), the follower held the leader back past
     threshold_ms and follower_worst_min_ms, and follower_worst_ratio x longer than any
     other follower of that leader: the one follower every leader waits on most, by a
-    margin, under the floor and under follower_ratio. On three brokers a leader has one other follower to compare with, and a
-    loaded host lifts it now and then (freeze-short-3b live: broker 2 at 694 ms against
-    374 ms at leader 3, 1.9x, and at 706 ms against 170 ms at leader 1). The floor under it
-    (follower_worst_min_ms) keeps a loaded host's chance lags out: on the same cluster a
-    healthy follower was now and then 340-560 ms late at both its leaders, 1.5-8x the
-    other follower there."""
+    margin, under the floor and under follower_ratio. On three brokers a leader has one
+    other follower to compare with, and a loaded host lifts it now and then
+    (freeze-short-3b live: broker 2 at 694 ms against 374 ms at leader 3, 1.9x, and at
+    706 ms against 170 ms at leader 1). The floor under it (follower_worst_min_ms) keeps a
+    loaded host's chance lags out: on the same cluster a healthy follower was now and then
+    340-560 ms late at both its leaders, 1.5-8x the other follower there."""
     leaders = view.by_follower.get(follower, {})
     if config.follower_worst_ratio <= 0 or len(leaders) < 2:
         return False
