@@ -10,23 +10,17 @@ can sit in front of a broker for a whole run and be switched on and off at runti
 
 One proxy serves several routes (listening port -> target) with one setting, so a broker's
 inbound path and its outbound replication (through proxies in front of the other
-brokers' REPLICATION listeners) slow down together. The forwarding runs in a process of
-its own (matrix/mechanisms/delay_proxy_process.py says why: as a thread of the matrix
-runner it waited for the runner's interpreter, hundreds of milliseconds at p99 on a
-loaded host); this is its handle, and `set_delay`/`set_bandwidth` (which return once the
-engine applies them) are safe from any thread. A target may be a callable, resolved here
-at each new connection: the proxy's ports must be known before the cluster is laid out,
-the brokers' real ports only after.
+brokers' REPLICATION listeners) slow down together. It runs its own asyncio event loop
+in a daemon thread; `set_delay`/`set_bandwidth` are safe from any thread. A target may be
+a callable, resolved at each new connection: the proxy's ports must be known before the
+cluster is laid out, the brokers' real ports only after.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
+import asyncio
 import logging
 import socket
-import subprocess
-import sys
 import threading
 import time
 from typing import Callable, Union
@@ -36,24 +30,20 @@ from demo.faults.base import now_ms
 log = logging.getLogger(__name__)
 
 Target = Union[tuple[str, int], Callable[[], tuple[str, int]]]
-REPLY_TIMEOUT_S = 10
+CHUNK = 64 * 1024
+QUEUED_CHUNKS = 512          # per direction: beyond it the proxy stops reading (backpressure)
 
 
 class DelayProxy:
     def __init__(self, delay_ms: float = 0.0, bandwidth_bytes_s: float = 0.0):
         self.delay_s = delay_ms / 1000.0
         self.bandwidth = float(bandwidth_bytes_s)   # 0: no cap
-        self._routes: dict[int, Target] = {}
-        self._pending: list[tuple[int, socket.socket]] = []
-        self._process: subprocess.Popen | None = None
-        self._control: socket.socket | None = None
-        self._reader: threading.Thread | None = None
-        self._send_lock = threading.Lock()
-        self._replies: dict[int, dict] = {}
-        self._replied = threading.Condition()
-        self._closed = False      # the engine's side of the control socket closed
-        self._requests = itertools.count(1)
-        self._stats = {"connections": 0, "failed_connects": 0, "bytes_up": 0, "bytes_down": 0}
+        self._pending: list[tuple[socket.socket, Target]] = []
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.stats = {"connections": 0, "failed_connects": 0, "bytes_up": 0, "bytes_down": 0}
 
     # ---- settings (any thread) -----------------------------------------------------------
     @property
@@ -63,20 +53,9 @@ class DelayProxy:
     def set_delay(self, delay_ms: float) -> None:
         """Delay of each direction from now on (chunks already held keep theirs)."""
         self.delay_s = max(0.0, delay_ms) / 1000.0
-        self._ask({"op": "delay", "s": self.delay_s})
 
     def set_bandwidth(self, bytes_s: float) -> None:
         self.bandwidth = max(0.0, float(bytes_s))
-        self._ask({"op": "bandwidth", "bytes_s": self.bandwidth})
-
-    @property
-    def stats(self) -> dict:
-        """What the engine forwarded: connections, failed_connects, bytes_up, bytes_down
-        (the last figures it gave when it no longer answers)."""
-        reply = self._ask({"op": "stats"})
-        if reply is not None:
-            self._stats = dict(reply["stats"])
-        return dict(self._stats)
 
     # ---- routes ----------------------------------------------------------------------------
     def add_route(self, target: Target, listen_port: int = 0) -> int:
@@ -86,58 +65,50 @@ class DelayProxy:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", listen_port))
         sock.listen(128)
-        port = sock.getsockname()[1]
-        route = len(self._routes) + 1
-        self._routes[route] = target
-        if self._process is None:
-            self._pending.append((route, sock))
+        sock.setblocking(False)
+        if self._loop is None:
+            self._pending.append((sock, target))
         else:
-            self._hand_over(route, sock)
-        return port
+            asyncio.run_coroutine_threadsafe(self._serve(sock, target), self._loop).result(10)
+        return sock.getsockname()[1]
 
     def start(self) -> "DelayProxy":
-        if self._process is not None:
+        if self._thread is not None:
             return self
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "matrix.mechanisms.delay_proxy_process",
-             str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
-        theirs.close()
-        self._control, self._closed = mine, False
-        self._reader = threading.Thread(target=self._read, name="delay-proxy-control",
-                                        daemon=True)
-        self._reader.start()
-        if self._ask({"op": "delay", "s": self.delay_s}) is None:
-            code = self._process.poll()
-            self.stop()
-            raise RuntimeError(f"the delay proxy's engine did not start (exit code {code}; "
-                               f"its error is above)")
-        self._ask({"op": "bandwidth", "bytes_s": self.bandwidth})
-        for route, sock in self._pending:
-            self._hand_over(route, sock)
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="delay-proxy", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        self._loop = loop
+        for sock, target in self._pending:
+            asyncio.run_coroutine_threadsafe(self._serve(sock, target), loop).result(10)
         self._pending.clear()
         return self
 
     def stop(self) -> None:
-        """Close every route and connection and end the engine; safe to call again."""
-        for _, sock in self._pending:
+        """Close every route and connection and end the thread; safe to call again."""
+        for sock, _ in self._pending:
             sock.close()
         self._pending.clear()
-        process, self._process = self._process, None
-        if process is None:
+        loop, self._loop = self._loop, None
+        if loop is None:
             return
-        self._ask({"op": "stop"}, process=process)
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        if self._control is not None:
-            self._control.close()
-            self._control = None
-        if self._reader is not None:
-            self._reader.join(10)
-            self._reader = None
+            asyncio.run_coroutine_threadsafe(self._close(), loop).result(10)
+        except Exception as e:  # noqa: BLE001 - stopping anyway
+            log.debug("closing the delay proxy: %s", e)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
 
     def __enter__(self) -> "DelayProxy":
         return self.start()
@@ -145,70 +116,81 @@ class DelayProxy:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    # ---- the control socket ----------------------------------------------------------------
-    def _send(self, msg: dict, fds: list[int] = ()) -> None:
-        data = (json.dumps(msg) + "\n").encode()
-        with self._send_lock:
-            if fds:
-                socket.send_fds(self._control, [data], list(fds))
-            else:
-                self._control.sendall(data)
+    # ---- the event loop's side -----------------------------------------------------------
+    async def _serve(self, sock: socket.socket, target: Target) -> None:
+        server = await asyncio.start_server(
+            lambda r, w: self._track(self._connection(r, w, target)), sock=sock)
+        self._servers.append(server)
 
-    def _ask(self, msg: dict, fds: list[int] = (), process=None) -> dict | None:
-        """Send a request and wait for its answer (None: no engine, or no answer)."""
-        if (process or self._process) is None or self._control is None:
-            return None
-        req = next(self._requests)
+    def _track(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _close(self) -> None:
+        for s in self._servers:
+            s.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._servers.clear()
+
+    async def _connection(self, c_reader, c_writer, target: Target) -> None:
         try:
-            self._send({**msg, "req": req}, fds)
-        except OSError as e:
-            log.debug("delay proxy: engine not reachable: %s", e)
-            return None
-        with self._replied:
-            self._replied.wait_for(lambda: req in self._replies or self._closed,
-                                   REPLY_TIMEOUT_S)
-            reply = self._replies.pop(req, None)
-        if reply is None and not self._closed:
-            log.warning("delay proxy: no answer to %s within %d s", msg["op"], REPLY_TIMEOUT_S)
-        return reply
-
-    def _hand_over(self, route: int, sock: socket.socket) -> None:
-        """Give the engine the route's listening socket (it keeps its own copy)."""
-        target = self._routes[route]
-        fixed = None if callable(target) else list(target)
-        self._ask({"op": "route", "route": route, "target": fixed}, fds=[sock.fileno()])
-        sock.close()
-
-    def _read(self) -> None:
-        buf = b""
-        while True:
-            try:
-                data = self._control.recv(65536)
-            except (OSError, AttributeError):
-                data = b""
-            if not data:
-                break
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                self._on_message(json.loads(line))
-        with self._replied:
-            self._closed = True
-            self._replied.notify_all()
-
-    def _on_message(self, msg: dict) -> None:
-        if msg["op"] == "resolve":
-            target = self._routes.get(msg["route"])
-            try:
-                where = list(target()) if callable(target) else list(target)
-            except (LookupError, OSError, TypeError) as e:
-                log.debug("delay proxy: route %s has no target yet: %s", msg["route"], e)
-                where = None
-            self._send({"op": "resolved", "ask": msg["ask"], "target": where})
+            host, port = target() if callable(target) else target
+            s_reader, s_writer = await asyncio.open_connection(host, port)
+        except (OSError, asyncio.TimeoutError, LookupError) as e:
+            self.stats["failed_connects"] += 1
+            log.debug("delay proxy: cannot reach its target: %s", e)
+            c_writer.close()
             return
-        with self._replied:
-            self._replies[msg.get("req")] = msg
-            self._replied.notify_all()
+        self.stats["connections"] += 1
+        pipes = [asyncio.ensure_future(self._pipe(c_reader, s_writer, "bytes_up")),
+                 asyncio.ensure_future(self._pipe(s_reader, c_writer, "bytes_down"))]
+        try:
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for p in pipes:
+                p.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            for w in (c_writer, s_writer):
+                w.close()
+
+    async def _pipe(self, reader, writer, counter: str) -> None:
+        """Forward reader -> writer, each chunk held until delay_s after it was read."""
+        queue: asyncio.Queue = asyncio.Queue(QUEUED_CHUNKS)
+
+        async def pump() -> None:
+            try:
+                while True:
+                    data = await reader.read(CHUNK)
+                    if not data:
+                        break
+                    await queue.put((time.monotonic() + self.delay_s, data))
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                await queue.put(None)
+
+        reading = asyncio.ensure_future(pump())
+        line_free = 0.0   # when the (capped) line has sent what it was given
+        try:
+            while (item := await queue.get()) is not None:
+                due, data = item
+                now = time.monotonic()
+                if self.bandwidth > 0:
+                    line_free = max(line_free, now, due) + len(data) / self.bandwidth
+                    due = line_free
+                if due > now:
+                    await asyncio.sleep(due - now)
+                writer.write(data)
+                await writer.drain()
+                self.stats[counter] += len(data)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
 
 
 def hold_delay(ctx, run, proxy: DelayProxy, duration_s: float, until, heal: Callable[[], None]

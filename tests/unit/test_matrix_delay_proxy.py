@@ -136,19 +136,3 @@ def test_slow_producer_link_routes_every_broker_and_states_its_truth(tmp_path):
                           "cause": "client_slow_read"})
     assert not e.names({"type": "slow_broker", "entity": "broker:1"})
     assert fault.explained() == ()
-
-
-def test_the_engine_is_a_process_of_its_own_and_a_failed_start_says_so(echo, monkeypatch):
-    # It forwards outside this interpreter (as a thread of the matrix runner it waited for
-    # the runner's Python: hundreds of ms at p99 on a loaded host).
-    import os
-    import sys
-
-    with DelayProxy() as proxy:
-        port = proxy.add_route(echo)
-        assert _round_trip(port)[0] == b"ping"
-        assert proxy._process.pid != os.getpid() and proxy._process.poll() is None
-    assert proxy._process is None
-    monkeypatch.setattr(sys, "executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="did not start"):
-        DelayProxy().start()
