@@ -51,7 +51,7 @@ class _Healthy(MatrixFault):
 
 
 def bounce(ctx: FaultContext, broker: int, *, crash: bool, down_s: float,
-            while_down=None, await_shrink: bool = True, after_restart=None) -> dict:
+           while_down=None, await_shrink: bool = True, after_restart=None) -> dict:
     """Kill (crash) or stop one broker, leave it down `down_s` (and until the ISRs show
     it: just after a crash the old registration is still in the metadata with full ISRs,
     and "whole again" would pass at once), restart it, wait until the cluster is whole
@@ -173,7 +173,7 @@ class ControllerFailover(_Healthy):
 
         run.fault_ms = now_ms()
         run.notes.update(bounce(ctx, old, crash=True, down_s=self.down_s,
-                                 while_down=failover, await_shrink=len(voters) >= 2))
+                                while_down=failover, await_shrink=len(voters) >= 2))
         if len(voters) < 2:   # no ISR to watch: wait for the quorum to be back
             run.notes["quorum_back"] = wait_for(
                 f"node {old} active again", lambda: active_controller(cl) == old, 120, ctx)
