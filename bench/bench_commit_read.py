@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from infra.spark_session import build_spark_session
     from jobs.detector_inputs import CommitSeedCache, TimeRange, read_commits
     from kmon.config import load_config
@@ -80,15 +81,15 @@ def main(argv: list[str] | None = None) -> int:
         files = len(list((work / "silver" / "offset_commits").rglob("*.parquet")))
         print(f"silver.offset_commits: {rows} rows in {files} files over "
               f"{(newest - first) / 60_000:.0f} min")
-        seed = CommitSeedCache()
+        seed, sql = CommitSeedCache(), LakeSql(lake)
         runs = []
         step = int(args.step_s * 1000)
         for now in range(newest - int(args.minutes * 60_000), newest + 1, step):
             r = TimeRange(now - LOOKBACK_MS, now)
             t0 = time.monotonic()
-            whole = read_commits(spark, lake, r)
+            whole = read_commits(sql, r)
             t1 = time.monotonic()
-            seeded = read_commits(spark, lake, r, seed=seed)
+            seeded = read_commits(sql, r, seed=seed)
             t2 = time.monotonic()
             runs.append({"at_ms": now, "whole_s": round(t1 - t0, 3),
                          "seeded_s": round(t2 - t1, 3), "commits": len(whole),

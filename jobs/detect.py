@@ -66,6 +66,7 @@ from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, skipping_properties
+from infra.lake_sql import LakeSql
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
                                   check_config, read_inputs)
@@ -293,7 +294,8 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
            previous: Iterable[Finding] | None = None,
            baseline_cache: BaselineCache | None = None,
            window_cache: WindowReadCache | None = None,
-           commit_seed: CommitSeedCache | None = None) -> Assessment:
+           commit_seed: CommitSeedCache | None = None,
+           sql: LakeSql | None = None) -> Assessment:
     """Steps 1-4 of an evaluation at now_ms over [now - lookback, now): read, detect, the
     lifecycle and correlation. Writes nothing.
 
@@ -301,13 +303,15 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     caller is the table's only writer (the detector query); None reads the table.
     `baseline_cache`: the caller's (the detector query's) slow-broker baselines;
     `window_cache`: its window reads, the older windows kept (jobs/detector_inputs/window_cache.py);
-    `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache)."""
+    `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache);
+    `sql`: its reader of the lake without the JVM (infra/lake_sql.py; None: one for this
+    evaluation)."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
     inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
                          topic_configs, baseline_cache=baseline_cache, window_cache=window_cache,
-                         commit_seed=commit_seed)
+                         commit_seed=commit_seed, sql=sql)
     detections = attach_slow_requests(
         spark, lake, run_detectors(inputs, config, now_ms),
         windows_mode=config.request_log.mode == "windows",
@@ -325,14 +329,15 @@ def evaluate(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: i
              previous: Iterable[Finding] | None = None,
              baseline_cache: BaselineCache | None = None,
              window_cache: WindowReadCache | None = None,
-             before_write: Callable[[list[Finding]], None] | None = None) -> list[Finding]:
+             before_write: Callable[[list[Finding]], None] | None = None,
+             sql: LakeSql | None = None) -> list[Finding]:
     """One evaluation at now_ms (`assess`, then step 5); returns its findings (open and
     recently resolved, correlated) after writing the changed ones to gold.<table>.
 
     `before_write(findings)` is called with the findings before the MERGE."""
     a = assess(spark, lake, config, now_ms, lookback_s, table=table,
                topic_configs=topic_configs, previous=previous, baseline_cache=baseline_cache,
-               window_cache=window_cache)
+               window_cache=window_cache, sql=sql)
     handed = time.monotonic()
     if before_write is not None:
         before_write(a.findings)
@@ -350,10 +355,14 @@ def replay(spark: SparkSession, lake: Lake, config: DetectionConfig, start_ms: i
     returns every finding the replay touched, in its last state."""
     configs = list(topic_configs)
     last: dict[str, Finding] = {}
-    for now_ms in replay_times(start_ms, end_ms, step_s):
-        for f in evaluate(spark, lake, config, now_ms, lookback_s, table=table,
-                          topic_configs=configs):
-            last[f.finding_id] = f
+    sql = LakeSql(lake)
+    try:
+        for now_ms in replay_times(start_ms, end_ms, step_s):
+            for f in evaluate(spark, lake, config, now_ms, lookback_s, table=table,
+                              topic_configs=configs, sql=sql):
+                last[f.finding_id] = f
+    finally:
+        sql.close()
     return sort_findings(last.values())
 
 
@@ -469,6 +478,7 @@ class DetectorTicks:
         self.baselines = BaselineCache()
         self.windows = WindowReadCache(written=written_since)
         self.commit_seed = CommitSeedCache()
+        self.sql = LakeSql(lake)
         self.last_findings: list[Finding] | None = None
 
     def __call__(self, _batch, _batch_id: int) -> None:
@@ -491,7 +501,7 @@ class DetectorTicks:
         a = assess(self.spark, self.lake, self.config, now_ms, self.lookback_s,
                    table=self.table, topic_configs=configs, previous=previous,
                    baseline_cache=self.baselines, window_cache=self.windows,
-                   commit_seed=self.commit_seed)
+                   commit_seed=self.commit_seed, sql=self.sql)
         a.data_wait_s = data_wait_s
         return a
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import math
 import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -294,6 +295,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     from jobs.detect import DETECT_POOL, assess
     from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
     from jobs.detector_inputs.tables import FrozenLake
+    from infra.lake_sql import LakeSql
 
     rec, config = prepared.rec, prepared.config
     topic_configs = [CompactedTopicConfig(**c) for c in rec.manifest.get("topic_configs", [])]
@@ -310,12 +312,13 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     baselines, windows = BaselineCache(), WindowReadCache()
     # Nothing writes the lake from here on; it holds only the detectors' broker metrics.
     frozen = FrozenLake(prepared.lake_root, metrics=DETECTOR_METRICS)
+    sql = LakeSql(frozen, refresh_s=math.inf)   # the tables' snapshots loaded once
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
     try:
         for t in list(range(start + step, end, step)) + [end]:
             previous = assess(spark, frozen, config, t, topic_configs=topic_configs,
                               previous=previous, baseline_cache=baselines,
-                              window_cache=windows).findings
+                              window_cache=windows, sql=sql).findings
             for f in previous:
                 latest[f.finding_id] = finding_dict(f)
                 if f.status is Status.OPEN:
@@ -323,6 +326,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     finally:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
         frozen.release()
+        sql.close()
         forget_lake(spark, prepared.lake_root)
     # Commits are kept from STATE_HISTORY_S before the recording (a rewind needs the commit
     # before it): a rewind of an earlier scenario in that history is found again here, but

@@ -67,6 +67,7 @@ from detectors.slow_broker import (
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
+from infra.lake_sql import LakeSql
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs.client_rtts import read_client_rtts, read_producer_times
 from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
@@ -237,7 +238,8 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
                 parallelism: int = 4,
                 baseline_cache: BaselineCache | None = None,
                 window_cache: WindowReadCache | None = None,
-                commit_seed: CommitSeedCache | None = None) -> DetectorInputs:
+                commit_seed: CommitSeedCache | None = None,
+                sql: LakeSql | None = None) -> DetectorInputs:
     """Every detector input for [start_ms, end_ms) of one lake.
 
     The reads form independent chains (stage windows then the client sends they point
@@ -254,14 +256,23 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     `window_cache` the older windows of the per-window reads and of the metric and
     cleaner histories (jobs/detector_inputs/window_cache.py), and `commit_seed` the
     commits' starting positions (partition_signals.CommitSeedCache).
+    `sql`: the caller's reader of the lake without the JVM (infra/lake_sql.py), which the
+    reads ported to it use (the windows mode's request windows); None opens one for this
+    call only (its table snapshots are then loaded afresh).
     """
+    own_sql = sql is None
+    sql = LakeSql(lake) if own_sql else sql
     reading = _Reading(spark, lake, config, TimeRange(start_ms, end_ms), parallelism,
                        baseline_cache, DetectorInputs(topic_configs=list(topic_configs)),
-                       window_cache, commit_seed)
+                       window_cache, commit_seed, sql)
     # The longest chain first, so it never waits for a free thread.
     chains = (_partition_signal_chain, _request_stage_chain, _baseline_chain, _meter_tick_chain,
               _cleaner_gauge_chain, _compaction_history_chain, _client_rtt_chain)
-    _run_all(spark, [functools.partial(chain, reading) for chain in chains], parallelism)
+    try:
+        _run_all(spark, [functools.partial(chain, reading) for chain in chains], parallelism)
+    finally:
+        if own_sql:
+            sql.close()
     return reading.out
 
 
@@ -277,6 +288,7 @@ class _Reading:
     out: DetectorInputs
     window_cache: WindowReadCache | None = None
     commit_seed: CommitSeedCache | None = None
+    sql: LakeSql | None = None
 
     @property
     def evidence_s(self) -> float:
@@ -322,14 +334,14 @@ def _request_stage_chain(x: _Reading) -> None:
 
         def stage_windows() -> None:
             out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
-                spark, lake, sb, sub), stream="request_windows")
+                x.sql, sb, sub), stream="request_windows")
             clients.extend(windows("client_sends", lambda sub: read_window_client_sends(
-                spark, lake, sb, sub), stream="client_send_windows"))
+                x.sql, sb, sub), stream="client_send_windows"))
 
         def window_followers() -> None:
             # silver.follower_fetch_windows once for the fetches and the replicas' sends
             both = windows("follower_windows", lambda sub: read_window_follower_windows(
-                spark, lake, sb, sub), stream="follower_fetch_windows")
+                x.sql, sb, sub), stream="follower_fetch_windows")
             out.follower_fetches = [w for w in both if isinstance(w, FollowerFetchWindow)]
             clients.extend(w for w in both if isinstance(w, ClientSendWindow))
 
@@ -382,7 +394,7 @@ def _client_rtt_chain(x: _Reading) -> None:
             x.spark, x.lake, x.config.slow_broker, sub))
         producers = {c.client_id for c in x.out.client_rtts if c.client_type == "producer"}
         x.out.producer_times = x.by_window("producer_times", lambda sub: (
-            read_window_producer_times(x.spark, x.lake, x.config.slow_broker, sub, producers)))
+            read_window_producer_times(x.sql, x.config.slow_broker, sub, producers)))
 
 
 def _partition_signal_chain(x: _Reading) -> None:
@@ -393,11 +405,11 @@ def _partition_signal_chain(x: _Reading) -> None:
 
     def log_events() -> None:
         found["events"] = x.out.timed("log_events", lambda: read_log_events(
-            x.spark, x.lake, x.r.back(max(ISR_SEED_S, x.evidence_s, x.meter_s))))
+            x.sql, x.r.back(max(ISR_SEED_S, x.evidence_s, x.meter_s))))
 
     def resets() -> None:
         x.out.resets = x.out.timed("resets", lambda: read_resets(
-            x.spark, x.lake, x.r.back(x.evidence_s)))
+            x.sql, x.r.back(x.evidence_s)))
 
     x.side_by_side(log_events, resets)
     _inputs_from_log_events(x, found["events"])
@@ -433,27 +445,26 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
 def _commits_and_what_they_point_at(x: _Reading) -> None:
     """The commits of elected, reset or rewound partitions, then (side by side) their
     groups' memberships and commit request lines and their partitions' offsets."""
-    spark, lake, r, out = x.spark, x.lake, x.r, x.out
+    sql, r, out = x.sql, x.r, x.out
     election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
     reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
-    out.commits = out.timed("commits", lambda: read_commits(spark, lake, r, election_tps,
-                                                            reset_gtps, seed=x.commit_seed))
+    out.commits = out.timed("commits", lambda: read_commits(sql, r, election_tps, reset_gtps,
+                                                            seed=x.commit_seed))
     offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
                   | {(e.cluster, e.topic, e.partition) for e in out.resets}
                   | {(t.cluster, t.topic, t.partition) for t in out.truncations})
     groups = {(c.cluster, c.group) for c in out.commits}
 
     def memberships() -> None:
-        out.memberships = out.timed("memberships", lambda: read_memberships(
-            spark, lake, r, groups))
+        out.memberships = out.timed("memberships", lambda: read_memberships(sql, r, groups))
 
     def partition_offsets() -> None:
         out.partition_offsets = out.timed("partition_offsets", lambda: (
-            read_partition_offsets(spark, lake, r.back(x.evidence_s), offset_tps)))
+            read_partition_offsets(sql, r.back(x.evidence_s), offset_tps)))
 
     def commit_requests() -> None:
         out.commit_requests = out.timed("commit_requests", lambda: read_commit_requests(
-            spark, lake, r.back(x.evidence_s), groups))
+            sql, r.back(x.evidence_s), groups))
 
     x.side_by_side(memberships, commit_requests, partition_offsets)
 

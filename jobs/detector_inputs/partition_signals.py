@@ -35,10 +35,9 @@ partition offsets, client resets, log truncations and group membership.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+import pyarrow as pa
 
 from detectors.partition_signals import (
     ClientOffsetReset,
@@ -50,15 +49,13 @@ from detectors.partition_signals import (
     PartitionOffsets,
     client_event_meaning,
 )
-from infra.lake import Lake
-from jobs.detector_inputs.tables import TimeRange, int_or_none, silver_range, sorted_rows, table
+from infra.lake_sql import LakeSql, range_sql
+from jobs.detector_inputs.tables import TimeRange, int_or_none, sorted_rows
 
 COMMIT_SEED_S = 3600   # commits read before the range: each group/partition's start
 
 COMMIT_KEY = ("cluster", "group_id", "topic", "partition")
 COMMIT_ORDER = ("commit_ms", "source_partition", "source_offset")
-_COMMIT_KEY_TYPES = {"cluster": "string", "group_id": "string", "topic": "string",
-                     "partition": "int"}
 
 
 # --- client resets ---------------------------------------------------------------------------
@@ -73,15 +70,15 @@ def client_reset_from_row(row: Mapping[str, Any]) -> ClientOffsetReset:
         to_offset=int_or_none(row.get("to_offset")), target=target, reason=reason)
 
 
-def read_resets(spark: SparkSession, lake: Lake, r: TimeRange) -> list[ClientOffsetReset]:
-    df = table(spark, lake, "silver", "client_offset_events")
-    if df is None:
+def read_resets(sql: LakeSql, r: TimeRange) -> list[ClientOffsetReset]:
+    ds = sql.dataset("silver", "client_offset_events")
+    if ds is None:
         return []
-    rows = (silver_range(df, r)
-            .select("cluster", "ts_ms", "client_id", "group_id", "topic", "partition", "kind",
-                    "from_offset", "to_offset", "reset_target", "reason")
-            .collect())
-    return [client_reset_from_row(x.asDict()) for x in sorted_rows(rows, ("ts_ms",))]
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows("SELECT cluster, ts_ms, client_id, group_id, topic, partition, kind, "
+                    "from_offset, to_offset, reset_target, reason FROM t "
+                    f"WHERE {where}", params, t=ds)
+    return [client_reset_from_row(x) for x in sorted_rows(rows, ("ts_ms",))]
 
 
 # --- log truncations (from silver.log_events) ------------------------------------------------
@@ -126,32 +123,37 @@ def commit_request_from_row(x: Mapping[str, Any]) -> CommitRequest:
                          total_ms=float(x.get("total_ms") or 0.0))
 
 
-def read_commit_requests(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_commit_requests(sql: LakeSql, r: TimeRange,
                          groups: Iterable[tuple[str, str]]) -> list[CommitRequest]:
     """The OffsetCommit request-log lines of the given (cluster, group)s in the range, one
     per committed partition (a line naming its topic by id only is left out)."""
     wanted = sorted(set(groups))
-    df = table(spark, lake, "silver", "request_stages") if wanted else None
-    if df is None or "committed" not in df.columns:
+    ds = sql.dataset("silver", "request_stages") if wanted else None
+    if ds is None or "committed" not in ds.schema.names:
         return []
-    keys = spark.createDataFrame(wanted, "cluster string, group_id string")
-    rows = (silver_range(df, r).where((F.col("api_key") == 8) & F.col("group_id").isNotNull())
-            .join(F.broadcast(keys), ["cluster", "group_id"], "left_semi")
-            .select("cluster", "broker", "ts_ms", "group_id", "member_id", "generation",
-                    "client_id", "error_codes", "total_ms", F.explode("committed").alias("c"))
-            .where(F.col("c.topic").isNotNull())
-            .select("cluster", "broker", "ts_ms", "group_id", "member_id", "generation",
-                    "client_id", "error_codes", "total_ms", "c.topic", "c.partition",
-                    "c.offset")
-            .collect())
-    return [commit_request_from_row(x.asDict())
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows(
+        "SELECT cluster, broker, ts_ms, group_id, member_id, generation, client_id, "
+        'error_codes, total_ms, c.topic AS topic, c.partition AS partition, c."offset" AS "offset" '
+        "FROM (SELECT s.*, unnest(s.committed) AS c FROM t AS s "
+        "SEMI JOIN k ON s.cluster = k.cluster AND s.group_id = k.group_id "
+        f"WHERE {where} AND s.api_key = 8 AND s.group_id IS NOT NULL) "
+        "WHERE c.topic IS NOT NULL", params, t=ds, k=_keys(wanted, ("cluster", "group_id")))
+    return [commit_request_from_row(x)
             for x in sorted_rows(rows, ("cluster", "group_id", "ts_ms", "broker", "topic",
                                         "partition"))]
 
 
+def _keys(rows: Sequence[tuple], names: Sequence[str]) -> pa.Table:
+    """Keys to join a read to, as an Arrow table of `names` (strings, partition int)."""
+    types = {"partition": pa.int32()}
+    return pa.table({n: pa.array([k[i] for k in rows], types.get(n, pa.string()))
+                     for i, n in enumerate(names)})
+
+
 # --- commits ---------------------------------------------------------------------------------
 
-def read_commits(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_commits(sql: LakeSql, r: TimeRange,
                  partitions: Iterable[tuple[str, str, int]] = (),
                  group_partitions: Iterable[tuple[str, str, str, int]] = (),
                  seed: "CommitSeedCache | None" = None) -> list[OffsetCommit]:
@@ -159,59 +161,64 @@ def read_commits(spark: SparkSession, lake: Lake, r: TimeRange,
     partitions (every group) and group/partitions; each with its last commit before the
     range as its starting position. `seed`: the live detector's starting positions (None
     reads COMMIT_SEED_S of silver before the range)."""
-    df = table(spark, lake, "silver", "offset_commits")
-    if df is None:
+    ds = sql.dataset("silver", "offset_commits")
+    if ds is None:
         return []
-    rows = (_commit_rows(df, r.back(COMMIT_SEED_S)) if seed is None
-            else seed.commits(df, r))
-    commits = _went_down(_commits_from_last_before(rows, r))
-    commits = _also_wanted(spark, commits, sorted(set(partitions)),
-                           ["cluster", "topic", "partition"], "_tp")
-    commits = _also_wanted(spark, commits, sorted(set(group_partitions)), list(COMMIT_KEY),
-                           "_gtp")
-    rows = (commits.where("_wanted")
-            .select(*COMMIT_KEY, "offset", "commit_ms", "leader_epoch", "source_partition",
-                    "source_offset")
-            .collect())
+    rows = (_commit_rows(sql, ds, r.back(COMMIT_SEED_S)) if seed is None
+            else seed.commits(sql, ds, r))
+    tps = sorted(set(partitions))
+    gtps = sorted(set(group_partitions))
+    key = ", ".join(COMMIT_KEY)
+    # Spark's order: ascending nulls first, descending nulls last.
+    asc = ", ".join(f"{c} ASC NULLS FIRST" for c in COMMIT_ORDER)
+    desc = ", ".join(f"{c} DESC NULLS LAST" for c in COMMIT_ORDER)
+    found = sql.rows(
+        # the range's commits and, per group and partition, the last one before it
+        f"WITH kept AS (SELECT * FROM (SELECT *, ts_ms < ? AS _pre, row_number() OVER "
+        f"(PARTITION BY {key}, ts_ms < ? ORDER BY {desc}) AS _rn FROM c) "
+        "WHERE NOT _pre OR _rn = 1), "
+        # went down at some commit
+        f"lagged AS (SELECT *, coalesce(\"offset\" < lag(\"offset\") OVER (PARTITION BY {key} "
+        f"ORDER BY {asc}), false) AS _drop FROM kept), "
+        f"marked AS (SELECT *, bool_or(_drop) OVER (PARTITION BY {key}) AS _down FROM lagged) "
+        f"SELECT {key}, \"offset\", commit_ms, leader_epoch, source_partition, source_offset "
+        "FROM marked WHERE _down "
+        "OR EXISTS (SELECT 1 FROM tp WHERE tp.cluster = marked.cluster "
+        "AND tp.topic = marked.topic AND tp.partition = marked.partition) "
+        "OR EXISTS (SELECT 1 FROM gtp WHERE gtp.cluster = marked.cluster "
+        "AND gtp.group_id = marked.group_id AND gtp.topic = marked.topic "
+        "AND gtp.partition = marked.partition)",
+        [r.start_ms, r.start_ms], c=rows, tp=_keys(tps, ("cluster", "topic", "partition")),
+        gtp=_keys(gtps, COMMIT_KEY))
     return [OffsetCommit(cluster=x["cluster"], group=x["group_id"], topic=x["topic"],
                          partition=int(x["partition"]), offset=int(x["offset"]),
                          commit_ms=int(x["commit_ms"]),
                          leader_epoch=int_or_none(x["leader_epoch"]),
                          source_partition=int_or_none(x["source_partition"]))
-            for x in sorted_rows(rows, (*COMMIT_KEY, *COMMIT_ORDER))]
+            for x in sorted_rows(found, (*COMMIT_KEY, *COMMIT_ORDER))]
 
 
-def _commit_rows(df: DataFrame, r: TimeRange) -> DataFrame:
+_COMMIT_COLUMNS = (f"{', '.join(COMMIT_KEY)}, \"offset\", ts_ms, leader_epoch, source_partition, "
+                   "source_offset, coalesce(commit_ts_ms, ts_ms) AS commit_ms")
+
+
+def _commit_rows(sql: LakeSql, ds, r: TimeRange) -> pa.Table:
     """silver.offset_commits rows of the range that set an offset (tombstones and null
     offsets left out), with commit_ms, in the columns the commit read uses."""
-    return (silver_range(df, r)
-            .where(~F.col("is_tombstone") & F.col("offset").isNotNull())
-            .select(*COMMIT_KEY, "offset", "ts_ms", "leader_epoch", "source_partition",
-                    "source_offset", F.coalesce("commit_ts_ms", "ts_ms").alias("commit_ms")))
-
-
-def _latest_first(*extra: str) -> Window:
-    return Window.partitionBy(*COMMIT_KEY, *extra).orderBy(
-        *[F.col(c).desc() for c in COMMIT_ORDER])
-
-
-def _commits_from_last_before(commits: DataFrame, r: TimeRange) -> DataFrame:
-    """The range's commits and, per group and partition, the last commit before it.
-    `commits`: `_commit_rows` from COMMIT_SEED_S before the range (or a seed's)."""
-    return (commits.withColumn("_pre", F.col("ts_ms") < r.start_ms)
-            .withColumn("_rn", F.row_number().over(_latest_first("_pre")))
-            .where(~F.col("_pre") | (F.col("_rn") == 1)))
+    where, params = range_sql(r.start_ms, r.end_ms)
+    return sql.table(f"SELECT {_COMMIT_COLUMNS} FROM t WHERE {where} "
+                     "AND NOT is_tombstone AND \"offset\" IS NOT NULL", params, t=ds)
 
 
 class CommitSeedCache:
     """The live detector's commit read, incremental. Every evaluation needs each group and
     partition's last commit before its range (its starting position), over COMMIT_SEED_S:
     read whole, that is an hour of silver.offset_commits, hundreds of small files on a
-    live lake. In the live matrix that read took 16-36 s of evaluations that took 28-54 s,
-    and the rewinds' findings waited for it.
+    live lake. In the live matrix that read took 16-36 s of evaluations that took 28-54 s
+    (through Spark), and the rewinds' findings waited for it.
 
     This keeps, per group and partition, the last commit before a boundary (the range
-    start rounded down to `step_s`) in Spark's memory (localCheckpoint): an evaluation reads
+    start rounded down to `step_s`) in memory (an Arrow table): an evaluation reads
     silver from the boundary on (its range and at most `step_s` more), and a seed row more
     than COMMIT_SEED_S before the range start is left out, as the whole read leaves it.
     When the boundary moves on, the new seed is the last per group and partition of the old
@@ -226,77 +233,53 @@ class CommitSeedCache:
             raise ValueError(f"step_s must be > 0, not {step_s!r}")
         self.step_ms = int(step_s * 1000)
         self._lock = threading.Lock()
-        self._seed: DataFrame | None = None
+        self._seed: pa.Table | None = None
         self._until_ms = 0            # the seed holds the last commits before this time
         self.silver_from_ms: int | None = None   # where the last evaluation's silver read began
 
-    def commits(self, df: DataFrame, r: TimeRange) -> DataFrame:
+    def commits(self, sql: LakeSql, ds, r: TimeRange) -> pa.Table:
         """`_commit_rows` for the range and the COMMIT_SEED_S before it, as far as the range
         and its starting positions go: the seed's rows and silver's from the boundary."""
         boundary = r.start_ms // self.step_ms * self.step_ms
         with self._lock:
             if self._seed is None or boundary < self._until_ms:
-                self._replace(_last_per_key(_commit_rows(
-                    df, TimeRange(r.start_ms - COMMIT_SEED_S * 1000, boundary))), boundary)
+                self._seed = _last_per_key(sql, _commit_rows(
+                    sql, ds, TimeRange(r.start_ms - COMMIT_SEED_S * 1000, boundary)))
             elif boundary > self._until_ms:
-                self._replace(_last_per_key(self._seed.unionByName(_commit_rows(
-                    df, TimeRange(self._until_ms, boundary)))), boundary)
+                self._seed = _last_per_key(sql, pa.concat_tables([self._seed, _commit_rows(
+                    sql, ds, TimeRange(self._until_ms, boundary))]))
+            self._until_ms = boundary
             seed, until = self._seed, self._until_ms
             self.silver_from_ms = until
-        return (seed.where(F.col("ts_ms") >= r.start_ms - COMMIT_SEED_S * 1000)
-                .unionByName(_commit_rows(df, TimeRange(until, r.end_ms))))
-
-    def _replace(self, seed: DataFrame, until_ms: int) -> None:
-        from jobs.silver import release
-
-        old, self._seed = self._seed, seed.localCheckpoint(eager=True)
-        self._until_ms = until_ms
-        if old is not None:
-            release(old)
+        return sql.table("SELECT * FROM s WHERE ts_ms >= ? UNION ALL SELECT * FROM n",
+                         [r.start_ms - COMMIT_SEED_S * 1000], s=seed,
+                         n=_commit_rows(sql, ds, TimeRange(until, r.end_ms)))
 
 
-def _last_per_key(commits: DataFrame) -> DataFrame:
+def _last_per_key(sql: LakeSql, commits: pa.Table) -> pa.Table:
     """Per group and partition, its last commit."""
-    return (commits.withColumn("_rn", F.row_number().over(_latest_first()))
-            .where(F.col("_rn") == 1).drop("_rn"))
-
-
-def _went_down(commits: DataFrame) -> DataFrame:
-    """_wanted: the group/partition's committed offset went down at some commit."""
-    in_order = Window.partitionBy(*COMMIT_KEY).orderBy(*COMMIT_ORDER)
-    whole = Window.partitionBy(*COMMIT_KEY)
-    dropped = (F.col("offset") < F.lag("offset").over(in_order)).cast("int")
-    return (commits.withColumn("_drop", F.coalesce(dropped, F.lit(0)))
-            .withColumn("_wanted", F.max("_drop").over(whole) > 0))
-
-
-def _also_wanted(spark: SparkSession, commits: DataFrame, keys: list[tuple],
-                 key_columns: list[str], mark: str) -> DataFrame:
-    """_wanted also for the commits whose key_columns are one of `keys` (none: unchanged)."""
-    if not keys:
-        return commits
-    schema = ", ".join([*(f"{c} {_COMMIT_KEY_TYPES[c]}" for c in key_columns), f"{mark} boolean"])
-    marks = spark.createDataFrame([(*k, True) for k in keys], schema)
-    commits = commits.join(F.broadcast(marks), key_columns, "left")
-    return commits.withColumn("_wanted", F.col("_wanted") | F.coalesce(mark, F.lit(False)))
+    desc = ", ".join(f"{c} DESC NULLS LAST" for c in COMMIT_ORDER)
+    return sql.table(f"SELECT * EXCLUDE (_rn) FROM (SELECT *, row_number() OVER (PARTITION BY "
+                     f"{', '.join(COMMIT_KEY)} ORDER BY {desc}) AS _rn FROM c) WHERE _rn = 1",
+                     c=commits)
 
 
 # --- group membership and partition offsets --------------------------------------------------
 
-def read_memberships(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_memberships(sql: LakeSql, r: TimeRange,
                      groups: Iterable[tuple[str, str]]) -> list[GroupMembership]:
     """Membership changes of the given (cluster, group)s in the range, each group's state
     before the range carried forward to the range start."""
     wanted = sorted(set(groups))
-    df = table(spark, lake, "silver", "group_members")
-    if df is None or not wanted:
+    ds = sql.dataset("silver", "group_members") if wanted else None
+    if ds is None:
         return []
-    keys = spark.createDataFrame(wanted, "cluster string, group_id string")
-    rows = (silver_range(df, r.back(COMMIT_SEED_S)).join(F.broadcast(keys),
-                                                         ["cluster", "group_id"])
-            .select("cluster", "group_id", "ts_ms", "source_partition", "source_offset",
-                    "member_count")
-            .collect())
+    back = r.back(COMMIT_SEED_S)
+    where, params = range_sql(back.start_ms, back.end_ms)
+    rows = sql.rows("SELECT s.cluster, s.group_id, ts_ms, source_partition, source_offset, "
+                    "member_count FROM t AS s SEMI JOIN k ON s.cluster = k.cluster "
+                    f"AND s.group_id = k.group_id WHERE {where}", params, t=ds,
+                    k=_keys(wanted, ("cluster", "group_id")))
     out: list[GroupMembership] = []
     before: dict[tuple[str, str], GroupMembership] = {}
     for x in sorted_rows(rows, ("cluster", "group_id", "ts_ms", "source_partition",
@@ -311,17 +294,18 @@ def read_memberships(spark: SparkSession, lake: Lake, r: TimeRange,
     return sorted(list(before.values()) + out, key=lambda m: (m.cluster, m.group, m.observed_ms))
 
 
-def read_partition_offsets(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_partition_offsets(sql: LakeSql, r: TimeRange,
                            partitions: Iterable[tuple[str, str, int]]) -> list[PartitionOffsets]:
     tps = sorted(set(partitions))
-    df = table(spark, lake, "silver", "partition_offsets") if tps else None
-    if df is None:
+    ds = sql.dataset("silver", "partition_offsets") if tps else None
+    if ds is None:
         return []
-    keys = spark.createDataFrame(tps, "cluster string, topic string, partition int")
-    rows = (silver_range(df, r).join(F.broadcast(keys), ["cluster", "topic", "partition"],
-                                     "left_semi")
-            .select("cluster", "topic", "partition", "ts_ms", "earliest_offset", "latest_offset")
-            .collect())
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows("SELECT s.cluster, s.topic, s.partition, ts_ms, earliest_offset, "
+                    "latest_offset FROM t AS s SEMI JOIN k ON s.cluster = k.cluster "
+                    "AND s.topic = k.topic AND s.partition = k.partition "
+                    f"WHERE {where}", params, t=ds,
+                    k=_keys(tps, ("cluster", "topic", "partition")))
     return [PartitionOffsets(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
                              observed_ms=int(x["ts_ms"]), end_offset=int(x["latest_offset"]),
                              log_start_offset=int_or_none(x["earliest_offset"]))

@@ -58,14 +58,16 @@ from detectors.slow_broker import (
     RequestStageWindow,
     SlowBrokerSection,
 )
+from detectors.slow_broker.latency import threshold_for
 from infra.lake import Lake
+from infra.lake_sql import LakeSql, range_sql
 from jobs.detector_inputs.client_rtts import producer_windows_from
-from jobs.detector_inputs.client_sends import threshold_column
 from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
                                               baselines_from_minutes)
-from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, table
+from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, sorted_rows, table
 from jobs.gold_windows import OWN_TIME_P99
-from jobs.histogram_sql import bucket_value_sql, stage_percentiles
+from jobs.histogram_duckdb import first_bucket_at_or_over, merged_sql, valued
+from jobs.histogram_sql import stage_percentiles
 
 # Stage columns of silver.request_windows -> RequestStageWindow fields.
 STAGE_FIELDS = {"total": "total_p99_ms", "request_queue": "request_queue_p99_ms",
@@ -96,19 +98,56 @@ def stage_windows_frame(df: DataFrame, group_cols: list[str]) -> DataFrame:
                       *[F.col(f"{s}_p99_ms").alias(f) for s, f in STAGE_FIELDS.items()])
 
 
-def read_window_stage_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+def read_window_stage_windows(sql: LakeSql, config: SlowBrokerSection,
                               r: TimeRange) -> list[RequestStageWindow]:
-    df = table(spark, lake, "silver", "request_windows")
-    if df is None:
+    ds = sql.dataset("silver", "request_windows")
+    if ds is None:
         return []
-    rows = (stage_windows_frame(
-        _watched(_client_traffic(_closed_windows(df, r)), config)
-        .where(F.col("window_ms") == config.window_ms),
-        ["cluster", "broker", "api", "ts_ms"]).collect())
+    where, params = _closed_windows_sql(r, config)
+    watched, wparams = _watched_sql(config)
+    source = (f"SELECT * FROM t WHERE {where} AND {watched} "
+              "AND NOT coalesce(is_controller_traffic, false)")
+    rows = sql.rows(merged_sql(source, ["cluster", "broker", "api", "ts_ms"],
+                               tuple(STAGE_FIELDS), P99), [*params, *wparams], t=ds)
     return [RequestStageWindow(
         cluster=x["cluster"], broker=int(x["broker"]), api=x["api"],
         window_start_ms=int(x["ts_ms"]), requests=int(x["requests"]),
-        **{f: float(x[f] or 0.0) for f in STAGE_FIELDS.values()}) for x in rows]
+        **{f: float(valued(x, s, 0) or 0.0) for s, f in STAGE_FIELDS.items()})
+        for x in sorted_rows(rows, ("cluster", "broker", "api", "ts_ms"))]
+
+
+def _closed_windows_sql(r: TimeRange, config: SlowBrokerSection) -> tuple[str, list]:
+    """Window rows (ts_ms = window start) of the slow-broker window length inside the
+    range, as a condition and its parameters."""
+    where, params = range_sql(r.start_ms, r.end_ms)
+    return (f"{where} AND ts_ms + window_ms <= ? AND window_ms = ?",
+            [*params, int(r.end_ms), int(config.window_ms)])
+
+
+_NORM_API = "lower(replace(api, '_', ''))"
+
+
+def _watched_sql(config: SlowBrokerSection) -> tuple[str, list]:
+    names = _norm_names(config.watched_apis)
+    if not names:
+        return "false", []
+    return f"{_NORM_API} IN ({', '.join('?' for _ in names)})", list(names)
+
+
+def _threshold_bucket_sql(config: SlowBrokerSection) -> str:
+    """SQL over the api column: the first bucket id at or over the API's slow threshold
+    (slow_broker.threshold_for: api_threshold_ms, else threshold_ms)."""
+    cases = []
+    seen = set()
+    for api, ms in config.api_threshold_ms.items():   # the first one wins
+        name = api.replace("_", "").lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        cases.append(f"WHEN {_NORM_API} = '{name.replace(chr(39), chr(39) * 2)}' "
+                     f"THEN {first_bucket_at_or_over(float(ms))}")
+    default = first_bucket_at_or_over(float(config.threshold_ms))
+    return f"CASE {' '.join(cases)} ELSE {default} END" if cases else str(default)
 
 
 def window_latency_column(config: SlowBrokerSection) -> Column:
@@ -151,93 +190,77 @@ def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSec
     return baselines_from_minutes(minutes, window_latency_column(config), config)
 
 
-def read_window_follower_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,
                                  r: TimeRange) -> list[FollowerFetchWindow | ClientSendWindow]:
     """silver.follower_fetch_windows read and merged once for both of its uses: per leader,
     follower and closed window, the `FollowerFetchWindow` and, when the rules watch Fetch,
     the replica's `ClientSendWindow` (``follower``). The two group the same rows the same
-    way; one read instead of two is a Delta scan and a merge less per evaluation."""
-    df = table(spark, lake, "silver", "follower_fetch_windows")
-    if df is None:
+    way; one read instead of two is a scan and a merge less per evaluation."""
+    ds = sql.dataset("silver", "follower_fetch_windows")
+    if ds is None:
         return []
+    where, params = _closed_windows_sql(r, config)
     group = ["cluster", "ts_ms", "broker", "follower"]
-    merged = stage_percentiles(
-        _closed_windows(df, r).where(F.col("window_ms") == config.window_ms), group,
-        ("send",), P99, totals=("requests",), sum_and_max=False, keep_histograms=True,
-        extra={"max_gap": F.max("max_fetch_gap_ms")})
     sends = "fetch" in _norm_names(config.watched_apis)
-    if sends:
-        merged = _with_slow_sends(merged.withColumn("api", F.lit("Fetch")), config)
-    rows = merged.select(*group, "requests", "max_gap", "send_p99_ms",
-                         *(["slow_requests"] if sends else [])).collect()
+    threshold = str(first_bucket_at_or_over(threshold_for("Fetch", config)))
+    rows = sql.rows(merged_sql(
+        f"SELECT * FROM t WHERE {where}", group, ("send",), P99,
+        extra={"max_gap": "max(max_fetch_gap_ms)"},
+        at_or_over={"send": threshold} if sends else None), params, t=ds)
+    rows = sorted_rows(rows, group)
     out: list[FollowerFetchWindow | ClientSendWindow] = [FollowerFetchWindow(
         cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), leader=int(x["broker"]),
         follower=int(x["follower"]), requests=int(x["requests"]),
         max_fetch_gap_ms=None if x["max_gap"] is None else float(x["max_gap"]),
-        send_p99_ms=float(x["send_p99_ms"] or 0.0)) for x in rows]
+        send_p99_ms=float(valued(x, "send", 0) or 0.0)) for x in rows]
     if sends:
         out += [ClientSendWindow(
             cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), broker=int(x["broker"]),
             client_id=f"broker-{int(x['follower'])}", requests=int(x["requests"]),
-            send_p99_ms=float(x["send_p99_ms"] or 0.0), api="Fetch",
-            slow_requests=int(x["slow_requests"] or 0), follower=True) for x in rows]
+            send_p99_ms=float(valued(x, "send", 0) or 0.0), api="Fetch",
+            slow_requests=int(x["send_at_or_over"]), follower=True) for x in rows]
     return out
 
 
-def read_window_client_sends(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+def read_window_client_sends(sql: LakeSql, config: SlowBrokerSection,
                              r: TimeRange) -> list[ClientSendWindow]:
     """The clients' send windows (the replicas' come from `read_window_follower_windows`)."""
-    out: list[ClientSendWindow] = []
-    clients = table(spark, lake, "silver", "client_send_windows")
-    if clients is not None:
-        named = (_watched(_closed_windows(clients, r), config)
-                 .where(F.col("client_id").isNotNull()
-                        & (F.col("window_ms") == config.window_ms)))
-        out += _send_rows(named, ["cluster", "ts_ms", "broker", "api", "client_id"], config)
-    return out
+    ds = sql.dataset("silver", "client_send_windows")
+    if ds is None:
+        return []
+    where, params = _closed_windows_sql(r, config)
+    watched, wparams = _watched_sql(config)
+    group = ["cluster", "ts_ms", "broker", "api", "client_id"]
+    rows = sql.rows(merged_sql(
+        f"SELECT * FROM t WHERE {where} AND {watched} AND client_id IS NOT NULL", group,
+        ("send",), P99, at_or_over={"send": _threshold_bucket_sql(config)}),
+        [*params, *wparams], t=ds)
+    return [ClientSendWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
+                             broker=int(x["broker"]), client_id=x["client_id"],
+                             requests=int(x["requests"]),
+                             send_p99_ms=float(valued(x, "send", 0) or 0.0), api=x["api"],
+                             slow_requests=int(x["send_at_or_over"]), follower=False)
+            for x in sorted_rows(rows, group)]
 
 
-def read_window_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
                                r: TimeRange, producers: Iterable[str]
                                ) -> list[ProducerServerWindow]:
     """The given producers' own Produce requests per closed window, broker and client
     (module docstring), as client_rtts.read_producer_times gives them from raw rows."""
     wanted = sorted(set(producers))
-    clients = table(spark, lake, "silver", "client_send_windows") if wanted else None
-    if clients is None:
+    ds = sql.dataset("silver", "client_send_windows") if wanted else None
+    if ds is None:
         return []
-    group = ["cluster", "ts_ms", "broker", "client_id"]
-    rows = (stage_percentiles(
-        _closed_windows(clients, r)
-        .where(F.col("client_id").isin(*wanted) & (_norm_api() == "produce")
-               & (F.col("window_ms") == config.window_ms) & F.col("followed").isNotNull()),
-        group, ("total",), (0.5, 0.99), totals=("requests", "followed", "queued"),
-        sum_and_max=False, keep_histograms=False)
-        .select("cluster", F.col("ts_ms").alias("window_start_ms"), "broker", "client_id",
-                "requests", "followed", "queued",
-                F.array("total_p50_ms", "total_p99_ms").alias("total_p"))
-        .collect())
-    return producer_windows_from(rows)
-
-
-def _with_slow_sends(merged: DataFrame, config: SlowBrokerSection) -> DataFrame:
-    """`slow_requests`: of a merged row's send-time histogram, the requests at or over its
-    API's threshold (the buckets whose value reaches it)."""
-    slow = F.expr("aggregate(zip_with(send_buckets, send_counts, (b, c) -> "
-                  f"IF({bucket_value_sql('b')} >= __threshold, c, 0L)), 0L, (a, x) -> a + x)")
-    return (merged.withColumn("__threshold", threshold_column(config))
-            .withColumn("slow_requests", slow).drop("__threshold"))
-
-
-def _send_rows(df: DataFrame, group: list[str], config: SlowBrokerSection
-               ) -> list[ClientSendWindow]:
-    merged = stage_percentiles(df, group, ("send",), P99, totals=("requests",),
-                               sum_and_max=False, keep_histograms=True)
-    rows = (_with_slow_sends(merged, config)
-            .select(*group, "requests", "send_p99_ms", "slow_requests").collect())
-    return [ClientSendWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
-                             broker=int(x["broker"]), client_id=x["client_id"],
-                             requests=int(x["requests"]),
-                             send_p99_ms=float(x["send_p99_ms"] or 0.0), api=x["api"],
-                             slow_requests=int(x["slow_requests"] or 0), follower=False)
-            for x in rows]
+    where, params = _closed_windows_sql(r, config)
+    source = (f"SELECT * FROM t WHERE {where} AND {_NORM_API} = 'produce' "
+              f"AND followed IS NOT NULL AND client_id IN ({', '.join('?' for _ in wanted)})")
+    rows = sql.rows(merged_sql(source, ["cluster", "ts_ms", "broker", "client_id"],
+                               ("total",), (0.5, 0.99),
+                               totals=("requests", "followed", "queued")),
+                    [*params, *wanted], t=ds)
+    return producer_windows_from(
+        {"cluster": x["cluster"], "window_start_ms": x["ts_ms"], "broker": x["broker"],
+         "client_id": x["client_id"], "requests": x["requests"], "followed": x["followed"],
+         "queued": x["queued"], "total_p": [valued(x, "total", 0), valued(x, "total", 1)]}
+        for x in rows)

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.lake import Lake
+from infra.lake_sql import LakeSql, range_sql
 
 # The kinds of the shared log-event read; cleaner_run is read on its own, over the
 # growing-partition rule's window (compaction.read_cleaner_runs).
@@ -117,20 +118,25 @@ def in_range(df: DataFrame, r: TimeRange) -> DataFrame:
     return df.where((F.col("ts_ms") >= r.start_ms) & (F.col("ts_ms") < r.end_ms))
 
 
-def read_log_events(spark: SparkSession, lake: Lake, r: TimeRange) -> list[dict]:
+def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
     """The log events the detectors use (few: not the `other` lines), as dicts."""
-    df = table(spark, lake, "silver", "log_events")
-    if df is None:
+    ds = sql.dataset("silver", "log_events")
+    if ds is None:
         return []
     cols = ["cluster", "broker", "ts_ms", "kind", "topic", "partition", "topic_id", "offset",
             "high_watermark", "old_leader", "new_leader", "leader_epoch", "isr_before",
             "isr_after", "seconds", "reduction_pct", "subject_broker"]
     # Added later: a lake written before it lacks the column until `kmon run` adds it
     # (jobs.pipeline.add_missing_columns); `kmon detect` may read such a lake first.
-    if "last_known_elr" in df.columns:
+    if "last_known_elr" in ds.schema.names:
         cols.append("last_known_elr")
-    return [x.asDict() for x in silver_range(df, r).where(F.col("kind").isin(*LOG_EVENT_KINDS))
-            .select(*cols).collect()]
+    where, params = range_sql(r.start_ms, r.end_ms)
+    kinds = ", ".join("?" for _ in LOG_EVENT_KINDS)
+    quoted = ", ".join(f'"{c}"' for c in cols)   # offset is a keyword of DuckDB's SQL
+    rows = sql.rows(f"SELECT {quoted} FROM t WHERE {where} AND kind IN ({kinds})",
+                    [*params, *LOG_EVENT_KINDS], t=ds)
+    # Spark's collect gave them in no set order; here in time order.
+    return sorted_rows(rows, ("ts_ms", "cluster", "broker", "kind", "topic", "partition"))
 
 
 def broker_metrics(spark: SparkSession, lake: Lake, r: TimeRange,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from infra.lake import Lake
+from infra.lake_sql import LakeSql
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
 from ingest.sinks import LandingSink
 from jobs.detector_inputs import CommitSeedCache, TimeRange, read_commits
@@ -61,14 +62,14 @@ def lake(spark, kmon_config, tmp_path_factory) -> Lake:
 
 
 def test_the_live_detectors_seeded_commit_reads_equal_whole_reads(spark, lake):
-    seed = CommitSeedCache()
+    seed, sql = CommitSeedCache(), LakeSql(lake)
     times = list(range(T0 + 20_000, T0 + 10 * MIN, 80_000)) + [T0 + 3 * MIN + 30_000]
     went_down, starts = set(), 0
     for now in times:
         r = TimeRange(now - LOOKBACK, now)
         for wanted in (ALL_TPS, set()):
-            got = read_commits(spark, lake, r, wanted, seed=seed)
-            want = read_commits(spark, lake, r, wanted)
+            got = read_commits(sql, r, wanted, seed=seed)
+            want = read_commits(sql, r, wanted)
             assert got == want, (now, sorted(wanted))
             if not wanted:
                 went_down |= {c.group for c in want}

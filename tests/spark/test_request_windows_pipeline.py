@@ -104,6 +104,7 @@ def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, k
     is within ALPHA (2 %) of the exact nearest-rank p99 of the raw lines."""
     from core.latency_histogram import ALPHA
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from jobs.detector_inputs.request_windows import STAGE_FIELDS, read_window_stage_windows
     from jobs.detector_inputs.tables import TimeRange
 
@@ -112,7 +113,7 @@ def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, k
     start = min(w for _, _, w in exact)
     end = max(w for _, _, w in exact) + 10_000
     sb = kmon_config.slow_broker
-    rows = read_window_stage_windows(spark, Lake(root), sb, TimeRange(start, end))
+    rows = read_window_stage_windows(LakeSql(Lake(root)), sb, TimeRange(start, end))
     watched = {a.replace("_", "").lower() for a in sb.watched_apis}
     expected = {k for k in exact if k[1].replace("_", "").lower() in watched}
     assert {(r.broker, r.api, r.window_start_ms) for r in rows} == expected
@@ -133,6 +134,7 @@ def test_producer_times_are_the_raw_lines_own_times_and_queued_shares(spark, lak
     from collections import defaultdict
 
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from jobs.detector_inputs.request_windows import read_window_producer_times
     from jobs.detector_inputs.tables import TimeRange
     from schemas.client_send_windows import QUEUED_GAP_MS
@@ -162,7 +164,8 @@ def test_producer_times_are_the_raw_lines_own_times_and_queued_shares(spark, lak
                     e[1] += gap <= QUEUED_GAP_MS
     start = min(w for _, w, _ in exact)
     end = max(w for _, w, _ in exact) + win
-    got = read_window_producer_times(spark, Lake(root), sb, TimeRange(start, end), producers)
+    got = read_window_producer_times(LakeSql(Lake(root)), sb, TimeRange(start, end),
+                                     producers)
     assert {(x.broker, x.window_start_ms, x.client_id) for x in got} == set(exact)
     queued = 0
     for x in got:
@@ -215,6 +218,7 @@ def gold_minutes(spark, lake, tmp_path_factory):
     import os
 
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from jobs.gold_windows import start_fast_table, start_minute_tables
 
     root, _ = lake
@@ -349,6 +353,7 @@ def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
     real line (its correlation id and times are the line's)."""
     from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Severity
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from ingest.request_log import parse_request_line
     from jobs.slow_requests import attach_slow_requests
 
@@ -397,6 +402,7 @@ def test_one_read_of_the_follower_windows_gives_the_fetches_and_the_replicas_sen
     from core.latency_histogram import ALPHA
     from detectors.slow_broker import ClientSendWindow, FollowerFetchWindow
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from jobs.detector_inputs.request_windows import read_window_follower_windows
     from jobs.detector_inputs.tables import TimeRange
 
@@ -409,7 +415,7 @@ def test_one_read_of_the_follower_windows_gives_the_fetches_and_the_replicas_sen
     sb = dataclasses.replace(kmon_config.slow_broker, threshold_ms=threshold,
                              api_threshold_ms={})
     windows = sorted({w for _, _, w, _ in sends})
-    both = read_window_follower_windows(spark, Lake(root), sb,
+    both = read_window_follower_windows(LakeSql(Lake(root)), sb,
                                         TimeRange(windows[0], windows[-1] + 10_000))
     fetches = {(x.leader, x.follower, x.window_start_ms): x for x in both
                if isinstance(x, FollowerFetchWindow)}
@@ -433,6 +439,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
     detector query evaluates, each of the three window reads through the cache gives the
     same rows as reading the whole range, while reading about 60 s of the 300."""
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from jobs.detector_inputs.request_windows import (read_window_client_sends,
                                                       read_window_follower_windows,
                                                       read_window_stage_windows)
@@ -443,6 +450,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
     sb = kmon_config.slow_broker
     ts = [r["ts_ms"] for r in _silver(spark, root, "request_windows").select("ts_ms").collect()]
     cache = WindowReadCache(reread_s=60)
+    sql = LakeSql(Lake(root))
     reads = {"stage_windows": read_window_stage_windows, "client_sends": read_window_client_sends,
              "follower_windows": read_window_follower_windows}
     first = (min(ts) + max(ts)) // 2 // 10_000 * 10_000 + 3_000
@@ -451,7 +459,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
         r = TimeRange(now - 300_000, now)
         for name, read in reads.items():
             def whole(sub, read=read):
-                return read(spark, Lake(root), sb, sub)
+                return read(sql, sb, sub)
             got = cache.read(name, r, sb.window_ms, whole)
             want = whole(r)
             assert sorted(map(repr, got)) == sorted(map(repr, want)), (name, now)
@@ -470,6 +478,7 @@ def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
     import os
 
     from infra.lake import Lake
+    from infra.lake_sql import LakeSql
     from jobs.detector_inputs.request_windows import read_window_baselines
     from jobs.detector_inputs.tables import TimeRange
     from jobs.gold_windows import OWN_TIME_P99
