@@ -20,6 +20,9 @@ Two libraries, pinned in pyproject.toml:
   the detector's parallel reads run in parallel.
 
 `LakeSql` is safe to share between threads: each query runs on a cursor of its own.
+Local lakes only for now: delta-rs names object stores s3://, abfss://, gs:// and takes
+their credentials as storage options, where Spark's lake root says s3a:// and reads
+hadoop settings; nothing maps the one to the other yet.
 """
 
 from __future__ import annotations

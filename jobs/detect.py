@@ -309,13 +309,19 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
-    inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
-                         topic_configs, baseline_cache=baseline_cache, window_cache=window_cache,
-                         commit_seed=commit_seed, sql=sql)
-    detections = attach_slow_requests(
-        spark, lake, run_detectors(inputs, config, now_ms),
-        windows_mode=config.request_log.mode == "windows",
-        purgatory_apis=config.slow_broker.purgatory_apis)
+    own_sql = sql is None
+    sql = LakeSql(lake) if own_sql else sql
+    try:
+        inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
+                             topic_configs, baseline_cache=baseline_cache,
+                             window_cache=window_cache, commit_seed=commit_seed, sql=sql)
+        detections = attach_slow_requests(
+            sql, run_detectors(inputs, config, now_ms),
+            windows_mode=config.request_log.mode == "windows",
+            purgatory_apis=config.slow_broker.purgatory_apis)
+    finally:
+        if own_sql:
+            sql.close()
     previous = (read_findings(spark, path, now_ms, config) if previous is None
                 else carried_findings(previous, now_ms, config))
     findings = next_findings(previous, detections, config, now_ms)

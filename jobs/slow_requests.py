@@ -14,9 +14,9 @@ is not slow):
   ``evidence["slow_requests_source"]`` says so;
 - in the full mode, from silver.request_stages, every request.
 
-One Spark job per evaluation that has such detections (none otherwise): the detections'
-(cluster, broker, API, span) filters OR-ed in one read, the top `limit` per detection by a
-window function. Quorum (controller-listener) traffic is left out, as in the rule.
+One query per evaluation that has such detections (none otherwise; DuckDB over
+infra/lake_sql.py): the detections' (cluster, broker, API, span) filters in one read, the
+top `limit` per detection by a window function. Quorum (controller-listener) traffic is left out, as in the rule.
 """
 
 from __future__ import annotations
@@ -24,13 +24,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-
 from core.findings import AnomalyType, Detection
-from infra.lake import Lake
-from jobs.detector_inputs.slow_broker import _norm_api, _norm_names
-from jobs.detector_inputs.tables import TimeRange, silver_range, table
+from infra.lake_sql import LakeSql, range_sql
+from jobs.detector_inputs.slow_broker import _norm_names
 
 LIMIT = 5
 EXEMPLARS, STAGES_TABLE = "request_exemplars", "request_stages"
@@ -50,29 +46,32 @@ def _wanted(detections: Sequence[Detection]) -> list[tuple[int, Detection]]:
             and "stage_observed_on" not in d.evidence]
 
 
-def _span_filter(i: int, d: Detection):
-    return (F.when((F.col("cluster") == d.cluster) & (F.col("broker") == d.evidence["broker"])
-                   & (F.col("api") == d.evidence["api"])
-                   & (F.col("ts_ms") >= d.first_seen_ms) & (F.col("ts_ms") < d.last_seen_ms),
-                   F.lit(i)))
-
-
-def slowest(rows: DataFrame, wanted: list[tuple[int, Detection]],
-            purgatory_apis: Sequence[str], limit: int = LIMIT) -> DataFrame:
-    """The top `limit` rows per wanted detection (column `_finding`, its index), by the
-    judged latency (`_judged_ms`). A row in the spans of two detections goes to the first
-    (two detections of one broker and API do not overlap)."""
-    which = F.coalesce(*[_span_filter(i, d) for i, d in wanted])
-    purgatory = _norm_api().isin(_norm_names(purgatory_apis))   # as the rule names them
-    judged = F.when(purgatory, F.greatest(F.col("total_ms") - F.coalesce(F.col("remote_ms"),
-                                                                        F.lit(0.0)),
-                                          F.lit(0.0))).otherwise(F.col("total_ms"))
-    picked = (rows.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
-              .withColumn("_finding", which).where(F.col("_finding").isNotNull())
-              .withColumn("_judged_ms", judged))
-    rank = F.row_number().over(Window.partitionBy("_finding").orderBy(
-        F.col("_judged_ms").desc(), F.col("ts_ms"), F.col("correlation_id")))
-    return picked.withColumn("_rank", rank).where(F.col("_rank") <= limit)
+def slowest_sql(wanted: list[tuple[int, Detection]], purgatory_apis: Sequence[str],
+                columns: Sequence[str], where: str, where_params: Sequence,
+                limit: int = LIMIT) -> tuple[str, list]:
+    """SQL (of relation ``t``) and its parameters: the top `limit` rows per wanted
+    detection (column `_finding`, its index, and `_rank`), by the judged latency
+    (`_judged_ms`), of the rows meeting `where`. A row in the spans of two detections goes
+    to the first (two detections of one broker and API do not overlap)."""
+    cases, params = [], []
+    for i, d in wanted:
+        cases.append(f"WHEN cluster = ? AND broker = ? AND api = ? AND ts_ms >= ? "
+                     f"AND ts_ms < ? THEN {int(i)}")
+        params += [d.cluster, int(d.evidence["broker"]), d.evidence["api"],
+                   int(d.first_seen_ms), int(d.last_seen_ms)]
+    purgatory = _norm_names(purgatory_apis)   # as the rule names them
+    in_purgatory = (f"lower(replace(api, '_', '')) IN ({', '.join('?' for _ in purgatory)})"
+                    if purgatory else "false")
+    judged = (f"CASE WHEN {in_purgatory} THEN greatest(total_ms - coalesce(remote_ms, 0.0), "
+              "0.0) ELSE total_ms END")
+    cols = ", ".join(f'"{c}"' for c in columns)
+    sql = (f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY _finding ORDER BY "
+           "_judged_ms DESC NULLS LAST, ts_ms ASC NULLS FIRST, correlation_id ASC NULLS FIRST) "
+           f"AS _rank FROM (SELECT {cols}, CASE {' '.join(cases)} END AS _finding, "
+           f"{judged} AS _judged_ms FROM t WHERE {where} "
+           "AND NOT coalesce(is_controller_traffic, false))"
+           " WHERE _finding IS NOT NULL) WHERE _rank <= ? ORDER BY _finding, _rank")
+    return sql, [*params, *purgatory, *where_params, int(limit)]
 
 
 def _record(r: dict, reasons: bool) -> dict:
@@ -85,7 +84,7 @@ def _record(r: dict, reasons: bool) -> dict:
     return out
 
 
-def attach_slow_requests(spark: SparkSession, lake: Lake, detections: list[Detection],
+def attach_slow_requests(sql: LakeSql, detections: list[Detection],
                          *, windows_mode: bool, purgatory_apis: Sequence[str],
                          limit: int = LIMIT) -> list[Detection]:
     """`detections` with each slow-broker one's slow requests in its evidence (module
@@ -94,17 +93,17 @@ def attach_slow_requests(spark: SparkSession, lake: Lake, detections: list[Detec
     if not wanted:
         return detections
     name = EXEMPLARS if windows_mode else STAGES_TABLE
-    rows = table(spark, lake, "silver", name)
-    if rows is None:
+    ds = sql.dataset("silver", name)
+    if ds is None:
         return detections
     cols = [*FIELDS, *TIMES, "cluster", "broker", "is_controller_traffic",
             *(["exemplar_reasons"] if windows_mode else [])]
-    span = TimeRange(min(d.first_seen_ms for _, d in wanted),
-                     max(d.last_seen_ms for _, d in wanted))
-    top = slowest(silver_range(rows, span).select(*cols), wanted, purgatory_apis, limit)
+    where, params = range_sql(min(d.first_seen_ms for _, d in wanted),
+                              max(d.last_seen_ms for _, d in wanted))
+    query, qparams = slowest_sql(wanted, purgatory_apis, cols, where, params, limit)
     found: dict[int, list[dict]] = {}
-    for r in top.orderBy("_finding", "_rank").collect():
-        found.setdefault(r["_finding"], []).append(_record(r.asDict(), windows_mode))
+    for r in sql.rows(query, qparams, t=ds):
+        found.setdefault(r["_finding"], []).append(_record(r, windows_mode))
     out = list(detections)
     for i, d in wanted:
         evidence = {**d.evidence, "slow_requests": found.get(i, []),

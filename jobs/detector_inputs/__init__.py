@@ -1,12 +1,19 @@
-"""The detectors' Spark side: read a time range of the lake and build the rules' inputs.
+"""The detectors' read side: read a time range of the lake and build the rules' inputs.
 
 The rule modules (slow_broker, offset_rewind, compaction_lag, unclean_election) are pure:
-they take lists of small dataclasses. This package, the only detector code that imports
-pyspark, reads [start_ms, end_ms) of the silver and gold tables of one `infra.lake.Lake`,
-does the aggregation in Spark, and collects only the small per-window, per-entity or
-per-event rows. A table that does not exist yet yields an empty input; nothing later than
-end_ms is ever read, so a replay over history sees what a live evaluation at end_ms would
-have seen (given complete data).
+they take lists of small dataclasses. This package reads [start_ms, end_ms) of the silver
+and gold tables of one `infra.lake.Lake`, does the aggregation in SQL, and builds only the
+small per-window, per-entity or per-event rows. A table that does not exist yet yields an
+empty input; nothing later than end_ms is ever read, so a replay over history sees what a
+live evaluation at end_ms would have seen (given complete data).
+
+Two engines. The reads of the request-log windows mode (the default) and every other
+input read through `infra.lake_sql.LakeSql`: delta-rs snapshots and DuckDB in the
+detector's own process, no JVM (that module says why: each Spark read cost 2-5 s on a
+loaded host). Still through Spark: the slow-broker baselines (an hour of gold minutes,
+cached: `BaselineCache`), and the full mode's per-request reads of silver.request_stages
+(slow_broker.py, client_sends.py, client_rtts.py `read_producer_times`), a mode for
+root-cause work and tests.
 
 One module per detector's inputs, each docstring saying where every input comes from:
 
@@ -364,7 +371,7 @@ def _request_stage_chain(x: _Reading) -> None:
 
         def producer_links() -> None:
             out.client_rtts = windows("client_rtts", lambda sub: read_client_rtts(
-                spark, lake, sb, sub))
+                x.sql, sb, sub))
             producers = {c.client_id for c in out.client_rtts if c.client_type == "producer"}
             out.producer_times = windows("producer_times", lambda sub: read_producer_times(
                 spark, lake, sb, sub, producers, stages))
@@ -391,7 +398,7 @@ def _client_rtt_chain(x: _Reading) -> None:
     the stage windows, `_request_stage_chain`)."""
     if x.windows_mode:
         x.out.client_rtts = x.by_window("client_rtts", lambda sub: read_client_rtts(
-            x.spark, x.lake, x.config.slow_broker, sub))
+            x.sql, x.config.slow_broker, sub))
         producers = {c.client_id for c in x.out.client_rtts if c.client_type == "producer"}
         x.out.producer_times = x.by_window("producer_times", lambda sub: (
             read_window_producer_times(x.sql, x.config.slow_broker, sub, producers)))
@@ -438,7 +445,7 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
         # partition's leader epochs, over the metadata log's replay horizon.
         tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
         out.leader_epochs = out.timed("leader_epochs", lambda: read_leader_epochs(
-            x.spark, x.lake, r.back(
+            x.sql, r.back(
                 x.config.unclean_election.replay_lookback_s), tps, topics))
 
 
@@ -471,7 +478,7 @@ def _commits_and_what_they_point_at(x: _Reading) -> None:
 
 def _meter_tick_chain(x: _Reading) -> None:
     x.out.meter_ticks = x.out.timed("meter_ticks", lambda: read_meter_ticks(
-        x.spark, x.lake, x.r, int(x.meter_s * 1000)))
+        x.sql, x.r, int(x.meter_s * 1000)))
 
 
 # JMX samples reach silver later than request lines under load (a scrape interval, the
@@ -496,7 +503,7 @@ def _incremental(x: _Reading, name: str, r: TimeRange, step_ms: int,
 def _cleaner_gauge_chain(x: _Reading) -> None:
     x.out.cleaner_gauges = x.out.timed("cleaner_gauges", lambda: _incremental(
         x, "cleaner_gauges", x.r, x.config.slow_broker.window_ms,
-        lambda sub: read_cleaner_gauges(x.spark, x.lake, sub), lambda g: g.observed_ms,
+        lambda sub: read_cleaner_gauges(x.sql, sub), lambda g: g.observed_ms,
         lambda g: (g.cluster, g.broker, g.observed_ms)))
 
 
@@ -508,7 +515,7 @@ def _compaction_history_chain(x: _Reading) -> None:
 
     def runs() -> None:
         x.out.cleaner_runs = x.out.timed("cleaner_runs", lambda: _incremental(
-            x, "cleaner_runs", r, step_ms, lambda sub: read_cleaner_runs(x.spark, x.lake, sub),
+            x, "cleaner_runs", r, step_ms, lambda sub: read_cleaner_runs(x.sql, sub),
             lambda c: c.end_ms, lambda c: (c.end_ms, c.cluster, c.broker, c.topic, c.partition)))
 
     def sizes() -> None:
@@ -516,7 +523,7 @@ def _compaction_history_chain(x: _Reading) -> None:
         # Another set of compacted topics is another read (the cache keeps it by name).
         name = "partition_sizes " + repr(sorted((c, sorted(t)) for c, t in topics.items()))
         x.out.partition_sizes = x.out.timed("partition_sizes", lambda: _incremental(
-            x, name, r, step_ms, lambda sub: read_partition_sizes(x.spark, x.lake, sub, topics),
+            x, name, r, step_ms, lambda sub: read_partition_sizes(x.sql, sub, topics),
             lambda p: p.observed_ms - p.observed_ms % step_ms,
             lambda p: (p.cluster, p.topic, p.partition, p.observed_ms)))
 

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 
 from detectors.slow_broker import ClientRttWindow, ProducerServerWindow, SlowBrokerSection
 from infra.lake import Lake
+from infra.lake_sql import LakeSql, range_sql
 from jobs.detector_inputs.slow_broker import (
     _norm_api,
     _stages_in,
@@ -43,19 +44,19 @@ from jobs.detector_inputs.tables import TimeRange, silver_range, sorted_rows, ta
 from schemas.client_send_windows import QUEUED_GAP_MS
 
 
-def read_client_rtts(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
+def read_client_rtts(sql: LakeSql, config: SlowBrokerSection,
                      r: TimeRange) -> list[ClientRttWindow]:
-    df = table(spark, lake, "silver", "client_stats")
-    if df is None:
+    ds = sql.dataset("silver", "client_stats")
+    if ds is None:
         return []
-    rows = (silver_range(df, r)
-            .where((F.col("scope") == "broker") & (F.col("type") == "producer")
-                   & (F.col("rtt_p99_ms") > 0) & F.col("client_id").isNotNull()
-                   & F.col("node_id").isNotNull())
-            .withColumn("window_start_ms", _window_start(config.window_ms))
-            .groupBy("cluster", "window_start_ms", "client_id", "type", "node_id")
-            .agg(F.max("rtt_p99_ms").alias("rtt_p99_ms"), F.max("rtt_p50_ms").alias("rtt_p50_ms"))
-            .collect())
+    where, params = range_sql(r.start_ms, r.end_ms)
+    w = int(config.window_ms)
+    rows = sql.rows(
+        f"SELECT cluster, ts_ms - ts_ms % {w} AS window_start_ms, client_id, type, node_id, "
+        "max(rtt_p99_ms) AS rtt_p99_ms, max(rtt_p50_ms) AS rtt_p50_ms FROM t "
+        f"WHERE {where} AND scope = 'broker' AND type = 'producer' AND rtt_p99_ms > 0 "
+        "AND client_id IS NOT NULL AND node_id IS NOT NULL "
+        "GROUP BY cluster, window_start_ms, client_id, type, node_id", params, t=ds)
     return [ClientRttWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
                             client_id=x["client_id"], client_type=x["type"],
                             broker=int(x["node_id"]), rtt_p99_ms=float(x["rtt_p99_ms"]),

@@ -31,11 +31,7 @@ every evaluation. Cleaner runs are few (one per cleaned log per pass).
 from __future__ import annotations
 
 import logging
-from functools import reduce
 from typing import Any, Callable, Iterable, Mapping
-
-from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
 
 from detectors.compaction_lag import (
     CONSUMER_OFFSETS,
@@ -44,16 +40,9 @@ from detectors.compaction_lag import (
     CompactedTopicConfig,
     PartitionSize,
 )
-from infra.lake import Lake
+from infra.lake_sql import LakeSql, range_sql
 from infra.topic_configs import describe_topic_configs
-from jobs.detector_inputs.tables import (
-    TimeRange,
-    broker_metrics,
-    int_or_none,
-    silver_range,
-    sorted_rows,
-    table,
-)
+from jobs.detector_inputs.tables import TimeRange, broker_metrics, int_or_none, sorted_rows
 from schemas.broker_metrics import LOG_SIZE
 
 log = logging.getLogger(__name__)
@@ -72,15 +61,19 @@ LONG_MAX = 2 ** 63 - 1  # max.compaction.lag.ms left at its default: no limit
 SIZE_STEP_S = 60        # one size per compacted partition per this many seconds
 
 
-def read_cleaner_gauges(spark: SparkSession, lake: Lake, r: TimeRange) -> list[CleanerGauges]:
-    df = broker_metrics(spark, lake, r, CLEANER_METRICS)
-    if df is None:
+def read_cleaner_gauges(sql: LakeSql, r: TimeRange) -> list[CleanerGauges]:
+    source = broker_metrics(sql, r, CLEANER_METRICS)
+    if source is None:
         return []
-    aggs = []
+    query, params = source
+    aggs, agg_params = [], []
     for metric, (name, how) in CLEANER_METRICS.items():
-        value = F.when(F.col("metric") == metric, F.col("value"))
-        aggs.append((F.sum(value) if how == "sum" else F.max(value)).alias(name))
-    rows = df.groupBy("cluster", "broker", "ts_ms").agg(*aggs).collect()
+        aggs.append(f"{'sum' if how == 'sum' else 'max'}(value) FILTER (WHERE metric = ?) "
+                    f"AS {name}")
+        agg_params.append(metric)
+    rows = sql.rows(f"SELECT cluster, broker, ts_ms, {', '.join(aggs)} FROM ({query}) "
+                    "GROUP BY cluster, broker, ts_ms", [*agg_params, *params],
+                    t=sql.dataset("silver", "broker_metrics"))
     out = []
     for x in sorted_rows(rows, ("cluster", "broker", "ts_ms")):
         values = {name: x[name] for name, _ in CLEANER_METRICS.values()}
@@ -103,15 +96,15 @@ def cleaner_runs_from(rows: Iterable[Mapping[str, Any]], since_ms: int) -> list[
                   key=lambda c: (c.end_ms, c.cluster, c.broker, c.topic, c.partition))
 
 
-def read_cleaner_runs(spark: SparkSession, lake: Lake, r: TimeRange) -> list[CleanerRun]:
+def read_cleaner_runs(sql: LakeSql, r: TimeRange) -> list[CleanerRun]:
     """The cleaner_run lines of the range (few: one per cleaned log per pass)."""
-    df = table(spark, lake, "silver", "log_events")
-    if df is None:
+    ds = sql.dataset("silver", "log_events")
+    if ds is None:
         return []
-    rows = (silver_range(df, r).where(F.col("kind") == "cleaner_run")
-            .select("cluster", "broker", "ts_ms", "kind", "topic", "partition", "seconds",
-                    "reduction_pct").collect())
-    return cleaner_runs_from([x.asDict() for x in rows], r.start_ms)
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows("SELECT cluster, broker, ts_ms, kind, topic, \"partition\", seconds, "
+                    f"reduction_pct FROM t WHERE {where} AND kind = 'cleaner_run'", params, t=ds)
+    return cleaner_runs_from(rows, r.start_ms)
 
 
 # --- compacted partitions' sizes -------------------------------------------------------------
@@ -135,33 +128,39 @@ def compacted_topics(configs: Iterable[CompactedTopicConfig]) -> dict[str, set[s
     return out
 
 
-def _compacted(topics: Mapping[str, set[str]]) -> Column:
+def _compacted_sql(topics: Mapping[str, set[str]]) -> tuple[str, list]:
     """True for rows of a compacted topic: __consumer_offsets, or one the configs name."""
-    per_cluster = [(F.col("cluster") == cluster) & F.col("topic").isin(*sorted(names))
-                   for cluster, names in sorted(topics.items()) if names]
-    return reduce(lambda a, b: a | b, per_cluster, F.col("topic") == CONSUMER_OFFSETS)
+    parts, params = ["topic = ?"], [CONSUMER_OFFSETS]
+    for cluster, names in sorted(topics.items()):
+        if names:
+            parts.append(f"(cluster = ? AND topic IN ({', '.join('?' for _ in names)}))")
+            params += [cluster, *sorted(names)]
+    return "(" + " OR ".join(parts) + ")", params
 
 
-def read_partition_sizes(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_partition_sizes(sql: LakeSql, r: TimeRange,
                          topics: Mapping[str, set[str]],
                          step_s: float = SIZE_STEP_S) -> list[PartitionSize]:
     """One size per compacted partition per step of the range: the largest replica's
     (replicas compact independently; a replica that is not cleaned is the one that
     grows), at the step's last scrape. `topics`: cluster -> compacted topics
     (__consumer_offsets is always read)."""
-    df = broker_metrics(spark, lake, r, (LOG_SIZE,))
-    if df is None:
+    source = broker_metrics(sql, r, (LOG_SIZE,))
+    if source is None:
         return []
+    query, params = source
+    compacted, cparams = _compacted_sql(topics)
     step_ms = int(step_s * 1000)
-    rows = (df.where(_compacted(topics))
-            .select("cluster", "topic", F.col("labels")["partition"].cast("int").alias("partition"),
-                    "broker", "ts_ms", "value")
-            .where(F.col("partition").isNotNull())
-            .groupBy("cluster", "topic", "partition",
-                     (F.col("ts_ms") - F.col("ts_ms") % step_ms).alias("step_ms"))
-            .agg(F.max("ts_ms").alias("ts_ms"), F.max("value").alias("size_bytes"),
-                 F.max_by("broker", "value").alias("broker"))
-            .collect())
+    rows = sql.rows(
+        'SELECT cluster, topic, "partition", step_ms, max(ts_ms) AS ts_ms, '
+        "max(value) AS size_bytes, "
+        # the largest replica; of equal ones the lowest broker id (a set order, not Spark's)
+        "arg_max(broker, [value, -CAST(broker AS DOUBLE)]) AS broker FROM ("
+        "SELECT cluster, topic, TRY_CAST(element_at(labels, 'partition')[1] AS INTEGER) "
+        f'AS "partition", broker, ts_ms, ts_ms - ts_ms % ? AS step_ms, value FROM ({query}) '
+        f'WHERE {compacted}) WHERE "partition" IS NOT NULL '
+        'GROUP BY cluster, topic, "partition", step_ms',
+        [step_ms, *params, *cparams], t=sql.dataset("silver", "broker_metrics"))
     return [PartitionSize(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
                           observed_ms=int(x["ts_ms"]), size_bytes=float(x["size_bytes"]),
                           broker=int_or_none(x["broker"]))

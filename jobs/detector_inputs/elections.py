@@ -23,13 +23,10 @@ import logging
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from pyspark.sql import SparkSession, Window
-from pyspark.sql import functions as F
-
 from detectors.lost_range import EPOCH_KINDS, LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import ELECTION_MERGE_MS, UncleanElectionMeterTick
-from infra.lake import Lake
-from jobs.detector_inputs.tables import TimeRange, broker_metrics, silver_range, table
+from infra.lake_sql import LakeSql, range_sql
+from jobs.detector_inputs.tables import TimeRange, broker_metrics, sorted_rows
 
 log = logging.getLogger(__name__)
 
@@ -144,23 +141,30 @@ def leader_epochs_from(rows: Iterable[Line], topics: Mapping[tuple[str, str], st
     return out
 
 
-def read_leader_epochs(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_leader_epochs(sql: LakeSql, r: TimeRange,
                        tps: set[tuple[str, str, int]],
                        topics: Mapping[tuple[str, str], str]) -> list[LeaderEpochSeen]:
     """The leader epochs seen of these (cluster, topic, partition)s in the range: read
     only when an election line is in the evaluation (rare), over the long lookback."""
-    df = table(spark, lake, "silver", "log_events")
-    if df is None or not tps:
+    ds = sql.dataset("silver", "log_events")
+    if ds is None or not tps:
         return []
     topic_names = sorted({t for _, t, _ in tps})
-    ids = sorted({i for (c, i), t in topics.items() if t in topic_names})
-    rows = [x.asDict() for x in silver_range(df, r)
-            .where(F.col("kind").isin(*EPOCH_KINDS) & F.col("leader_epoch").isNotNull()
-                   & (F.col("topic").isin(*topic_names) | F.col("topic_id").isin(*(ids or [""]))))
-            .select("cluster", "broker", "kind", "ts_ms", "topic", "topic_id", "partition",
-                    "leader_epoch", "new_leader", "offset", "high_watermark").collect()]
+    ids = sorted({i for (c, i), t in topics.items() if t in topic_names}) or [""]
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows(
+        'SELECT cluster, broker, kind, ts_ms, topic, topic_id, "partition", leader_epoch, '
+        f'new_leader, "offset", high_watermark FROM t WHERE {where} '
+        f"AND kind IN ({_marks(EPOCH_KINDS)}) AND leader_epoch IS NOT NULL "
+        f"AND (topic IN ({_marks(topic_names)}) OR topic_id IN ({_marks(ids)}))",
+        [*params, *EPOCH_KINDS, *topic_names, *ids], t=ds)
+    rows = sorted_rows(rows, ("ts_ms", "cluster", "broker", "kind", "topic", "partition"))
     return [s for s in leader_epochs_from(rows, topics)
             if (s.cluster, s.topic, s.partition) in tps]
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" for _ in values)
 
 
 # --- the controllers' meter ------------------------------------------------------------------
@@ -204,17 +208,19 @@ def _burst_tick(cluster: str, burst: Sequence[UncleanElectionMeterTick]
                                     previous_ms=min(known) if known else None)
 
 
-def read_meter_ticks(spark: SparkSession, lake: Lake, r: TimeRange,
+def read_meter_ticks(sql: LakeSql, r: TimeRange,
                      merge_window_ms: int) -> list[UncleanElectionMeterTick]:
-    df = broker_metrics(spark, lake, r.back(COUNTER_SEED_S), [UNCLEAN_METER])
-    if df is None:
+    source = broker_metrics(sql, r.back(COUNTER_SEED_S), [UNCLEAN_METER])
+    if source is None:
         return []
-    series = Window.partitionBy("cluster", "broker").orderBy("ts_ms")
-    rows = (df.select("cluster", "broker", "ts_ms",
-                      F.lag("ts_ms").over(series).alias("previous_ms"),
-                      (F.col("value") - F.lag("value").over(series)).alias("delta"))
-            .where((F.col("ts_ms") >= r.start_ms) & (F.col("delta") > 0))
-            .collect())
+    query, params = source
+    rows = sql.rows(
+        "SELECT cluster, broker, ts_ms, previous_ms, delta FROM (SELECT cluster, broker, ts_ms, "
+        "lag(ts_ms) OVER w AS previous_ms, value - lag(value) OVER w AS delta "
+        f"FROM ({query}) WINDOW w AS (PARTITION BY cluster, broker ORDER BY ts_ms)) "
+        "WHERE ts_ms >= ? AND delta > 0", [*params, r.start_ms],
+        t=sql.dataset("silver", "broker_metrics"))
+    rows = sorted_rows(rows, ("cluster", "broker", "ts_ms"))
     ticks = [UncleanElectionMeterTick(cluster=x["cluster"], observed_ms=int(x["ts_ms"]),
                                       count_delta=float(x["delta"]), controller=int(x["broker"]),
                                       previous_ms=int(x["previous_ms"]))

@@ -3,8 +3,10 @@
 In the windows mode ([request_log] mode = "windows") the agents ship per broker, request
 key and 10-s window histograms instead of a row per request; these reads give the rules
 the same inputs as jobs/detector_inputs/slow_broker.py and client_sends.py give from
-silver.request_stages, by merging histograms (jobs/histogram_sql.py): exact merges, and
-percentiles within the bucket scheme's 2 % (core/latency_histogram.py).
+silver.request_stages, by merging histograms: exact merges, and percentiles within the
+bucket scheme's 2 % (core/latency_histogram.py). The window reads run in DuckDB
+(jobs/histogram_duckdb.py, over infra/lake_sql.py); the baselines, cached for the hour,
+still in Spark (jobs/histogram_sql.py).
 
 - `RequestStageWindow` <- silver.request_windows: per cluster, broker, API and window, the
   rows of every request key of the API (Fetch:consumer and Fetch:follower are one Fetch,

@@ -139,16 +139,19 @@ def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
     return sorted_rows(rows, ("ts_ms", "cluster", "broker", "kind", "topic", "partition"))
 
 
-def broker_metrics(spark: SparkSession, lake: Lake, r: TimeRange,
-                   metrics: Iterable[str]) -> DataFrame | None:
-    """silver.broker_metrics rows of the given series in the range."""
+def broker_metrics(sql: LakeSql, r: TimeRange,
+                   metrics: Iterable[str]) -> tuple[str, list] | None:
+    """silver.broker_metrics rows of the given series in the range: a query (of relation
+    ``t``, `sql.dataset`'s) and its parameters, to read from as a subquery; None while the
+    table does not exist."""
     metrics = list(metrics)
-    held = lake.metrics if isinstance(lake, FrozenLake) else None
+    held = sql.lake.metrics if isinstance(sql.lake, FrozenLake) else None
     if held is not None and not set(metrics) <= held:
         raise ValueError(f"broker_metrics series {sorted(set(metrics) - held)} are not in this "
                          "lake: it holds only jobs.detector_inputs.DETECTOR_METRICS (add "
                          "every series a detector reads there)")
-    df = table(spark, lake, "silver", "broker_metrics")
-    if df is None:
+    if sql.dataset("silver", "broker_metrics") is None:
         return None
-    return silver_range(df, r).where(F.col("metric").isin(*metrics))
+    where, params = range_sql(r.start_ms, r.end_ms)
+    return (f"SELECT * FROM t WHERE {where} AND metric IN ({', '.join('?' for _ in metrics)})",
+            [*params, *metrics])

@@ -21,6 +21,7 @@ import pytest
 
 from detectors.slow_broker import RequestStageWindow, SlowBrokerSection, detect_slow_brokers
 from infra.lake import Lake
+from infra.lake_sql import LakeSql
 from ingest.client_stats import parse_client_stats
 from ingest.sinks import LandingSink
 from jobs.detector_inputs import read_client_rtts
@@ -85,7 +86,7 @@ def lake(spark, kmon_config, tmp_path_factory) -> Lake:
 
 
 def test_the_producers_round_trips_per_window_and_broker(spark, lake):
-    rtts = read_client_rtts(spark, lake, CONFIG, TimeRange(T0, T0 + 3 * W))
+    rtts = read_client_rtts(LakeSql(lake), CONFIG, TimeRange(T0, T0 + 3 * W))
     got = {((x.window_start_ms - T0) // W, x.client_id, x.broker): x.rtt_p99_ms for x in rtts}
     assert got == {
         # far-producer: broker 3's empty window left out
@@ -98,11 +99,11 @@ def test_the_producers_round_trips_per_window_and_broker(spark, lake):
                for x in rtts}
     assert medians[(1, "far-producer", 1)] == 720.0 and medians[(0, "far-producer", 1)] == 18.0
     assert medians[(2, "orders", 3)] == 17.5          # the higher of its two documents
-    assert read_client_rtts(spark, lake, CONFIG, TimeRange(T0 + 3 * W, T0 + 4 * W)) == []
+    assert read_client_rtts(LakeSql(lake), CONFIG, TimeRange(T0 + 3 * W, T0 + 4 * W)) == []
 
 
 def test_the_producer_behind_the_slow_link_is_found_in_them(spark, lake):
-    rtts = read_client_rtts(spark, lake, CONFIG, TimeRange(T0, T0 + 3 * W))
+    rtts = read_client_rtts(LakeSql(lake), CONFIG, TimeRange(T0, T0 + 3 * W))
     rows = [RequestStageWindow("c1", b, "Produce", T0 + w * W, 600, 8.0)
             for w in range(3) for b in (1, 2, 3)]
     got = {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts, config=CONFIG)}

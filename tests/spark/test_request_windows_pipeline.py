@@ -374,7 +374,7 @@ def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
                       suggested_action=ActionKind.NONE, evidence={"broker": 1, "api": "Produce"})
     slow = dataclasses.replace(other, type=AnomalyType.SLOW_BROKER,
                                entity_kind=EntityKind.BROKER, entity="broker:1")
-    out = attach_slow_requests(spark, Lake(root), [other, slow], windows_mode=True,
+    out = attach_slow_requests(LakeSql(Lake(root)), [other, slow], windows_mode=True,
                                purgatory_apis=["Fetch"], limit=5)
     assert out[0] == other
     got = out[1].evidence["slow_requests"]

@@ -1,0 +1,71 @@
+"""infra/lake_sql.py: a Delta table read without the JVM, kept up to date between reads."""
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from infra.lake import Lake
+from infra.lake_sql import LakeSql, range_sql, utc_date
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_767_225_600_000            # 2026-01-01T00:00:00Z
+
+
+def _rows(ts: list[int], **extra) -> pa.Table:
+    return pa.table({"ts_ms": pa.array(ts, pa.int64()),
+                     "date": pa.array([utc_date(t) for t in ts], pa.date32()), **extra})
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_missing_table_reads_as_none_until_it_exists(tmp_path):
+    clock = Clock()
+    sql = LakeSql(Lake(str(tmp_path)), clock=clock)
+    assert sql.dataset("silver", "x") is None
+    assert sql.columns("silver", "x") == frozenset()
+    write_deltalake(str(tmp_path / "silver" / "x"), _rows([T0]), partition_by=["date"])
+    assert sql.dataset("silver", "x") is None        # within refresh_s: the same answer
+    clock.t += 1.0
+    assert sql.dataset("silver", "x").count_rows() == 1
+
+
+def test_new_commits_and_columns_are_read_after_refresh_s(tmp_path):
+    path = str(tmp_path / "silver" / "x")
+    write_deltalake(path, _rows([T0, T0 + 1]), partition_by=["date"])
+    clock = Clock()
+    sql = LakeSql(Lake(str(tmp_path)), clock=clock)
+    where, params = range_sql(T0, T0 + 86_400_000)
+    count = "SELECT count(*) AS n FROM t WHERE " + where
+    assert sql.rows(count, params, t=sql.dataset("silver", "x")) == [{"n": 2}]
+    write_deltalake(path, _rows([T0 + 2], kind=pa.array(["a"])), mode="append",
+                    schema_mode="merge")
+    assert sql.rows(count, params, t=sql.dataset("silver", "x")) == [{"n": 2}]
+    clock.t += 1.0
+    ds = sql.dataset("silver", "x")
+    assert sql.rows(count, params, t=ds) == [{"n": 3}]
+    assert "kind" in sql.columns("silver", "x")
+    # the older files read the new column as null
+    assert sql.rows("SELECT ts_ms, kind FROM t ORDER BY ts_ms", t=ds) == [
+        {"ts_ms": T0, "kind": None}, {"ts_ms": T0 + 1, "kind": None},
+        {"ts_ms": T0 + 2, "kind": "a"}]
+
+
+def test_the_range_condition_takes_the_days_of_both_ends(tmp_path):
+    day = 86_400_000
+    path = str(tmp_path / "silver" / "x")
+    write_deltalake(path, _rows([T0 - 1, T0, T0 + day - 1, T0 + day]), partition_by=["date"])
+    sql = LakeSql(Lake(str(tmp_path)))
+    where, params = range_sql(T0 - 1, T0 + day)
+    assert params[:2] == [dt.date(2025, 12, 31), dt.date(2026, 1, 2)]
+    got = sql.rows(f"SELECT ts_ms FROM t WHERE {where} ORDER BY ts_ms", params,
+                   t=sql.dataset("silver", "x"))
+    assert [r["ts_ms"] for r in got] == [T0 - 1, T0, T0 + day - 1]
