@@ -40,7 +40,7 @@ from jobs.detector_inputs.slow_broker import (
     _window_start,
     gap_after_previous,
 )
-from jobs.detector_inputs.tables import TimeRange, silver_range, sorted_rows, table
+from jobs.detector_inputs.tables import TimeRange, sorted_rows
 from schemas.client_send_windows import QUEUED_GAP_MS
 
 

@@ -19,13 +19,13 @@ partitions' sizes, and compacted topics' configs.
 The size and run reads span compaction_lag.growth_window_s (2 h by default), far more
 than the detector's 300-s lookback, so they are bounded: sizes are read for the one
 series and the compacted topics only, over the window plus two steps (`growth_range`: the
-rule wants a sample at or before the window's start), and reduced in Spark to one point
+rule wants a sample at or before the window's start), and reduced in SQL to one point
 per partition per SIZE_STEP_S (60 s: the largest size any replica had in that minute,
 stamped with the minute's last scrape). At most compacted partitions x (window / 60 s +
 3) rows reach the driver: ~6,200 for __consumer_offsets' 50 partitions over 2 h, whatever
-the scrape interval and the replication factor. Spark still scans the window's
-silver.broker_metrics files (date partitions and ts_ms file statistics skip the rest) at
-every evaluation. Cleaner runs are few (one per cleaned log per pass).
+the scrape interval and the replication factor. The read scans the window's
+silver.broker_metrics files (date partitions skip the other days) at every evaluation
+that the window cache does not answer (window_cache.py). Cleaner runs are few (one per cleaned log per pass).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ partition offsets, client resets, log truncations and group membership.
   (ts_ms when null), in (commit_ms, source_partition, source_offset) order; per group and
   partition the last commit of the COMMIT_SEED_S before start_ms is kept as the starting
   position. Only the group/partitions that matter are collected: those whose committed
-  offset went down in the range (Spark finds them with a window function), those a client
+  offset went down in the range (found with a window function), those a client
   reset line names, and every group on a partition with an unclean election. The live
   detector keeps those starting positions between evaluations (`CommitSeedCache`) and
   reads silver from a minute boundary before the range only.
@@ -169,7 +169,7 @@ def read_commits(sql: LakeSql, r: TimeRange,
     tps = sorted(set(partitions))
     gtps = sorted(set(group_partitions))
     key = ", ".join(COMMIT_KEY)
-    # Spark's order: ascending nulls first, descending nulls last.
+    # Nulls ordered as Spark orders them: first ascending, last descending.
     asc = ", ".join(f"{c} ASC NULLS FIRST" for c in COMMIT_ORDER)
     desc = ", ".join(f"{c} DESC NULLS LAST" for c in COMMIT_ORDER)
     found = sql.rows(

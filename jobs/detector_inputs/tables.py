@@ -44,7 +44,8 @@ class TimeRange:
 @dataclass(frozen=True)
 class FrozenLake(Lake):
     """A lake that no longer changes (a recording replayed after its pipeline ran): the
-    reads below take each table once and keep it in Spark's cache, so the many evaluations
+    Spark reads (`table`; the baselines and the full mode's) take each table once and keep
+    it in Spark's cache, so the many evaluations
     over the recorded time filter memory instead of reading the Delta log and the files
     each time (measured on a corpus recording: 4.5 s an evaluation, 2.7 s with the cache).
     A table missing at its first read stays missing. `release()` frees the cache.

@@ -2,7 +2,7 @@
 
 Each evaluation judges the windows of [now - lookback, now) (300 s: 30 windows of 10 s).
 In the request-log windows mode every one of them is a merge of histogram rows (per
-broker and request key) in Spark; in the full mode the stage windows, the follower
+broker and request key); in the full mode the stage windows, the follower
 fetches, the producers' round trips and their own requests' times are aggregates of
 silver rows. From one evaluation to the next, 10 s later, only the newest windows change:
 a window row exists once the window closed (the agent closed it, or every broker's rows
