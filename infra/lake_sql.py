@@ -20,9 +20,11 @@ Two libraries, pinned in pyproject.toml:
   the detector's parallel reads run in parallel.
 
 `LakeSql` is safe to share between threads: each query runs on a cursor of its own.
-Local lakes only for now: delta-rs names object stores s3://, abfss://, gs:// and takes
-their credentials as storage options, where Spark's lake root says s3a:// and reads
-hadoop settings; nothing maps the one to the other yet.
+Object storage: delta-rs names the stores s3://, abfss://, gs://, where Spark's lake root
+says s3a://; `delta_uri` maps the one to the other, and delta-rs takes credentials from
+the standard environment (AWS_*, AZURE_*, GOOGLE_*: instance profiles and web identity
+included), not from Spark's hadoop settings. Only local lakes have been tried here.
+delta-rs cannot read hdfs://: such a root is refused at start, naming the key.
 """
 
 from __future__ import annotations
@@ -45,6 +47,24 @@ from infra.lake import Lake
 REFRESH_S = 1.0
 
 
+# Lake roots delta-rs reads as they are, and Spark's names it maps (`delta_uri`).
+_AS_IS = ("s3://", "abfss://", "abfs://", "az://", "adl://", "gs://", "file://")
+_MAPPED = {"s3a://": "s3://", "s3n://": "s3://"}
+
+
+def delta_uri(path: str) -> str:
+    """The address delta-rs reads a table of the lake at: a local path as it is, Spark's
+    s3a:// (and s3n://) as s3://; ValueError for a scheme delta-rs has no store for."""
+    for spark_name, name in _MAPPED.items():
+        if path.startswith(spark_name):
+            return name + path[len(spark_name):]
+    if "://" not in path or path.startswith(_AS_IS):
+        return path
+    raise ValueError(f"{path.split('://')[0]}:// lakes cannot be read by the detector "
+                     "(delta-rs has no store for them); use a local path, s3a://, abfss:// "
+                     "or gs://")
+
+
 @dataclass
 class _Table:
     delta: DeltaTable | None
@@ -57,6 +77,7 @@ class LakeSql:
 
     def __init__(self, lake: Lake, *, refresh_s: float = REFRESH_S,
                  clock=time.monotonic) -> None:
+        delta_uri(lake.root)   # refuses a root delta-rs cannot read, before any read
         self.lake = lake
         self._refresh_s = refresh_s
         self._clock = clock
@@ -76,7 +97,7 @@ class LakeSql:
             now = self._clock()
             if t is not None and now - t.refreshed < self._refresh_s:
                 return t.dataset
-            path = self.lake.table(layer, name)
+            path = delta_uri(self.lake.table(layer, name))
             if t is None or t.delta is None:
                 delta = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
             else:

@@ -27,7 +27,10 @@ class SparkSection:
                        "local[2]")
     app_name: str = _key("Spark application name", "kmon")
     storage_root: str = _key("Root of the Delta lake and checkpoints; empty means <work_dir>/lake. "
-                             "On a fleet: s3a://bucket/kmon, abfss://..., hdfs://...", "")
+                             "On a fleet: s3a://bucket/kmon, abfss://..., gs://... (not hdfs://: the detector "
+                             "reads the lake in its own process with delta-rs, which has no "
+                             "HDFS store; credentials from the AWS_*/AZURE_*/GOOGLE_* "
+                             "environment)", "")
     shuffle_partitions: int = _key("spark.sql.shuffle.partitions", 4, min=1, max=100000)
     driver_memory: str = _key("spark.driver.memory (local mode: the whole Spark heap)", "2g")
     ui_enabled: bool = _key("Start the Spark UI (off by default in the embedded mode)", False)

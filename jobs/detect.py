@@ -59,6 +59,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from core.config_keys import ConfigError
 from core.findings import Detection, Finding, Status, sort_findings, update_findings
 from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from detectors.correlation import correlate
@@ -66,7 +67,7 @@ from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
 from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, skipping_properties
-from infra.lake_sql import LakeSql
+from infra.lake_sql import LakeSql, delta_uri
 from jobs.detection_config import DetectionConfig
 from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
                                   check_config, read_inputs)
@@ -443,6 +444,11 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
     silver wrote since their last read (jobs/detector_inputs/window_cache.py).
     """
     check_config(config)
+    try:
+        delta_uri(lake.root)   # the detector reads the lake with delta-rs (infra/lake_sql.py)
+    except ValueError as e:
+        raise ConfigError(f"{config.source}: key 'spark.storage_root' ({lake.root!r}): "
+                          f"{e}") from None
     path = lake.table("gold", table)
     ensure_anomalies_table(spark, path)
     writer = WriteBehind(query_name)

@@ -69,3 +69,31 @@ def test_the_range_condition_takes_the_days_of_both_ends(tmp_path):
     got = sql.rows(f"SELECT ts_ms FROM t WHERE {where} ORDER BY ts_ms", params,
                    t=sql.dataset("silver", "x"))
     assert [r["ts_ms"] for r in got] == [T0 - 1, T0, T0 + day - 1]
+
+
+@pytest.mark.parametrize("root, uri", [
+    ("/var/lib/kmon/lake", "/var/lib/kmon/lake"),
+    ("s3a://kafka-monitoring/kmon", "s3://kafka-monitoring/kmon"),
+    ("abfss://lake@acct.dfs.core.windows.net/kmon", "abfss://lake@acct.dfs.core.windows.net/kmon"),
+    ("gs://bucket/kmon", "gs://bucket/kmon"),
+])
+def test_spark_lake_roots_map_to_delta_rs_addresses(root, uri):
+    from infra.lake_sql import delta_uri
+    assert delta_uri(root) == uri
+
+
+def test_a_root_delta_rs_cannot_read_is_refused_at_once():
+    from infra.lake_sql import delta_uri
+    with pytest.raises(ValueError, match="hdfs:// lakes cannot be read by the detector"):
+        delta_uri("hdfs://namenode:8020/kmon")
+    with pytest.raises(ValueError, match="hdfs://"):
+        LakeSql(Lake("hdfs://namenode:8020/kmon"))
+
+
+def test_the_detector_query_refuses_such_a_root_naming_the_key():
+    from core.config_keys import ConfigError
+    from jobs.detect import start_detector_query
+    from kmon.config import load_config
+
+    with pytest.raises(ConfigError, match=r"key 'spark.storage_root' \('hdfs://nn/kmon'\)"):
+        start_detector_query(None, Lake("hdfs://nn/kmon"), load_config(None, environ={}))

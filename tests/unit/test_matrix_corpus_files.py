@@ -122,6 +122,7 @@ def test_a_replay_keeps_the_broker_metrics_a_detector_reads_and_refuses_the_othe
     import json
 
     from jobs.detector_inputs import DETECTOR_METRICS, UNCLEAN_METER
+    from infra.lake_sql import LakeSql
     from jobs.detector_inputs.tables import FrozenLake, TimeRange, broker_metrics
     from matrix.corpus import copy_detector_metrics
 
@@ -139,4 +140,5 @@ def test_a_replay_keeps_the_broker_metrics_a_detector_reads_and_refuses_the_othe
 
     lake = FrozenLake(str(tmp_path / "lake"), metrics=DETECTOR_METRICS)
     with pytest.raises(ValueError, match="kafka_network_requestmetrics_totaltimems"):
-        broker_metrics(None, lake, TimeRange(0, 1), ["kafka_network_requestmetrics_totaltimems"])
+        broker_metrics(LakeSql(lake), TimeRange(0, 1),
+                       ["kafka_network_requestmetrics_totaltimems"])
