@@ -138,6 +138,15 @@ def utc_date(ms: int) -> dt.date:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).date()
 
 
+def marks(values: Sequence[Any]) -> str:
+    """``?, ?, ...``: one parameter mark per value (for an IN list)."""
+    return ", ".join("?" for _ in values)
+
+
+# An API name as the rules compare names: without underscores, lower case (`norm_api`).
+NORM_API_SQL = "lower(replace(api, '_', ''))"
+
+
 def range_sql(start_ms: int, end_ms: int, column: str = "ts_ms") -> tuple[str, list]:
     """A WHERE condition and its parameters for rows of [start_ms, end_ms) of a table
     partitioned by ``date`` (the date filter skips other days' files)."""

@@ -25,7 +25,7 @@ import dataclasses
 from typing import Sequence
 
 from core.findings import AnomalyType, Detection
-from infra.lake_sql import LakeSql, range_sql
+from infra.lake_sql import NORM_API_SQL, LakeSql, marks, range_sql
 from jobs.detector_inputs.slow_broker import _norm_names
 
 LIMIT = 5
@@ -60,7 +60,7 @@ def slowest_sql(wanted: list[tuple[int, Detection]], purgatory_apis: Sequence[st
         params += [d.cluster, int(d.evidence["broker"]), d.evidence["api"],
                    int(d.first_seen_ms), int(d.last_seen_ms)]
     purgatory = _norm_names(purgatory_apis)   # as the rule names them
-    in_purgatory = (f"lower(replace(api, '_', '')) IN ({', '.join('?' for _ in purgatory)})"
+    in_purgatory = (f"{NORM_API_SQL} IN ({marks(purgatory)})"
                     if purgatory else "false")
     judged = (f"CASE WHEN {in_purgatory} THEN greatest(total_ms - coalesce(remote_ms, 0.0), "
               "0.0) ELSE total_ms END")

@@ -40,7 +40,7 @@ from detectors.compaction_lag import (
     CompactedTopicConfig,
     PartitionSize,
 )
-from infra.lake_sql import LakeSql, range_sql
+from infra.lake_sql import LakeSql, marks, range_sql
 from infra.topic_configs import describe_topic_configs
 from jobs.detector_inputs.tables import TimeRange, broker_metrics, int_or_none, sorted_rows
 from schemas.broker_metrics import LOG_SIZE
@@ -133,7 +133,7 @@ def _compacted_sql(topics: Mapping[str, set[str]]) -> tuple[str, list]:
     parts, params = ["topic = ?"], [CONSUMER_OFFSETS]
     for cluster, names in sorted(topics.items()):
         if names:
-            parts.append(f"(cluster = ? AND topic IN ({', '.join('?' for _ in names)}))")
+            parts.append(f"(cluster = ? AND topic IN ({marks(names)}))")
             params += [cluster, *sorted(names)]
     return "(" + " OR ".join(parts) + ")", params
 

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from detectors.lost_range import EPOCH_KINDS, LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import ELECTION_MERGE_MS, UncleanElectionMeterTick
-from infra.lake_sql import LakeSql, range_sql
+from infra.lake_sql import LakeSql, marks, range_sql
 from jobs.detector_inputs.tables import TimeRange, broker_metrics, sorted_rows
 
 log = logging.getLogger(__name__)
@@ -155,16 +155,12 @@ def read_leader_epochs(sql: LakeSql, r: TimeRange,
     rows = sql.rows(
         'SELECT cluster, broker, kind, ts_ms, topic, topic_id, "partition", leader_epoch, '
         f'new_leader, "offset", high_watermark FROM t WHERE {where} '
-        f"AND kind IN ({_marks(EPOCH_KINDS)}) AND leader_epoch IS NOT NULL "
-        f"AND (topic IN ({_marks(topic_names)}) OR topic_id IN ({_marks(ids)}))",
+        f"AND kind IN ({marks(EPOCH_KINDS)}) AND leader_epoch IS NOT NULL "
+        f"AND (topic IN ({marks(topic_names)}) OR topic_id IN ({marks(ids)}))",
         [*params, *EPOCH_KINDS, *topic_names, *ids], t=ds)
     rows = sorted_rows(rows, ("ts_ms", "cluster", "broker", "kind", "topic", "partition"))
     return [s for s in leader_epochs_from(rows, topics)
             if (s.cluster, s.topic, s.partition) in tps]
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" for _ in values)
 
 
 # --- the controllers' meter ------------------------------------------------------------------

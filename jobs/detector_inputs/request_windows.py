@@ -62,7 +62,7 @@ from detectors.slow_broker import (
 )
 from detectors.slow_broker.latency import threshold_for
 from infra.lake import Lake
-from infra.lake_sql import LakeSql, range_sql
+from infra.lake_sql import NORM_API_SQL as _NORM_API, LakeSql, marks, range_sql
 from jobs.detector_inputs.client_rtts import producer_windows_from
 from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
                                               baselines_from_minutes)
@@ -126,14 +126,12 @@ def _closed_windows_sql(r: TimeRange, config: SlowBrokerSection) -> tuple[str, l
             [*params, int(r.end_ms), int(config.window_ms)])
 
 
-_NORM_API = "lower(replace(api, '_', ''))"
-
 
 def _watched_sql(config: SlowBrokerSection) -> tuple[str, list]:
     names = _norm_names(config.watched_apis)
     if not names:
         return "false", []
-    return f"{_NORM_API} IN ({', '.join('?' for _ in names)})", list(names)
+    return f"{_NORM_API} IN ({marks(names)})", list(names)
 
 
 def _threshold_bucket_sql(config: SlowBrokerSection) -> str:
@@ -256,7 +254,7 @@ def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
         return []
     where, params = _closed_windows_sql(r, config)
     source = (f"SELECT * FROM t WHERE {where} AND {_NORM_API} = 'produce' "
-              f"AND followed IS NOT NULL AND client_id IN ({', '.join('?' for _ in wanted)})")
+              f"AND followed IS NOT NULL AND client_id IN ({marks(wanted)})")
     rows = sql.rows(merged_sql(source, ["cluster", "ts_ms", "broker", "client_id"],
                                ("total",), (0.5, 0.99),
                                totals=("requests", "followed", "queued")),

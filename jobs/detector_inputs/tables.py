@@ -8,7 +8,6 @@ evaluation at that time would have seen.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -17,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.lake import Lake
-from infra.lake_sql import LakeSql, range_sql
+from infra.lake_sql import LakeSql, marks, range_sql, utc_date as _date
 
 # The kinds of the shared log-event read; cleaner_run is read on its own, over the
 # growing-partition rule's window (compaction.read_cleaner_runs).
@@ -95,10 +94,6 @@ def int_or_none(x: Any) -> int | None:
     return None if x is None else int(x)
 
 
-def _date(ms: int) -> dt.date:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).date()
-
-
 def silver_range(df: DataFrame, r: TimeRange) -> DataFrame:
     """Rows with ts_ms in the range; the date filter lets Delta skip other partitions."""
     return df.where((F.col("date") >= F.lit(_date(r.start_ms)))
@@ -132,9 +127,8 @@ def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
     if "last_known_elr" in ds.schema.names:
         cols.append("last_known_elr")
     where, params = range_sql(r.start_ms, r.end_ms)
-    kinds = ", ".join("?" for _ in LOG_EVENT_KINDS)
     quoted = ", ".join(f'"{c}"' for c in cols)   # offset is a keyword of DuckDB's SQL
-    rows = sql.rows(f"SELECT {quoted} FROM t WHERE {where} AND kind IN ({kinds})",
+    rows = sql.rows(f"SELECT {quoted} FROM t WHERE {where} AND kind IN ({marks(LOG_EVENT_KINDS)})",
                     [*params, *LOG_EVENT_KINDS], t=ds)
     # Spark's collect gave them in no set order; here in time order.
     return sorted_rows(rows, ("ts_ms", "cluster", "broker", "kind", "topic", "partition"))
@@ -154,5 +148,5 @@ def broker_metrics(sql: LakeSql, r: TimeRange,
     if sql.dataset("silver", "broker_metrics") is None:
         return None
     where, params = range_sql(r.start_ms, r.end_ms)
-    return (f"SELECT * FROM t WHERE {where} AND metric IN ({', '.join('?' for _ in metrics)})",
+    return (f"SELECT * FROM t WHERE {where} AND metric IN ({marks(metrics)})",
             [*params, *metrics])
