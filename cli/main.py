@@ -152,7 +152,7 @@ def cmd_matrix(args, config) -> int:
     names = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()] or None
     line = "kmon matrix " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [args.action])
     try:   # an unknown scenario or a recording missing from the corpus: one line, exit 2
-        command.check_names(args.action, names)
+        command.check_names(args.action, names, args.corpus)
     except ValueError as e:
         print(f"kmon matrix {args.action}: {e}", file=sys.stderr)
         return 2
@@ -163,7 +163,7 @@ def cmd_matrix(args, config) -> int:
                            warmup_s=args.warmup, command=line, resume=args.resume)
     if args.action == "replay":
         return command.replay(config, names, step_s=args.step, command=line,
-                              results_dir=args.results_dir)
+                              corpus=args.corpus, results_dir=args.results_dir)
     return command.doc()
 
 
@@ -425,7 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", choices=["list", "run", "replay", "doc"])
     sp.add_argument("--scenarios", help="comma-separated subset (default: all; see `list`)")
     sp.add_argument("--no-record", action="store_true",
-                    help="`run`: score only, do not overwrite the recordings in tests/corpus/")
+                    help="`run`: score only, do not overwrite the recordings in tests/corpus/ "
+                         "(the scenarios that fail are recorded under "
+                         "<work_dir>/matrix-failed/, to replay)")
     sp.add_argument("--exporter-port", type=int, default=9464,
                     help="`run`: port of the Prometheus exporter (default 9464; 0 = off)")
     sp.add_argument("--warmup", type=_positive_seconds, metavar="S",
@@ -438,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--step", type=_positive_seconds, default=20.0,
                     help="`replay`: evaluate the detectors every this many recorded seconds "
                          "(default 20, the live detector trigger)")
+    sp.add_argument("--corpus", type=Path, metavar="DIR",
+                    help="`replay`: the recordings to replay (default tests/corpus; e.g. the "
+                         "failed ones a `run --no-record` kept)")
     sp.add_argument("--results-dir", type=Path, metavar="DIR",
                     help="`replay`: write the results JSON here (default bench/results)")
 

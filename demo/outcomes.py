@@ -28,6 +28,13 @@ def finding_line(f) -> str:
             f"{explanation}")
 
 
+def remember_state(states: list[tuple[str, str | None]], f) -> None:
+    """Add f's (severity, cause) to `states` unless it is there already."""
+    state = (f.severity.value, f.cause)
+    if state not in states:
+        states.append(state)
+
+
 class FindingTracker:
     """Keeps what the detector query hands over; prints each finding once, when it first
     appears; answers which findings appeared after a time."""
@@ -39,6 +46,9 @@ class FindingTracker:
         # then: the rest, to the wall time above, is the evaluation's own time)
         self.evaluated_ms: dict[str, int] = {}
         self.latest: dict[str, object] = {}
+        # finding_id -> every (severity, cause) it was handed over with while open, first
+        # first: on-call saw each of them, not only the last (matrix.score judges them all)
+        self.states: dict[str, list[tuple[str, str | None]]] = {}
         self.evaluations = 0
         self.lock = threading.Lock()
 
@@ -48,6 +58,8 @@ class FindingTracker:
             self.evaluations += 1
             for f in findings:
                 self.latest[f.finding_id] = f
+                if f.status is Status.OPEN:
+                    remember_state(self.states.setdefault(f.finding_id, []), f)
                 if f.finding_id not in self.first_seen and f.status is Status.OPEN:
                     self.first_seen[f.finding_id] = (wall, f)
                     self.evaluated_ms[f.finding_id] = now_ms

@@ -114,6 +114,8 @@ read by offset_reset.py too):
   as unknown.
 - min_rewind_messages = 1: drops smaller than this are ignored.
 - reset_pair_window_s = 5: how far apart a Java client's cause and position lines may be.
+- reorder_wait_s = 30: a rewind that may still turn out a reordered commit waits for the
+  group's next REORDER_WINDOW_MS of commits, at most this long (`reorder_pending`).
 
 Output: `Detection`s of type offset_rewind and offset_reset, entity
 "group:<group>/<topic>-<p>" (or "<topic>-<p>" for a reset whose group is unknown); the
@@ -357,6 +359,35 @@ def queued_across_move(r: Rewind, loads: Sequence[CoordinatorLoad]) -> Coordinat
     return max(moves, key=lambda x: x.event_ms, default=None)
 
 
+# Causes the rules before the reordered-commit test decide (or that test itself): what
+# the commits after the rewind show cannot change them.
+_SETTLED_BEFORE_REORDER = frozenset({RewindCause.OPERATOR_RESET, RewindCause.APPLICATION_SEEK,
+                                     RewindCause.AUTO_RESET_AFTER_OUT_OF_RANGE,
+                                     RewindCause.COMMIT_REORDERED})
+
+
+def reorder_pending(a: RewindAssessment, newest_commit_ms: int, now_ms: int,
+                    config: OffsetRewindSection) -> bool:
+    """The rewind may yet prove a reordered commit, and what would prove it is not in:
+    not undone yet; its offset lies between the member's last two positions (a commit
+    sent then may have landed late: `passed_and_undone`'s first half) or it retries a
+    failed commit of the member (`Committer.retried`); the partition's commits reach less
+    than REORDER_WINDOW_MS past it; and it is younger than reorder_wait_s. Seen in the
+    corpus (cpu-starved-3b, replayed): five partitions' rewinds were handed over as
+    member_commit warnings, and one evaluation later, with the commit that undid each
+    within 10 s, as the commit_reordered they were."""
+    r = a.rewind
+    if a.cause in _SETTLED_BEFORE_REORDER or not r.active or config.reorder_wait_s <= 0:
+        return False
+    t = r.rewind_commit.commit_ms
+    if newest_commit_ms >= t + REORDER_WINDOW_MS or now_ms >= t + config.reorder_wait_s * 1000:
+        return False
+    b = r.before_previous
+    passed = b is not None and b.offset < r.rewind_commit.offset < r.previous_commit.offset
+    retried = a.committer.line is not None and a.committer.retried is not None
+    return passed or retried
+
+
 def assess_rewind(r: Rewind, inputs: PartitionInputs, members: Sequence[GroupMembership],
                   config: OffsetRewindSection,
                   last_commit: OffsetCommit | None = None,
@@ -575,6 +606,8 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
         latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1],
                                group_lines=lines_by_group.get((cluster, group), []),
                                coordinator_loads=loads, offsets_losses=losses)
+        if reorder_pending(latest, cs[-1].commit_ms, now_ms, config):
+            continue
         d = rewind_detection(latest, now_ms)
         detections.append(dataclasses.replace(
             d, evidence={**d.evidence, "rewinds_seen": len(rewinds)}))

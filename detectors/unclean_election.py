@@ -68,6 +68,11 @@ Config keys ([unclean_election] section, `UncleanElectionSection`):
   election, but its line reaches the lake through the log agent and the pipeline, often
   after the JMX sample that counted it, and reporting at once gave two CRITICAL findings
   (one "partitions unknown") for one election in the demo.
+- in_sync_wait_s = 30: an election of the partition's last in-sync replica (named in the
+  controller's last known ELR) whose range is not settled yet waits up to this long for the
+  elected broker's start line (`waits_for_in_sync_evidence`): the controller's log and the
+  broker's reach the lake separately, and judging between them paged a critical "not
+  known yet" the next evaluation took back (crash-rf1-dc live).
 
 Output: `Detection`s of types unclean_election (entity "<topic>-<p>", or
 "cluster:<name>" for meter-only) and log_truncation (entity "<topic>-<p>"); evidence
@@ -97,6 +102,7 @@ from detectors.lost_range import (
     LostRange,
     UncleanElection,
     committed_at,
+    elected_in_sync_source,
     lost_range,
     place_groups,
     truncations_after,
@@ -144,6 +150,16 @@ class UncleanElectionSection:
                                    "(reporting at once paged twice for one election). 0: at "
                                    "once, for clusters whose controllers never log elections "
                                    "(ZooKeeper mode)", 90.0, min=0, max=3600)
+    in_sync_wait_s: float = _key("An election whose elected replica the controller names in "
+                                 "the partition's last known ELR (its last in-sync replica, "
+                                 "back after going down) waits up to this long for that "
+                                 "broker's own \"Leader ... starts ... from offset\" line, "
+                                 "which settles what was lost: the controller's and the "
+                                 "broker's logs reach the lake separately, and reporting "
+                                 "before the broker's line paged a critical 'lost range not "
+                                 "known yet' that the next evaluation took back. After it, "
+                                 "the finding says what is known. 0: at once", 30.0,
+                                 min=0, max=600)
 
 
 @dataclass(frozen=True)
@@ -211,6 +227,25 @@ def unexplained_meter_ticks(ticks: Sequence[UncleanElectionMeterTick],
         if left > 0:
             out.append((tick, left))
     return out
+
+
+def waits_for_in_sync_evidence(e: UncleanElection, r: LostRange,
+                               seen: Sequence[LeaderEpochSeen],
+                               config: UncleanElectionSection, now_ms: int | None) -> bool:
+    """Hold back, for now, the finding of an election of the partition's last in-sync
+    replica whose range is not settled yet: the elected broker's start line (its exact log
+    end) has not reached the lake, and the election is younger than in_sync_wait_s. Seen
+    live (crash-rf1-dc): the controller's lines for solo-0 and solo-1 came in one silver
+    batch and broker 2's start line for solo-1 in the next; the evaluation between them
+    paged a critical "the lost range is not known yet" for solo-1. An out-of-sync replica's
+    election is never held (its loss is likely, and a page should not wait)."""
+    if now_ms is None or config.in_sync_wait_s <= 0:
+        return False
+    if r.lost_until_source.startswith("elected_"):
+        return False
+    if elected_in_sync_source(e, seen) is None:
+        return False
+    return now_ms - e.event_ms < config.in_sync_wait_s * 1000
 
 
 # --- detections ------------------------------------------------------------------------
@@ -347,6 +382,8 @@ def detect_unclean_elections(elections: Iterable[UncleanElection], *,
             continue
         related = truncations_after(e, truncations_by_tp.get(tp, []), window_ms)
         r = lost_range(e, related, offsets_by_tp.get(tp, []), epochs_by_tp.get(tp, []))
+        if waits_for_in_sync_evidence(e, r, epochs_by_tp.get(tp, []), config, now_ms):
+            continue
         groups = place_groups(committed_at(commits_by_tp.get(tp, []), e.event_ms), r)
         detections.append(election_detection(e, r, groups, config))
 

@@ -10,14 +10,14 @@ from matrix import results
 from matrix.scenarios import by_name, catalog
 
 
-def check_names(action: str, names: list[str] | None) -> None:
+def check_names(action: str, names: list[str] | None, corpus: Path | None = None) -> None:
     """ValueError naming what `--scenarios` asked for that does not exist."""
-    from matrix.corpus import recordings
+    from matrix.corpus import CORPUS_DIR, recordings
 
     if names and action == "run":
         by_name(names)
     elif names and action == "replay":
-        recordings(names=names)
+        recordings(corpus or CORPUS_DIR, names=names)
 
 
 def list_scenarios(out=sys.stdout) -> int:
@@ -83,8 +83,14 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
         print(f"kmon matrix run: {len(scenarios)} scenario(s) to run"
               + (f", {len(done_names)} done before ({resume})" if resume else ""),
               file=out, flush=True)
+        failed_dir = None if record else config.work_dir / "matrix-failed" / time.strftime(
+            "%Y%m%dT%H%M%SZ", time.gmtime())
         run_matrix(config, scenarios, corpus=CORPUS_DIR if record else None, port=port,
-                   settings=settings, meta=meta, out=out, on_result=on_result)
+                   settings=settings, meta=meta, out=out, on_result=on_result,
+                   failed_dir=failed_dir)
+        if failed_dir is not None and failed_dir.exists():
+            print(f"\nthe failed scenarios are recorded in {failed_dir}: "
+                  f"kmon matrix replay --corpus {failed_dir}", file=out, flush=True)
     scores = results.scores_of(rows)
     complete = {r["scenario"] for r in rows} >= set(asked)
     path = save(complete)

@@ -46,7 +46,7 @@ from typing import Iterator
 
 from detectors.lost_range import EPOCH_KINDS
 from matrix.fault import finding_dict
-from matrix.score import ScenarioScore, score
+from matrix.score import ScenarioScore, score, states_json
 from matrix.truth import GroundTruth
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "tests" / "corpus"
@@ -291,6 +291,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     its score and what was seen ((first handed over at, finding in its latest state)).
     Safe beside the preparation of another recording in the same session."""
     from core.findings import Status
+    from demo.outcomes import remember_state
     from detectors.compaction_lag import CompactedTopicConfig
     from jobs.detect import DETECT_POOL, assess
     from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
@@ -303,6 +304,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     step = int(step_s * 1000)
     first: dict[str, int] = {}
     latest: dict[str, dict] = {}
+    states: dict[str, list] = {}      # every (severity, cause) handed over while open
     # As the live detector query evaluates: each evaluation starts from the last one's
     # findings, its slow-broker baselines and its window reads (the older windows from
     # the last ones), in the detector's own scheduler pool; what it hands over counts
@@ -323,6 +325,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
                 latest[f.finding_id] = finding_dict(f)
                 if f.status is Status.OPEN:
                     first.setdefault(f.finding_id, t)
+                    remember_state(states.setdefault(f.finding_id, []), f)
     finally:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
         frozen.release()
@@ -332,7 +335,8 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     # before it): a rewind of an earlier scenario in that history is found again here, but
     # live it was handed over during that scenario. What happened before the recording is
     # not this scenario's.
-    seen = sorted(((t, latest[fid]) for fid, t in first.items()
+    seen = sorted(((t, {**latest[fid], "states": states_json(states[fid])})
+                   for fid, t in first.items()
                    if latest[fid]["first_seen_ms"] >= start), key=lambda x: x[0])
     return score(rec.truth, seen), seen
 

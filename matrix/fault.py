@@ -55,6 +55,10 @@ class MatrixFault(Fault):
         d = finding_dict(finding)
         return next((e.part for e in self.expect() if e.names(d)), None)
 
+    def interim(self) -> tuple[Expect, ...]:
+        """States a finding may show before its last one (truth.GroundTruth.interim)."""
+        return ()
+
     def truth(self, run: FaultRun, scenario: str) -> GroundTruth:
         return GroundTruth(scenario, self.fault_class, run.fault_ms or run.started_ms,
-                           self.expect(), self.explained(), dict(run.notes))
+                           self.expect(), self.explained(), dict(run.notes), self.interim())

@@ -32,7 +32,7 @@ from demo.settings import DemoSettings
 from matrix.corpus import CORPUS_DIR, record
 from matrix.fault import finding_dict
 from matrix.scenarios import Scenario, Topology
-from matrix.score import ScenarioScore, score
+from matrix.score import ScenarioScore, score, states_json
 from matrix.truth import GroundTruth
 
 log = logging.getLogger(__name__)
@@ -73,11 +73,16 @@ class MatrixSession(LiveDemo):
     """One topology's scenarios on one cluster."""
 
     def __init__(self, config, topology: Topology, scenarios: list[Scenario], *,
-                 settings: MatrixSettings, port: int, corpus: Path | None, meta: dict, out):
+                 settings: MatrixSettings, port: int, corpus: Path | None, meta: dict, out,
+                 failed_dir: Path | None = None):
+        """`corpus`: record every scenario there; else `failed_dir`: record there the
+        scenarios that did not pass, so that a failure seen live can be replayed and its
+        rule fixed against it (a live run's lake is overwritten by the next)."""
         self.scenarios = scenarios
         super().__init__(config, settings, port, [s.make() for s in scenarios], keep=False,
                          out=out)
         self.topology, self.corpus, self.meta = topology, corpus, meta
+        self.failed_dir = failed_dir
         self.results: list[ScenarioResult] = []
         self.healed_ms = 0
 
@@ -158,22 +163,28 @@ class MatrixSession(LiveDemo):
         finally:
             # Before the heal: a scenario's heal may delete the compacted topic whose
             # config its recording needs (which topics are compacted, for the replay).
-            configs = self.compacted_configs() if self.corpus is not None else []
+            keeps = self.corpus is not None or self.failed_dir is not None
+            configs = self.compacted_configs() if keeps else []
             fault.heal(self.ctx)
         self.healed_ms = int(time.time() * 1000)
         self.stop.wait(st.settle_s)
         ended = int(time.time() * 1000)
         truth = fault.truth(run, s.name)
         seen = [(t, {**finding_dict(self.tracker.latest.get(f.finding_id, f)),
-                     "evaluated_ms": self.tracker.evaluated_ms.get(f.finding_id)})
+                     "evaluated_ms": self.tracker.evaluated_ms.get(f.finding_id),
+                     "states": states_json(self.tracker.states.get(f.finding_id, []))})
                 for t, f in self.tracker.since(started) if t <= ended]
         result = ScenarioResult(s, score(truth, seen), started, ended,
                                 {**run.notes, "seen": [f"{(t - truth.fault_ms) / 1000:+.0f}s "
                                                        f"{d['severity']} {d['type']} "
                                                        f"({d['cause']}) {d['entity']}"
                                                        for t, d in seen]}, error=error)
-        if self.corpus is not None and error is None and not self.stop.is_set():
-            result.recording = str(self.record(s, truth, history_from, ended, configs))
+        if error is None and not self.stop.is_set():
+            into = self.corpus if self.corpus is not None else (
+                self.failed_dir if not result.score.passed else None)
+            if into is not None:
+                result.recording = str(self.record(s, truth, history_from, ended, configs,
+                                                   into))
         return result
 
     def compacted_configs(self) -> list:
@@ -188,8 +199,8 @@ class MatrixSession(LiveDemo):
             return []
 
     def record(self, s: Scenario, truth: GroundTruth, start_ms: int, end_ms: int,
-               configs: list) -> Path:
-        dest = record(Path(self.config.storage_root) / "landing", self.corpus / s.name,
+               configs: list, into: Path) -> Path:
+        dest = record(Path(self.config.storage_root) / "landing", into / s.name,
                       scenario=s.name, title=s.summary,
                       topology=dataclasses.asdict(self.topology), truth=truth,
                       start_ms=start_ms, end_ms=end_ms,
@@ -218,9 +229,10 @@ def topology_config(config, topology: Topology):
 
 def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPUS_DIR,
                settings: MatrixSettings | None = None, port: int = 0, meta: dict,
-               out, on_result=None) -> list[ScenarioResult]:
+               out, on_result=None, failed_dir: Path | None = None) -> list[ScenarioResult]:
     """Every scenario, grouped by topology (one cluster each, in catalog order);
-    `on_result(result)` after each."""
+    `on_result(result)` after each; without a `corpus`, the failed ones are recorded
+    into `failed_dir` (MatrixSession)."""
     from demo.lock import DemoLock
     from demo.preflight import preflight
 
@@ -237,7 +249,8 @@ def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPU
             cfg = topology_config(config, topo)
             preflight(cfg, port)
             session = MatrixSession(cfg, topo, group, settings=settings, port=port,
-                                    corpus=corpus, meta=meta, out=out)
+                                    corpus=corpus, meta=meta, out=out,
+                                    failed_dir=failed_dir)
             results += session.run_all(on_result)
             if session.stop.is_set():
                 break

@@ -174,12 +174,17 @@ def render_doc(live: dict | None, replay: dict | None, scenarios: list) -> str:
            f"Each scenario causes one fault one way on a real local cluster; its ground truth "
            f"names the findings a correct monitor hands over (type, entity, cause, severity) "
            f"within {DETECT_WITHIN_S:.0f} s of the fault becoming visible, and any other "
-           f"finding in the scenario's time is unexplained (a false page). "
+           f"finding in the scenario's time is unexplained (a false page), in any state it "
+           f"was handed over in, not only its last (a critical page taken back to a warning "
+           f"was still a page). "
            f"`kmon matrix run` runs them live and records each into tests/corpus/; "
            f"`kmon matrix replay` (and CI) replays the recordings with no cluster. The whole "
            f"live matrix takes hours on a small machine: its result file is saved after "
            f"each scenario, and `kmon matrix run --resume <that file>` runs the scenarios it "
-           f"has no result for yet.", "",
+           f"has no result for yet. With `--no-record` the recordings stay as they are and "
+           f"the scenarios that fail are recorded under <work_dir>/matrix-failed/ instead, "
+           f"for `kmon matrix replay --corpus <that folder>`: a live failure can be "
+           f"replayed while its rule is fixed.", "",
            "## Scenarios", "", "| scenario | class | topology | how |", "|---|---|---|---|"]
     out += [f"| {s.name} | {s.fault_class} | {s.topology.describe()} | {s.summary} |"
             for s in scenarios]

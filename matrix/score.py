@@ -1,10 +1,13 @@
 """Score a scenario's findings against its ground truth.
 
 Input: the findings handed over while the scenario ran, each with the time it was first
-handed over (wall time live, captured time in a replay) in its latest state. Output: for
-each expected finding whether it was found (type and entity), with the right cause and
+handed over (wall time live, captured time in a replay) in its latest state, and under
+"states" every (severity, cause) it was handed over with while open. Output: for each
+expected finding whether it was found (type and entity), with the right cause and
 severity, and how long after the fault became visible; and every finding the ground truth
-does not explain. A scenario passes when every expectation is met within
+does not explain, in any of its states: on-call saw a critical page that a later
+evaluation took back to a warning (crash-rf1-dc live), so the latest state alone hid a
+false page. An earlier state the ground truth names `interim` is allowed (truth.py). A scenario passes when every expectation is met within
 `truth.DETECT_WITHIN_S` and nothing is unexplained.
 """
 
@@ -79,15 +82,30 @@ def describe(f: dict) -> str:
     return f"{f.get('severity', '?')} {f['type']}{cause} on {f['entity']}"
 
 
+def states_json(states) -> list[dict]:
+    """(severity, cause) pairs as the "states" of a seen finding."""
+    return [{"severity": sev, "cause": cause} for sev, cause in states]
+
+
+def _every_state(f: dict) -> list[dict]:
+    """The finding in each state it was handed over with, its latest last."""
+    earlier = [{**f, **st} for st in f.get("states", ())
+               if (st["severity"], st["cause"]) != (f.get("severity"), f.get("cause"))]
+    return earlier + [f]
+
+
 def score(truth: GroundTruth, seen: list[tuple[int, dict]]) -> ScenarioScore:
-    """`seen`: (first handed over ms, finding in its latest state) for every finding that
-    appeared in the scenario's time."""
+    """`seen`: (first handed over ms, finding in its latest state, with its "states" when
+    known) for every finding that appeared in the scenario's time."""
     out = ScenarioScore(truth.scenario, truth.fault_class)
     for e in truth.expect:
         out.expects.append(_score_one(e, truth.fault_ms, seen))
     for _, f in sorted(seen, key=lambda x: x[0]):
-        if not truth.explains(f):
-            out.unexplained.append(describe(f))
+        for state in _every_state(f):
+            ok = truth.explains(state) if state is f else truth.allows_before(state)
+            if not ok:
+                later = "" if state is f else f" (later {describe(f)})"
+                out.unexplained.append(describe(state) + later)
     return out
 
 

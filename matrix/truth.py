@@ -5,7 +5,10 @@ right entity, with an acceptable cause and severity) and tolerates others (`expl
 effects and victims of the fault a monitor may report, such as the consumers reset by an
 unclean election). Every other finding in the scenario's time is unexplained: a false
 page. A healthy scenario (a rolling restart, bursty load) expects nothing and explains
-nothing.
+nothing. Every state a finding was handed over in counts, not only its last (on-call saw
+each); `interim` names the earlier states a correct monitor cannot avoid, because the
+evidence that settles them comes later (an unclean election is critical until something
+shows what was lost), each with why in the scenario's notes.
 
 Entities are matched as regular expressions over the whole entity string, so one
 expectation can cover "any partition of group billing" (``group:billing/orders-\\d+``).
@@ -60,9 +63,15 @@ class GroundTruth:
     expect: tuple[Expect, ...] = ()
     explained: tuple[Expect, ...] = ()
     notes: dict = field(default_factory=dict)
+    # States a finding may show before its last one (matrix/score.py): only earlier ones.
+    interim: tuple[Expect, ...] = ()
 
     def explains(self, finding: dict) -> bool:
         return any(e.matches(finding) for e in self.expect + self.explained)
+
+    def allows_before(self, finding: dict) -> bool:
+        """An earlier state of a finding that is explained, or an interim one."""
+        return self.explains(finding) or any(e.matches(finding) for e in self.interim)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -72,4 +81,5 @@ class GroundTruth:
         return cls(d["scenario"], d["fault_class"], int(d["fault_ms"]),
                    tuple(Expect.from_json(e) for e in d.get("expect", ())),
                    tuple(Expect.from_json(e) for e in d.get("explained", ())),
-                   dict(d.get("notes", {})))
+                   dict(d.get("notes", {})),
+                   tuple(Expect.from_json(e) for e in d.get("interim", ())))

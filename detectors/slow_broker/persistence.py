@@ -13,7 +13,8 @@ from detectors.slow_broker.client_links import link_detection
 from detectors.slow_broker.clients import client_detection
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.evidence import broker_detection, cluster_wide_detection
-from detectors.slow_broker.verdicts import ROLE_ORDER, ApiVerdict, Role, WindowAssessment
+from detectors.slow_broker.verdicts import (ROLE_ORDER, ApiVerdict, BrokerVerdict, Role,
+                                           SlowBrokerCause, WindowAssessment)
 
 
 def recent_windows(assessments: Sequence[WindowAssessment], config: SlowBrokerSection
@@ -76,16 +77,29 @@ def strong_pool(v: ApiVerdict, config: SlowBrokerSection) -> int:
     return 1
 
 
+def _rank(v: BrokerVerdict) -> float:
+    """A verdict's place in `strongest`'s order: its role's, except that "acks=all writes
+    wait for followers, but no follower stands out" comes after a victim's verdict, which
+    names the follower: it is the same wait, told less."""
+    a = v.attribution
+    if a.role is Role.UNATTRIBUTED and a.cause == SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER:
+        return ROLE_ORDER.index(Role.VICTIM) + 0.5
+    return ROLE_ORDER.index(a.role)
+
+
 def strongest(recent: Sequence[WindowAssessment], broker: int) -> WindowAssessment:
     """The window whose verdict on `broker` its finding reports: of the recent windows
-    holding one, the first role in `Role`'s order, then the newest. A culprit named in
-    one of the last windows stays named when a newer window can only say "unattributed":
-    freeze-long-3b live (335cf43), broker 2 frozen 1.5 s of every 2 s was slow_follower,
-    then leader_replication_stalled, then, in the fault's last window,
-    remote_produce_unknown_follower, and its finding ended with that vaguer cause."""
+    holding one, the first in `_rank`'s order (the roles' `Role` order), then the newest.
+    A culprit named in one of the last windows stays named when a newer window can only
+    say "unattributed": freeze-long-3b live (335cf43), broker 2 frozen 1.5 s of every 2 s
+    was slow_follower, then leader_replication_stalled, then, in the fault's last window,
+    remote_produce_unknown_follower, and its finding ended with that vaguer cause. So does
+    the follower a victim's verdict names: delayed-broker-5b (replay), leader 5 waited on
+    the delayed broker 2 in every window, and one window in the middle could not confirm
+    broker 2 elsewhere; its finding said "no follower stands out" for one evaluation,
+    between two that named broker 2."""
     held = [a for a in recent if ("broker", broker) in flagged_keys(a)]
-    return min(reversed(held), key=lambda a: ROLE_ORDER.index(
-        a.brokers[broker].attribution.role))
+    return min(reversed(held), key=lambda a: _rank(a.brokers[broker]))
 
 
 def detections_from(assessments: Sequence[WindowAssessment],

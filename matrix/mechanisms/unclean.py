@@ -336,6 +336,14 @@ class UncleanNoLoss(MatrixFault):
     def explained(self) -> tuple[Expect, ...]:
         return (COMMITS_RETRIED, *collateral_expects(self.collateral))
 
+    def interim(self) -> tuple[Expect, ...]:
+        """Critical until the old leader is back: the topic is made when the scenario
+        starts (below), so no end offset of it was sampled before the election, and until
+        the old leader's own start line shows its log end nothing bounds what it had
+        acknowledged (detectors/lost_range.py). A loss that cannot be ruled out pages."""
+        return (Expect("unclean election, loss not ruled out yet", "unclean_election",
+                       _partition(self.topic), ("unclean_leader_election",), ("critical",)),)
+
     def prepare(self, ctx: FaultContext) -> None:
         """Nothing at the session's start: the topic is made when the scenario starts. Made
         here, it lived through the session's earlier scenarios, and one that stopped both

@@ -111,6 +111,16 @@ def test_tracker_prints_each_open_finding_once_and_keeps_its_latest_state():
     assert t.since(10_001) == [] and t.evaluations == 2
 
 
+def test_tracker_keeps_every_state_a_finding_was_open_in():
+    t = FindingTracker(io.StringIO())
+    t([finding("slow_broker", "broker:2", cause="remote_wait")], 1)
+    t([finding("slow_broker", "broker:2", cause="slow_follower")], 2)
+    t([finding("slow_broker", "broker:2", cause="remote_wait")], 3)
+    t([finding("slow_broker", "broker:2", cause="gone", status=Status.RESOLVED)], 4)
+    assert t.states["slow_broker:broker:2"] == [("warning", "remote_wait"),
+                                                ("warning", "slow_follower")]
+
+
 def test_summary_table_shows_time_to_detect_and_misses():
     hit = FaultOutcome("slow_broker", "slow broker", started_ms=1_000, detected_ms=43_000,
                        findings=[(43_000, finding("slow_broker", "broker:2"))],

@@ -224,6 +224,46 @@ def scenarios():
                           "previous_client_id": "billing-1",
                           "retries_commit_ms": at(245.006)}}})
 
+    # A commit sent between the member's last two positions lands after the newer one
+    # (5005 after 5010), and the next commit puts 5010 back: a reordered commit. Judged
+    # before that next commit was in (cpu-starved-3b replayed: member_commit warnings, one
+    # evaluation later the commit_reordered they were), the rewind waits for the
+    # partition's next REORDER_WINDOW_MS of commits ...
+    in_flight = [(0, 1000), (60, 2000), (120, 3000), (180, 4000), (240, 5000),
+                 (245.05, 5010), (245.4, 5005)]
+    pending = {"old_position": 5010, "new_position": 5005, "drops": 1, "active": True,
+               "member_count": 3, "admin_commit": False, "reset_event": False,
+               "truncation": False, "past_log_end": 0, "duplicates": 5,
+               "cause": "member_commit"}
+    yield Scenario(
+        "rewind_that_may_be_a_reordered_commit_waits_for_the_next_commits",
+        commits(*in_flight), offsets=ends((240, 5100, 0)), members=ACTIVE, now_s=247,
+        rewind=pending)
+    # ... which tell it,
+    yield Scenario(
+        "rewind_undone_by_the_next_commit_is_then_a_reordered_commit",
+        commits(*in_flight, (249.45, 5010), (250, 5020)), offsets=ends((240, 5100, 0)),
+        members=ACTIVE, now_s=251,
+        rewind={**pending, "active": False, "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)})
+    # ... or, with none in, after reorder_wait_s (30 s): then it says what is known.
+    yield Scenario(
+        "rewind_that_may_be_a_reordered_commit_is_judged_after_the_wait",
+        commits(*in_flight), offsets=ends((240, 5100, 0)), members=ACTIVE, now_s=276,
+        rewind=pending,
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
+    # A rewind that cannot be a reordered commit (below the member's last two positions,
+    # no failed commit of its offset) is reported at once.
+    yield Scenario(
+        "rewind_far_back_is_not_held_for_a_reorder",
+        commits(*in_flight[:-1], (245.4, 1500)), offsets=ends((240, 5100, 0)),
+        members=ACTIVE, now_s=247,
+        rewind={**pending, "new_position": 1500, "duplicates": 3510},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "member_commit", Severity.WARNING, ActionKind.PAGE_HUMAN)})
+
     # Seen in the corpus (throttled-cleaner-3b, the broker restarted): the group's
     # coordinator moved at 151.84 s; the member's commit of 36820 was answered
     # NOT_COORDINATOR, its newer 37355 landed at the new coordinator, then its queued

@@ -714,6 +714,25 @@ def test_a_named_culprit_is_not_replaced_by_a_newer_unattributed_window():
     assert d.cause == "local_disk_or_page_cache"
 
 
+def test_a_named_follower_is_not_replaced_by_a_newer_window_that_names_none():
+    # delayed-broker-5b (replay): leader 5 waited on the delayed broker 2 in every window;
+    # one window could not confirm broker 2 at the other leaders, and the finding said "no
+    # follower stands out" for one evaluation between two that named broker 2.
+    rows = replaced(healthy(), 1, "Produce", FAULT, total=720.0, remote=700.0)
+    named = follower_fetches({LAST - 1}, {(1, 3): 1500.0, (2, 3): 1500.0})
+    got = {d.entity: d.cause for d in detect_slow_brokers(rows, follower_fetches=named,
+                                                          config=CONFIG)}
+    assert got["broker:1"] == "remote_produce_slow_follower", got
+    # Named in the newest window only, the same.
+    newest = follower_fetches({LAST}, {(1, 3): 1500.0, (2, 3): 1500.0})
+    got = {d.entity: d.cause for d in detect_slow_brokers(rows, follower_fetches=newest,
+                                                          config=CONFIG)}
+    assert got["broker:1"] == "remote_produce_slow_follower", got
+    # Named in neither: no follower stands out, and the finding says so.
+    got = {d.entity: d.cause for d in detect_slow_brokers(rows, config=CONFIG)}
+    assert got["broker:1"] == "remote_produce_unknown_follower", got
+
+
 def test_the_follower_every_leader_waits_on_most_is_named_under_follower_ratio():
     # freeze-short-3b live: follower 2, frozen 0.7 s of every second, held its two leaders
     # back ~700 ms while a loaded host lifted their other follower to 170-374 ms: under

@@ -368,6 +368,36 @@ def scenarios():
         detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
             "unclean_leader_election", Severity.CRITICAL)})
 
+    # Live (crash-rf1-dc): the controller's line reached the lake one silver batch before
+    # broker 2's own start line for the partition; judged then, the range was unknown and
+    # the finding a critical page that the next evaluation took back. The last in-sync
+    # replica's election waits for that line (in_sync_wait_s, 30 s) ...
+    before_its_start_line = [SOLE_STARTS[0]]
+    yield Scenario(
+        "last_in_sync_replica_election_waits_for_the_brokers_start_line", [SOLE],
+        offsets=solo_ends((60, 4900), (104, 5000)), epochs=before_its_start_line,
+        now_ms=at(110))
+    # ... and is reported once the line is there, whenever that is,
+    yield Scenario(
+        "last_in_sync_replica_election_is_reported_once_the_start_line_is_in", [SOLE],
+        offsets=solo_ends((60, 4900), (104, 5000)), epochs=SOLE_STARTS, now_ms=at(102),
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "last_in_sync_replica_elected", Severity.WARNING)})
+    # ... or, without it, after the wait, as what is known (a loss not ruled out: a page).
+    yield Scenario(
+        "last_in_sync_replica_election_without_its_start_line_pages_after_the_wait", [SOLE],
+        offsets=solo_ends((60, 4900), (104, 5000)), epochs=before_its_start_line,
+        now_ms=at(131),
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "unclean_leader_election", Severity.CRITICAL)})
+    # An out-of-sync replica's election is never held: its loss is likely.
+    yield Scenario(
+        "out_of_sync_election_is_not_held_for_a_start_line",
+        [replace(SOLE, last_known_elr=(1,))], offsets=solo_ends((60, 4900), (104, 5000)),
+        epochs=[replace(SOLE_STARTS[0], broker=1, leader=1)], now_ms=at(101),
+        detections={(AnomalyType.UNCLEAN_ELECTION, "solo-0"): (
+            "unclean_leader_election", Severity.CRITICAL)})
+
     yield Scenario(
         "truncation_of_an_uncommitted_tail_is_routine", [],
         truncations=[LogTruncation("c1", 2, "orders", 2, at(10), 1000, 1000), ROUTINE])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_a_cut_run_keeps_its_scenarios_and_resume_runs_only_the_rest(live, tmp_p
     heads = iter(["c0ffee1", "beef002", "d00d003"])
     monkeypatch.setattr(results, "commit", lambda: next(heads))
     out = io.StringIO()
-    assert command.run(None, names, record=False, port=0, command="kmon matrix run x",
+    assert command.run(SimpleNamespace(work_dir=tmp_path), names, record=False, port=0, command="kmon matrix run x",
                        out=out) == 1
     [path] = tmp_path.glob("matrix-live-*.json")
     doc = json.loads(path.read_text())
@@ -61,7 +62,7 @@ def test_a_cut_run_keeps_its_scenarios_and_resume_runs_only_the_rest(live, tmp_p
     assert f"--resume {path}" in out.getvalue()
 
     state["stop_after"] = None
-    assert command.run(None, ["ignored-on-resume"], record=False, port=0,
+    assert command.run(SimpleNamespace(work_dir=tmp_path), ["ignored-on-resume"], record=False, port=0,
                        command="kmon matrix run y", resume=path, out=io.StringIO()) == 0
     assert ran == [names, names[2:]]
     doc = json.loads(path.read_text())
@@ -83,10 +84,10 @@ def test_resume_refuses_a_file_that_is_not_a_live_result(live, tmp_path):
     bad = tmp_path / "matrix-replay-x.json"
     bad.write_text(json.dumps({"mode": "replay", "scenarios": []}))
     out = io.StringIO()
-    assert command.run(None, None, record=False, port=0, command="c", resume=bad, out=out) == 2
+    assert command.run(SimpleNamespace(work_dir=tmp_path), None, record=False, port=0, command="c", resume=bad, out=out) == 2
     assert "not a live matrix result" in out.getvalue()
     out = io.StringIO()
-    assert command.run(None, None, record=False, port=0, command="c",
+    assert command.run(SimpleNamespace(work_dir=tmp_path), None, record=False, port=0, command="c",
                        resume=tmp_path / "missing.json", out=out) == 2
     assert "missing.json" in out.getvalue()
 

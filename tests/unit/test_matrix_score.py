@@ -116,3 +116,44 @@ def test_the_doc_table_shows_the_split():
     row = next(r for r in _md_rows({"scenarios": [{**s.to_json(), "topology": "3b-1c"}],
                                     "classes": class_table([s])}) if "3b-1c" in r)
     assert "| 45 s | 10 s | 42 s |" in row
+
+
+def test_a_state_taken_back_later_is_still_a_page_on_call_saw():
+    """Live crash-rf1-dc: solo-1 was first handed over as a critical unclean election
+    ("the lost range is not known yet"), then as the expected warning; the latest state
+    alone passed the scenario."""
+    t = GroundTruth("crash", "unclean_election", T0,
+                    (Expect("sole replica back", "unclean_election", r"solo-\d+",
+                            ("last_in_sync_replica_elected",), ("warning",)),))
+    latest = finding("unclean_election", "solo-1", "last_in_sync_replica_elected", "warning")
+    assert score(t, [(T0, latest)]).passed
+    flip = {**latest, "states": [{"severity": "critical", "cause": "unclean_leader_election"},
+                                 {"severity": "warning",
+                                  "cause": "last_in_sync_replica_elected"}]}
+    s = score(t, [(T0, flip)])
+    assert not s.passed and s.expects[0].passed
+    assert s.unexplained == ["critical unclean_election (unclean_leader_election) on solo-1 "
+                             "(later warning unclean_election (last_in_sync_replica_elected) "
+                             "on solo-1)"]
+    same = {**latest, "states": [{"severity": "warning",
+                                  "cause": "last_in_sync_replica_elected"}]}
+    assert score(t, [(T0, same)]).passed
+
+
+def test_an_interim_state_the_truth_names_is_allowed_before_the_last_only():
+    """unclean-noloss-3b: critical until the old leader is back (nothing bounded what it
+    had acknowledged before), then the expected warning."""
+    settled = Expect("nothing lost", "unclean_election", "ledger-0", (), ("warning",))
+    unsure = Expect("loss not ruled out yet", "unclean_election", "ledger-0",
+                    ("unclean_leader_election",), ("critical",))
+    t = GroundTruth("noloss", "unclean_election", T0, (settled,), interim=(unsure,))
+    last = finding("unclean_election", "ledger-0", "unclean_leader_election", "warning")
+    first = {"severity": "critical", "cause": "unclean_leader_election"}
+    assert score(t, [(T0, {**last, "states": [first]})]).passed
+    # As the last state, an interim one is still a wrong severity, not a pass.
+    s = score(t, [(T0, {**last, **first})])
+    assert not s.passed and not s.expects[0].severity_ok
+    # Without it in the truth, the earlier critical is a false page.
+    bare = GroundTruth("noloss", "unclean_election", T0, (settled,))
+    assert not score(bare, [(T0, {**last, "states": [first]})]).passed
+    assert GroundTruth.from_json(t.to_json()) == t
