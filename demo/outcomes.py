@@ -46,8 +46,9 @@ class FindingTracker:
         # then: the rest, to the wall time above, is the evaluation's own time)
         self.evaluated_ms: dict[str, int] = {}
         self.latest: dict[str, object] = {}
-        # finding_id -> every (severity, cause) it was handed over with while open, first
-        # first: on-call saw each of them, not only the last (matrix.score judges them all)
+        # finding_id -> every (severity, cause) it was handed over with while open, the
+        # first one first: on-call saw each of them, not only the last (matrix.score judges
+        # them all)
         self.states: dict[str, list[tuple[str, str | None]]] = {}
         self.evaluations = 0
         self.lock = threading.Lock()

@@ -115,7 +115,7 @@ read by offset_reset.py too):
 - min_rewind_messages = 1: drops smaller than this are ignored.
 - reset_pair_window_s = 5: how far apart a Java client's cause and position lines may be.
 - reorder_wait_s = 30: a rewind that may still turn out a reordered commit waits for the
-  group's next REORDER_WINDOW_MS of commits, at most this long (`reorder_pending`).
+  partition's next REORDER_WINDOW_MS of commits, at most this long (`reorder_pending`).
 
 Output: `Detection`s of type offset_rewind and offset_reset, entity
 "group:<group>/<topic>-<p>" (or "<topic>-<p>" for a reset whose group is unknown); the

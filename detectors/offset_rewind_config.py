@@ -24,7 +24,8 @@ class OffsetRewindSection:
     reorder_wait_s: float = _key("A rewind that may still prove a reordered commit (its "
                                  "offset lies between the member's last two positions, or "
                                  "retries a commit of the member that failed) is reported "
-                                 "only once the group's commits of the next 10 s are in, or "
+                                 "only once the partition's commits of the next 10 s are "
+                                 "in, or "
                                  "after this long: judged before them, it was a warning "
                                  "(member_commit) that the next evaluation took back to "
                                  "info (commit_reordered). 0: at once", 30.0, min=0,

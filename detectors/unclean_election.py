@@ -235,9 +235,10 @@ def waits_for_in_sync_evidence(e: UncleanElection, r: LostRange,
     """Hold back, for now, the finding of an election of the partition's last in-sync
     replica whose range is not settled yet: the elected broker's start line (its exact log
     end) has not reached the lake, and the election is younger than in_sync_wait_s. Seen
-    live (crash-rf1-dc): the controller's lines for solo-0 and solo-1 came in one silver
-    batch and broker 2's start line for solo-1 in the next; the evaluation between them
-    paged a critical "the lost range is not known yet" for solo-1. An out-of-sync replica's
+    live (crash-rf1-dc): one evaluation paged a critical "the lost range is not known yet"
+    for solo-1, whose controller line names broker 2 in the last known ELR, and the next
+    one, with broker 2's start line in, the warning it was (only that line settles the
+    range of such an election, lost_range.lost_range_end). An out-of-sync replica's
     election is never held (its loss is likely, and a page should not wait)."""
     if now_ms is None or config.in_sync_wait_s <= 0:
         return False
