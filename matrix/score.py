@@ -7,8 +7,9 @@ expected finding whether it was found (type and entity), with the right cause an
 severity, and how long after the fault became visible; and every finding the ground truth
 does not explain, in any of its states: on-call saw a critical page that a later
 evaluation took back to a warning (crash-rf1-dc live), so the latest state alone hid a
-false page. An earlier state the ground truth names `interim` is allowed (truth.py). A scenario passes when every expectation is met within
-`truth.DETECT_WITHIN_S` and nothing is unexplained.
+false page. An earlier state the ground truth names `interim` is allowed (truth.py).
+A scenario passes when every expectation is met within `truth.DETECT_WITHIN_S` and
+nothing is unexplained.
 """
 
 from __future__ import annotations
