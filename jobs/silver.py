@@ -56,6 +56,12 @@ log = logging.getLogger(__name__)
 
 RAW_MAX_CHARS = 16 * 1024
 BATCHES_TABLE = "pipeline_batches"
+# A micro-batch's valid rows of a stream are written in one task (one file per date) for
+# each this many rows. Without it every batch wrote a file per shuffle partition of the
+# dedupe (spark.sql.shuffle.partitions, 4 here) to every table, a table gained ~1,400
+# small files an hour until maintenance compacted it, and the detector's reads slowed with
+# the lake's age (bench/bench_lake_age.py). A fleet's big batches still write in parallel.
+ROWS_PER_FILE = 500_000
 QUARANTINE_STREAM = stream_named(QUARANTINE)
 # Bronze columns carried beside the decoded record; bronze's `value` travels as `_raw`
 # because records may have a column of that name (broker_metrics does).
@@ -409,8 +415,10 @@ class SilverBatches:
             held.append(flat)
         c = _counts(flat, s).first()
         if c["rows_valid"]:
-            self.appends.append(valid_rows(flat, s), self.lake.table("silver", name),
-                                self.query, batch_id, partition_columns(s))
+            files = -(-c["rows_valid"] // ROWS_PER_FILE)
+            self.appends.append(valid_rows(flat, s).coalesce(files),
+                                self.lake.table("silver", name), self.query, batch_id,
+                                partition_columns(s))
         return flat, c
 
     def write_rejected_and_counts(self, batch_id: int, flats: dict[str, DataFrame],

@@ -93,13 +93,14 @@ def attach_slow_requests(sql: LakeSql, detections: list[Detection],
     if not wanted:
         return detections
     name = EXEMPLARS if windows_mode else STAGES_TABLE
-    ds = sql.dataset("silver", name)
+    start_ms = min(d.first_seen_ms for _, d in wanted)
+    end_ms = max(d.last_seen_ms for _, d in wanted)
+    ds = sql.dataset("silver", name, start_ms=start_ms, end_ms=end_ms)
     if ds is None:
         return detections
     cols = [*FIELDS, *TIMES, "cluster", "broker", "is_controller_traffic",
             *(["exemplar_reasons"] if windows_mode else [])]
-    where, params = range_sql(min(d.first_seen_ms for _, d in wanted),
-                              max(d.last_seen_ms for _, d in wanted))
+    where, params = range_sql(start_ms, end_ms)
     query, qparams = slowest_sql(wanted, purgatory_apis, cols, where, params, limit)
     found: dict[int, list[dict]] = {}
     for r in sql.rows(query, qparams, t=ds):

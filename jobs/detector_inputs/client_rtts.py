@@ -46,7 +46,7 @@ from schemas.client_send_windows import QUEUED_GAP_MS
 
 def read_client_rtts(sql: LakeSql, config: SlowBrokerSection,
                      r: TimeRange) -> list[ClientRttWindow]:
-    ds = sql.dataset("silver", "client_stats")
+    ds = sql.dataset("silver", "client_stats", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)

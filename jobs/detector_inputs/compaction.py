@@ -65,7 +65,7 @@ def read_cleaner_gauges(sql: LakeSql, r: TimeRange) -> list[CleanerGauges]:
     source = broker_metrics(sql, r, CLEANER_METRICS)
     if source is None:
         return []
-    query, params = source
+    query, params, ds = source
     aggs, agg_params = [], []
     for metric, (name, how) in CLEANER_METRICS.items():
         aggs.append(f"{'sum' if how == 'sum' else 'max'}(value) FILTER (WHERE metric = ?) "
@@ -73,7 +73,7 @@ def read_cleaner_gauges(sql: LakeSql, r: TimeRange) -> list[CleanerGauges]:
         agg_params.append(metric)
     rows = sql.rows(f"SELECT cluster, broker, ts_ms, {', '.join(aggs)} FROM ({query}) "
                     "GROUP BY cluster, broker, ts_ms", [*agg_params, *params],
-                    t=sql.dataset("silver", "broker_metrics"))
+                    t=ds)
     out = []
     for x in sorted_rows(rows, ("cluster", "broker", "ts_ms")):
         values = {name: x[name] for name, _ in CLEANER_METRICS.values()}
@@ -98,7 +98,7 @@ def cleaner_runs_from(rows: Iterable[Mapping[str, Any]], since_ms: int) -> list[
 
 def read_cleaner_runs(sql: LakeSql, r: TimeRange) -> list[CleanerRun]:
     """The cleaner_run lines of the range (few: one per cleaned log per pass)."""
-    ds = sql.dataset("silver", "log_events")
+    ds = sql.dataset("silver", "log_events", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)
@@ -148,7 +148,7 @@ def read_partition_sizes(sql: LakeSql, r: TimeRange,
     source = broker_metrics(sql, r, (LOG_SIZE,))
     if source is None:
         return []
-    query, params = source
+    query, params, ds = source
     compacted, cparams = _compacted_sql(topics)
     step_ms = int(step_s * 1000)
     rows = sql.rows(
@@ -160,7 +160,7 @@ def read_partition_sizes(sql: LakeSql, r: TimeRange,
         f'AS "partition", broker, ts_ms, ts_ms - ts_ms % ? AS step_ms, value FROM ({query}) '
         f'WHERE {compacted}) WHERE "partition" IS NOT NULL '
         'GROUP BY cluster, topic, "partition", step_ms',
-        [step_ms, *params, *cparams], t=sql.dataset("silver", "broker_metrics"))
+        [step_ms, *params, *cparams], t=ds)
     return [PartitionSize(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
                           observed_ms=int(x["ts_ms"]), size_bytes=float(x["size_bytes"]),
                           broker=int_or_none(x["broker"]))

@@ -146,7 +146,7 @@ def read_leader_epochs(sql: LakeSql, r: TimeRange,
                        topics: Mapping[tuple[str, str], str]) -> list[LeaderEpochSeen]:
     """The leader epochs seen of these (cluster, topic, partition)s in the range: read
     only when an election line is in the evaluation (rare), over the long lookback."""
-    ds = sql.dataset("silver", "log_events")
+    ds = sql.dataset("silver", "log_events", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None or not tps:
         return []
     topic_names = sorted({t for _, t, _ in tps})
@@ -209,13 +209,13 @@ def read_meter_ticks(sql: LakeSql, r: TimeRange,
     source = broker_metrics(sql, r.back(COUNTER_SEED_S), [UNCLEAN_METER])
     if source is None:
         return []
-    query, params = source
+    query, params, ds = source
     rows = sql.rows(
         "SELECT cluster, broker, ts_ms, previous_ms, delta FROM (SELECT cluster, broker, ts_ms, "
         "lag(ts_ms) OVER w AS previous_ms, value - lag(value) OVER w AS delta "
         f"FROM ({query}) WINDOW w AS (PARTITION BY cluster, broker ORDER BY ts_ms)) "
         "WHERE ts_ms >= ? AND delta > 0", [*params, r.start_ms],
-        t=sql.dataset("silver", "broker_metrics"))
+        t=ds)
     rows = sorted_rows(rows, ("cluster", "broker", "ts_ms"))
     ticks = [UncleanElectionMeterTick(cluster=x["cluster"], observed_ms=int(x["ts_ms"]),
                                       count_delta=float(x["delta"]), controller=int(x["broker"]),

@@ -71,7 +71,7 @@ def client_reset_from_row(row: Mapping[str, Any]) -> ClientOffsetReset:
 
 
 def read_resets(sql: LakeSql, r: TimeRange) -> list[ClientOffsetReset]:
-    ds = sql.dataset("silver", "client_offset_events")
+    ds = sql.dataset("silver", "client_offset_events", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)
@@ -128,7 +128,7 @@ def read_commit_requests(sql: LakeSql, r: TimeRange,
     """The OffsetCommit request-log lines of the given (cluster, group)s in the range, one
     per committed partition (a line naming its topic by id only is left out)."""
     wanted = sorted(set(groups))
-    ds = sql.dataset("silver", "request_stages") if wanted else None
+    ds = sql.dataset("silver", "request_stages", start_ms=r.start_ms, end_ms=r.end_ms) if wanted else None
     if ds is None or "committed" not in ds.schema.names:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)
@@ -161,11 +161,10 @@ def read_commits(sql: LakeSql, r: TimeRange,
     partitions (every group) and group/partitions; each with its last commit before the
     range as its starting position. `seed`: the live detector's starting positions (None
     reads COMMIT_SEED_S of silver before the range)."""
-    ds = sql.dataset("silver", "offset_commits")
-    if ds is None:
+    if not sql.exists("silver", "offset_commits"):
         return []
-    rows = (_commit_rows(sql, ds, r.back(COMMIT_SEED_S)) if seed is None
-            else seed.commits(sql, ds, r))
+    rows = (_commit_rows(sql, r.back(COMMIT_SEED_S)) if seed is None
+            else seed.commits(sql, r))
     tps = sorted(set(partitions))
     gtps = sorted(set(group_partitions))
     key = ", ".join(COMMIT_KEY)
@@ -202,12 +201,15 @@ _COMMIT_COLUMNS = (f"{', '.join(COMMIT_KEY)}, \"offset\", ts_ms, leader_epoch, s
                    "source_offset, coalesce(commit_ts_ms, ts_ms) AS commit_ms")
 
 
-def _commit_rows(sql: LakeSql, ds, r: TimeRange) -> pa.Table:
+def _commit_rows(sql: LakeSql, r: TimeRange) -> pa.Table:
     """silver.offset_commits rows of the range that set an offset (tombstones and null
-    offsets left out), with commit_ms, in the columns the commit read uses."""
+    offsets left out), with commit_ms, in the columns the commit read uses (the table
+    exists: the caller checked)."""
     where, params = range_sql(r.start_ms, r.end_ms)
     return sql.table(f"SELECT {_COMMIT_COLUMNS} FROM t WHERE {where} "
-                     "AND NOT is_tombstone AND \"offset\" IS NOT NULL", params, t=ds)
+                     "AND NOT is_tombstone AND \"offset\" IS NOT NULL", params,
+                     t=sql.dataset("silver", "offset_commits", start_ms=r.start_ms,
+                                   end_ms=r.end_ms))
 
 
 class CommitSeedCache:
@@ -237,23 +239,23 @@ class CommitSeedCache:
         self._until_ms = 0            # the seed holds the last commits before this time
         self.silver_from_ms: int | None = None   # where the last evaluation's silver read began
 
-    def commits(self, sql: LakeSql, ds, r: TimeRange) -> pa.Table:
+    def commits(self, sql: LakeSql, r: TimeRange) -> pa.Table:
         """`_commit_rows` for the range and the COMMIT_SEED_S before it, as far as the range
         and its starting positions go: the seed's rows and silver's from the boundary."""
         boundary = r.start_ms // self.step_ms * self.step_ms
         with self._lock:
             if self._seed is None or boundary < self._until_ms:
                 self._seed = _last_per_key(sql, _commit_rows(
-                    sql, ds, TimeRange(r.start_ms - COMMIT_SEED_S * 1000, boundary)))
+                    sql, TimeRange(r.start_ms - COMMIT_SEED_S * 1000, boundary)))
             elif boundary > self._until_ms:
                 self._seed = _last_per_key(sql, pa.concat_tables([self._seed, _commit_rows(
-                    sql, ds, TimeRange(self._until_ms, boundary))]))
+                    sql, TimeRange(self._until_ms, boundary))]))
             self._until_ms = boundary
             seed, until = self._seed, self._until_ms
             self.silver_from_ms = until
         return sql.table("SELECT * FROM s WHERE ts_ms >= ? UNION ALL SELECT * FROM n",
                          [r.start_ms - COMMIT_SEED_S * 1000], s=seed,
-                         n=_commit_rows(sql, ds, TimeRange(until, r.end_ms)))
+                         n=_commit_rows(sql, TimeRange(until, r.end_ms)))
 
 
 def _last_per_key(sql: LakeSql, commits: pa.Table) -> pa.Table:
@@ -271,10 +273,11 @@ def read_memberships(sql: LakeSql, r: TimeRange,
     """Membership changes of the given (cluster, group)s in the range, each group's state
     before the range carried forward to the range start."""
     wanted = sorted(set(groups))
-    ds = sql.dataset("silver", "group_members") if wanted else None
+    back = r.back(COMMIT_SEED_S)
+    ds = (sql.dataset("silver", "group_members", start_ms=back.start_ms, end_ms=back.end_ms)
+          if wanted else None)
     if ds is None:
         return []
-    back = r.back(COMMIT_SEED_S)
     where, params = range_sql(back.start_ms, back.end_ms)
     rows = sql.rows("SELECT s.cluster, s.group_id, ts_ms, source_partition, source_offset, "
                     "member_count FROM t AS s SEMI JOIN k ON s.cluster = k.cluster "
@@ -297,7 +300,7 @@ def read_memberships(sql: LakeSql, r: TimeRange,
 def read_partition_offsets(sql: LakeSql, r: TimeRange,
                            partitions: Iterable[tuple[str, str, int]]) -> list[PartitionOffsets]:
     tps = sorted(set(partitions))
-    ds = sql.dataset("silver", "partition_offsets") if tps else None
+    ds = sql.dataset("silver", "partition_offsets", start_ms=r.start_ms, end_ms=r.end_ms) if tps else None
     if ds is None:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)

@@ -102,7 +102,7 @@ def stage_windows_frame(df: DataFrame, group_cols: list[str]) -> DataFrame:
 
 def read_window_stage_windows(sql: LakeSql, config: SlowBrokerSection,
                               r: TimeRange) -> list[RequestStageWindow]:
-    ds = sql.dataset("silver", "request_windows")
+    ds = sql.dataset("silver", "request_windows", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)
@@ -196,7 +196,8 @@ def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,
     follower and closed window, the `FollowerFetchWindow` and, when the rules watch Fetch,
     the replica's `ClientSendWindow` (``follower``). The two group the same rows the same
     way; one read instead of two is a scan and a merge less per evaluation."""
-    ds = sql.dataset("silver", "follower_fetch_windows")
+    ds = sql.dataset("silver", "follower_fetch_windows", start_ms=r.start_ms,
+                     end_ms=r.end_ms)
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)
@@ -225,7 +226,7 @@ def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,
 def read_window_client_sends(sql: LakeSql, config: SlowBrokerSection,
                              r: TimeRange) -> list[ClientSendWindow]:
     """The clients' send windows (the replicas' come from `read_window_follower_windows`)."""
-    ds = sql.dataset("silver", "client_send_windows")
+    ds = sql.dataset("silver", "client_send_windows", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)
@@ -249,7 +250,8 @@ def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
     """The given producers' own Produce requests per closed window, broker and client
     (module docstring), as client_rtts.read_producer_times gives them from raw rows."""
     wanted = sorted(set(producers))
-    ds = sql.dataset("silver", "client_send_windows") if wanted else None
+    ds = (sql.dataset("silver", "client_send_windows", start_ms=r.start_ms, end_ms=r.end_ms)
+          if wanted else None)
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)

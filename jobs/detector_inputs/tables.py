@@ -116,7 +116,7 @@ def in_range(df: DataFrame, r: TimeRange) -> DataFrame:
 
 def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
     """The log events the detectors use (few: not the `other` lines), as dicts."""
-    ds = sql.dataset("silver", "log_events")
+    ds = sql.dataset("silver", "log_events", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:
         return []
     cols = ["cluster", "broker", "ts_ms", "kind", "topic", "partition", "topic_id", "offset",
@@ -135,18 +135,19 @@ def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
 
 
 def broker_metrics(sql: LakeSql, r: TimeRange,
-                   metrics: Iterable[str]) -> tuple[str, list] | None:
+                   metrics: Iterable[str]) -> tuple[str, list, Any] | None:
     """silver.broker_metrics rows of the given series in the range: a query (of relation
-    ``t``, `sql.dataset`'s) and its parameters, to read from as a subquery; None while the
-    table does not exist."""
+    ``t``), its parameters and the dataset ``t`` is (the files of the range), to read from
+    as a subquery; None while the table does not exist."""
     metrics = list(metrics)
     held = sql.lake.metrics if isinstance(sql.lake, FrozenLake) else None
     if held is not None and not set(metrics) <= held:
         raise ValueError(f"broker_metrics series {sorted(set(metrics) - held)} are not in this "
                          "lake: it holds only jobs.detector_inputs.DETECTOR_METRICS (add "
                          "every series a detector reads there)")
-    if sql.dataset("silver", "broker_metrics") is None:
+    ds = sql.dataset("silver", "broker_metrics", start_ms=r.start_ms, end_ms=r.end_ms)
+    if ds is None:
         return None
     where, params = range_sql(r.start_ms, r.end_ms)
     return (f"SELECT * FROM t WHERE {where} AND metric IN ({marks(metrics)})",
-            [*params, *metrics])
+            [*params, *metrics], ds)

@@ -87,6 +87,23 @@ def test_valid_rows_reach_silver_and_gold_bad_rows_reach_quarantine(spark, lake,
     assert 0 < gold.count() <= direct.count()
 
 
+def test_a_batch_writes_one_file_per_date_to_a_silver_table(spark, lake, kmon_config):
+    # Rows spread over every shuffle partition of the dedupe (4 in the test session):
+    # without the coalesce each would write a file of its own, and a live table would
+    # gain ~4 small files every 10 s (jobs/silver.py ROWS_PER_FILE).
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) > 1
+    sink = LandingSink(lake.landing_root, "test")
+    good = _records()
+    for r in good:
+        sink.send("request_stages", "k", r)
+    sink.flush()
+    _pipeline(spark, lake, kmon_config).process_available()
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{lake.table('silver', 'request_stages')}`").first()
+    dates = spark.read.format("delta").load(lake.table("silver", "request_stages")) \
+        .select("date").distinct().count()
+    assert detail["numFiles"] == dates
+
+
 def test_rows_later_than_the_bound_are_quarantined_and_within_it_counted(spark, lake, kmon_config):
     base = _records()[0]
     t = base["ts_ms"]

@@ -71,6 +71,40 @@ def test_the_range_condition_takes_the_days_of_both_ends(tmp_path):
     assert [r["ts_ms"] for r in got] == [T0 - 1, T0, T0 + day - 1]
 
 
+def test_a_ranged_dataset_holds_only_the_files_that_may_have_rows_of_the_range(tmp_path):
+    path = str(tmp_path / "silver" / "x")
+    # one file per 10 s of ts_ms, as a live table's micro-batches; a file across midnight
+    day = 86_400_000
+    for k in range(10):
+        write_deltalake(path, _rows([T0 + k * 10_000, T0 + k * 10_000 + 9_999]),
+                        partition_by=["date"], mode="append")
+    write_deltalake(path, _rows([T0 - 5, T0 + day + 5]), partition_by=["date"], mode="append")
+    sql = LakeSql(Lake(str(tmp_path)))
+    ds = sql.dataset("silver", "x", start_ms=T0 + 25_000, end_ms=T0 + 50_000)
+    files = sorted(f.path for f in ds.get_fragments())
+    # 20-30 s, 30-40 s, 40-50 s; not 50-60 s (min = end: outside [start, end)), and
+    # neither day of the midnight file (each day's part is a file of its own partition)
+    assert len(files) == 3
+    got = [r["ts_ms"] for r in sql.rows("SELECT ts_ms FROM t ORDER BY ts_ms", t=ds)]
+    assert got == [T0 + 20_000, T0 + 29_999, T0 + 30_000, T0 + 39_999, T0 + 40_000,
+                   T0 + 49_999]
+    # the whole table without a range, and the date partition alone prunes too
+    assert len(list(sql.dataset("silver", "x").get_fragments())) == 12
+    assert len(list(sql.dataset("silver", "x", start_ms=T0 + day).get_fragments())) == 1
+    # a range with no file: an empty scan of the table's columns, not None
+    empty = sql.dataset("silver", "x", start_ms=T0 + 2 * day)
+    assert empty.count_rows() == 0 and "ts_ms" in empty.schema.names
+    assert sql.exists("silver", "x") and not sql.exists("silver", "y")
+
+
+def test_a_file_without_statistics_is_kept(tmp_path):
+    path = str(tmp_path / "silver" / "x")
+    write_deltalake(path, _rows([T0]), partition_by=["date"],
+                    configuration={"delta.dataSkippingNumIndexedCols": "0"})
+    sql = LakeSql(Lake(str(tmp_path)))
+    assert sql.dataset("silver", "x", start_ms=T0 + 1_000, end_ms=T0 + 2_000).count_rows() == 1
+
+
 @pytest.mark.parametrize("root, uri", [
     ("/var/lib/kmon/lake", "/var/lib/kmon/lake"),
     ("s3a://kafka-monitoring/kmon", "s3://kafka-monitoring/kmon"),
