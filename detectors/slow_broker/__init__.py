@@ -234,12 +234,15 @@ follower_ratio = 3.0, follower_worst_ratio = 1.5, follower_worst_min_ms = 500,
 slow_client_share = 0.5,
 max_named_clients = 5,
 client_min_slow_requests = 2, client_slow_request_share = 0.5,
-broker_session_timeout_s = 9, outage_grace_s = 60, leadership_grace_s = 30.
+broker_session_timeout_s = 9, outage_grace_s = 60, restart_warmup_s = 180,
+leadership_grace_s = 30.
 
 A broker that was out (crashed, hung past its session, shut down, restarting) is not
 slow: in the windows of its outage, its own verdict, those that blame it and its leaders'
 Remote waits that name no follower are set aside (outages.py, from the controller's
-fencing, registration and unfencing lines). A broker that has just become leader of a
+fencing, registration and unfencing lines), until outage_grace_s (60) after its unfence;
+its own-stage verdicts (request queue, Local, response queue: a fresh JVM warming up) until
+restart_warmup_s (180) after it. A broker that has just become leader of a
 partition waits in Remote for its new followers to find it: for leadership_grace_s (30)
 after its "Leader ... starts" line, its Remote waits that name no follower are set aside
 too (handovers.py).

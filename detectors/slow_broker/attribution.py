@@ -44,6 +44,21 @@ _SELF_CAUSES = {
 }
 
 
+# The causes a broker's own stages give (its request handlers, its own work, its network
+# threads): the broker's, not what it waits on.
+OWN_STAGE_CAUSES = frozenset(cause for cause, _ in _SELF_CAUSES.values())
+
+
+def loaded_by_outage_attribution(a: Attribution, out: AbstractSet[int]) -> Attribution:
+    """A partner's own-stage verdict while brokers it shares partitions with were out
+    (outages.partners_of): the load they left, a warning with no action."""
+    names = ", ".join(str(b) for b in sorted(out))
+    return Attribution(Role.VICTIM, a.cause, None, ActionKind.NONE, Severity.WARNING,
+                       f"{a.why}, while broker {names} it shares partitions with was out: "
+                       "it took over that broker's leaderships and clients; not paged",
+                       {**a.details, "brokers_out": [broker_entity(b) for b in sorted(out)]})
+
+
 def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
                    config: SlowBrokerSection) -> Attribution:
     """Slow ResponseSend: a few slow clients are theirs to fix; most clients slow is the

@@ -153,6 +153,14 @@ class SlowBrokerSection:
                                  "(seen on a rolling restart: the leaders' acks=all writes "
                                  "waited on the last restarted broker ~30 s after it was "
                                  "unfenced)", 60.0, min=0, max=3600)
+    restart_warmup_s: float = _key("After a broker that was out is unfenced, its own-stage "
+                                   "slowness (request queue, Local, response queue) is set "
+                                   "aside this long from the unfence: a fresh JVM loads its "
+                                   "logs, warms its page cache and compiles its code (seen "
+                                   "live in crash-restart-3b on a loaded 2-core host: the "
+                                   "restarted broker ran 300-700 ms TP99 for 70-150 s after "
+                                   "its unfence). Its followers' waits on it end with "
+                                   "outage_grace_s; 0 turns this off", 180.0, min=0, max=3600)
 
     leadership_grace_s: float = _key("After a broker becomes leader of a partition (its own "
                                      "'Leader ... starts at leader epoch' line), its Remote "

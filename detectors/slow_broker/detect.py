@@ -11,6 +11,8 @@ from typing import Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
 from detectors.slow_broker.attribution import (
+    OWN_STAGE_CAUSES,
+    loaded_by_outage_attribution,
     attribute,
     corroborated_by_follower,
     is_cluster_wide,
@@ -44,7 +46,8 @@ from detectors.slow_broker.latency import (
     threshold_for,
 )
 from detectors.slow_broker.handovers import LeadershipGain, new_leaders_during
-from detectors.slow_broker.outages import BrokerOutage, out_during
+from detectors.slow_broker.outages import (BrokerOutage, out_during, partners_of,
+                                           warming_during)
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.verdicts import (
     BLAMED_ROLES,
@@ -253,6 +256,35 @@ def _take_out(brokers: dict[int, BrokerVerdict], excuse) -> dict[int, BrokerVerd
     return excused
 
 
+def set_aside_warmup(brokers: dict[int, BrokerVerdict],
+                     warming: set[int]) -> dict[int, BrokerVerdict]:
+    """Take out of `brokers` the own-stage verdicts (OWN_STAGE_CAUSES) of brokers still
+    warming up after an outage (outages.warming_during); return them."""
+    return _take_out(brokers, lambda b, v: b in warming
+                     and v.attribution.cause in OWN_STAGE_CAUSES)
+
+
+def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
+                     partners: set[int] | None, already_slow: set[int]) -> set[int]:
+    """While brokers are `out`, their partners' own-stage culprit verdicts become victims
+    of the outage (outages.py; `partners` None: every broker is one), except those of
+    brokers `already_slow` (blamed in the last window before the outage); return the
+    brokers so judged."""
+    if not out:
+        return set()
+    loaded = {b for b, v in brokers.items()
+              if b not in out and (partners is None or b in partners)
+              and b not in already_slow and v.attribution.role is Role.CULPRIT
+              and v.attribution.cause in OWN_STAGE_CAUSES}
+    for b in loaded:
+        v = brokers[b]
+        brokers[b] = BrokerVerdict(b, loaded_by_outage_attribution(v.attribution, out),
+                                   v.api_verdict, slow_apis=v.slow_apis,
+                                   held_back_leaders=v.held_back_leaders,
+                                   victim_latency_ms=v.victim_latency_ms)
+    return loaded
+
+
 def set_aside_handovers(brokers: dict[int, BrokerVerdict],
                         new_leaders: set[int]) -> dict[int, BrokerVerdict]:
     """Take out of `brokers` the Remote waits naming no follower of brokers that had just
@@ -267,9 +299,15 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   config: SlowBrokerSection, out: set[int] = frozenset(),
                   new_leaders: set[int] = frozenset(),
                   rtts: Sequence[ClientRttWindow] = (),
-                  own: Sequence[ProducerServerWindow] = ()) -> WindowAssessment:
+                  own: Sequence[ProducerServerWindow] = (),
+                  warming: set[int] = frozenset(),
+                  partners: set[int] | None = None,
+                  already_slow: set[int] = frozenset()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
-    were out (`out`: restarting, crashed, shut down) explain and the Remote waits of
+    were out (`out`: restarting, crashed, shut down) explain, the own-stage verdicts of
+    brokers still warming up after one (`warming`), judge their `partners`' own-stage
+    verdicts victims of the outage (but those `already_slow`; `loaded_by_outage`) and set
+    aside the Remote waits of
     brokers that had just become leaders (`new_leaders`), then judge cluster-wide (counting
     the brokers too quiet to judge that were as slow, attribution.quiet_but_slow); the
     clients are judged on their own requests beside it (clients.py), and producers on
@@ -285,11 +323,13 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     brokers = broker_verdicts(verdicts, view, sends, config)
     blame_slow_followers(brokers)
     excused = set_aside_outages(brokers, out, view)
+    excused.update(set_aside_warmup(brokers, set(warming)))
+    loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow))
     excused.update(set_aside_handovers(brokers, set(new_leaders)))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).
-    quiet = quiet_but_slow(verdicts, out, config) - blamed_set
+    quiet = quiet_but_slow(verdicts, set(out) | set(warming) | loaded, config) - blamed_set
     wide = is_cluster_wide(blamed_set | quiet, with_traffic | blamed_set | quiet, config)
     history.remember(verdicts)
     return WindowAssessment(cluster=cluster, window_start_ms=window_start_ms,
@@ -350,6 +390,8 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     out = []
     histories: dict[str, _History] = defaultdict(_History)
     last_seen: dict[str, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
+    # per cluster, the brokers blamed in the last window in which no broker was out
+    blamed_before: dict[str, set[int]] = defaultdict(set)
     for cluster, start in sorted(rows_by_cw):
         window_rows = rows_by_cw[(cluster, start)]
         fetches = fetches_by_cw.get((cluster, start), [])
@@ -358,15 +400,21 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
         view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()))
-        out.append(assess_window(cluster, start, window_rows, histories[cluster],
-                                 external_by_cluster[cluster], view,
-                                 sends_by_cw.get((cluster, start), []), config,
-                                 out_during(outages, cluster, start, start + window_ms),
-                                 new_leaders_during(leadership_gains, cluster, start,
-                                                    start + window_ms,
-                                                    int(config.leadership_grace_s * 1000)),
-                                 rtts_by_cw.get((cluster, start), ()),
-                                 own_by_cw.get((cluster, start), ())))
+        gone = out_during(outages, cluster, start, start + window_ms)
+        new_leaders = new_leaders_during(leadership_gains, cluster, start, start + window_ms,
+                                         int(config.leadership_grace_s * 1000))
+        a = assess_window(cluster, start, window_rows, histories[cluster],
+                          external_by_cluster[cluster], view,
+                          sends_by_cw.get((cluster, start), []), config, gone, new_leaders,
+                          rtts_by_cw.get((cluster, start), ()),
+                          own_by_cw.get((cluster, start), ()),
+                          warming_during(outages, cluster, start, start + window_ms,
+                                         int(config.restart_warmup_s * 1000)),
+                          partners_of(gone, last_seen[cluster], new_leaders) if gone else None,
+                          blamed_before[cluster])
+        if not gone:
+            blamed_before[cluster] = set(a.blamed)
+        out.append(a)
     return out
 
 

@@ -24,7 +24,19 @@ minus the session timeout, or the shutdown) to the next unfence of that broker p
 `grace_ms` (the catch-up as a follower and the clients' reconnects); an outage with no
 unfence yet is open. detect.py sets aside, in a window that overlaps an outage of broker
 B, B's own verdict and every verdict that blames B; they neither count for persistence
-nor name B. A broker that is slow without being out keeps every verdict.
+nor name B. After the grace, B's own-stage verdicts (its request queue, Local, response
+queue: a fresh JVM warming up) stay set aside until `restart_warmup_s` after its unfence
+(`warming_during`); a wait of its leaders on it as a follower counts again.
+
+While B is out, the brokers that share partitions with it (`partners_of`: the leaders it
+followed, its followers, the new leaders) take over its leaderships and its clients; on a
+loaded host their own stages slow down (seen live: crash-restart-3b, broker 1's request
+queue while broker 2 recovered; controller-failover-5b, broker 2's network threads). Such
+a partner's own-stage verdict is a victim of the outage: a warning naming the brokers out,
+no action, not counted as a slow broker for cluster-wide (detect.py `loaded_by_outage`). A
+partner already blamed in the last window before the outage keeps its verdict, and one
+still slow after the outage and its grace is judged as any other. A broker that is slow
+without being out, or without sharing partitions with one that is, keeps every verdict.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 
 class BrokerState(StrEnum):
@@ -57,6 +69,7 @@ class BrokerOutage:
     start_ms: int
     end_ms: int | None   # back (unfenced) plus the grace; None: not back yet
     how: str             # what began it: broker_fenced, broker_shutdown, broker_registered
+    back_ms: int | None = None   # when it was unfenced; None: not back yet
 
     def overlaps(self, start_ms: int, end_ms: int) -> bool:
         return self.start_ms < end_ms and (self.end_ms is None or self.end_ms > start_ms)
@@ -83,7 +96,8 @@ def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: 
                 if opened is not None:
                     out.append(BrokerOutage(cluster, broker,
                                             _start_of(opened, session_timeout_ms),
-                                            c.event_ms + grace_ms, str(opened.state)))
+                                            c.event_ms + grace_ms, str(opened.state),
+                                            c.event_ms))
                     opened = None
             elif opened is None:
                 opened = c
@@ -91,6 +105,30 @@ def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: 
             out.append(BrokerOutage(cluster, broker, _start_of(opened, session_timeout_ms),
                                     None, str(opened.state)))
     return out
+
+
+def warming_during(outages: Sequence[BrokerOutage], cluster: str, start_ms: int, end_ms: int,
+                   warmup_ms: int) -> set[int]:
+    """The brokers of the cluster back from an outage (unfenced) less than `warmup_ms`
+    before some time in [start_ms, end_ms): still warming up (config restart_warmup_s)."""
+    return {o.broker for o in outages
+            if o.cluster == cluster and o.back_ms is not None and o.back_ms < end_ms
+            and o.back_ms + warmup_ms > start_ms}
+
+
+def partners_of(out: Iterable[int], followers_seen: Mapping[int, Mapping[int, int]],
+                new_leaders: Iterable[int] = ()) -> set[int] | None:
+    """The brokers that share partitions with the brokers `out` and take their load: the
+    leaders they followed, their own followers (their partitions' new leaders and their
+    clients' new brokers) and the brokers that just became leaders. `followers_seen`
+    (leader -> follower -> last window) is what the follower fetches showed so far. None
+    when the fetches never showed any broker out (no follower data: every broker may be)."""
+    out = set(out)
+    leaders = {leader for leader, fs in followers_seen.items() if out & set(fs)}
+    followers = {f for b in out for f in followers_seen.get(b, {})}
+    if not leaders and not followers:
+        return None
+    return (leaders | followers | set(new_leaders)) - out
 
 
 def out_during(outages: Sequence[BrokerOutage], cluster: str, start_ms: int,

@@ -16,7 +16,7 @@ from demo.faults.compaction_lag import CompactionLag
 from demo.faults.offset_rewind import OffsetRewinds
 from demo.faults.slow_broker import SlowBroker
 from demo.faults.unclean_election import UncleanElection
-from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED, MatrixFault
 from matrix.mechanisms.unclean import collateral_expects, collateral_partitions
 from matrix.truth import Expect
 
@@ -85,7 +85,8 @@ class ThrottledCleaner(MatrixFault, CompactionLag):
             # held moved, and a group that then committed an older offset really rewound
             # (seen live: ledger-readers re-read 535 messages after the move).
             out += (Expect("rewinds after the coordinator move", "offset_rewind", r"group:.+",
-                           ("stale_offset_after_coordinator_move",)), COMMITS_RETRIED)
+                           ("stale_offset_after_coordinator_move",)), COMMITS_RETRIED,
+                    PARTNERS_LOADED)
         return out
 
     restarted = False
@@ -112,7 +113,7 @@ class LossyUncleanElection(MatrixFault, UncleanElection):
                 Expect("readers reset", "offset_reset", rf"group:{self.group}/{self.topic}-0"),
                 Expect("readers rewound", "offset_rewind",
                        rf"group:{self.group}/{self.topic}-0"), COMMITS_RETRIED,
-                *collateral_expects(self.collateral))
+                PARTNERS_LOADED, *collateral_expects(self.collateral))
 
     def inject(self, ctx, run):
         # Other partitions only on the two brokers it stops go through the same.

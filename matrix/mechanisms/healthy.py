@@ -32,7 +32,7 @@ import time
 import uuid
 
 from demo.faults.base import FaultContext, FaultRun, now_ms, wait_for
-from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED, MatrixFault
 from matrix.mechanisms.healthy_clients import BurstProducer, GroupMember, churn_cycle
 from matrix.mechanisms.cluster_ops import (active_controller, isr_without, replicas_on,
                                            restore_cluster, rf, stop_workload_producer,
@@ -96,6 +96,9 @@ class BrokerCrashRestart(_Healthy):
     name = "broker_crash_restart"
     title = "a broker crashes and restarts"
 
+    def explained(self):
+        return (COMMITS_RETRIED, PARTNERS_LOADED)
+
     def __init__(self, broker: int = 2, down_s: float = 20):
         self.broker, self.down_s = broker, down_s
 
@@ -111,6 +114,9 @@ class RollingRestart(_Healthy):
 
     name = "rolling_restart"
     title = "a rolling restart of every broker"
+
+    def explained(self):
+        return (COMMITS_RETRIED, PARTNERS_LOADED)
 
     def __init__(self, down_s: float = 5):
         self.down_s = down_s
@@ -139,6 +145,9 @@ class ControllerFailover(_Healthy):
 
     name = "controller_failover"
     title = "the active KRaft controller crashes"
+
+    def explained(self):
+        return (COMMITS_RETRIED, PARTNERS_LOADED)
 
     def __init__(self, down_s: float = 15):
         self.down_s = down_s

@@ -38,7 +38,7 @@ import re
 import time
 
 from demo.faults.base import FaultContext, FaultRun, now_ms, wait_for
-from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED, MatrixFault
 from matrix.mechanisms.rewind_clients import (
     SeekingConsumer, alter_offsets, committed, coordinator_partition, fresh_admin, group_state,
     isr_full, killable, offsets_at, own_topic, start_producer, stop_producer, wait_group_empty,
@@ -245,7 +245,8 @@ class CoordinatorFailover(OwnTopicRewind):
         # after the move: a real rewind, which a correct monitor reports with the move as
         # its evidence. What must not appear is a rewind without a move, or data loss.
         return (Expect("rewinds after the coordinator move", "offset_rewind", r"group:.+",
-                       ("stale_offset_after_coordinator_move",)), COMMITS_RETRIED)
+                       ("stale_offset_after_coordinator_move",)), COMMITS_RETRIED,
+                PARTNERS_LOADED)
 
     def pick_group(self, ctx: FaultContext) -> str:
         md = ctx.admin().list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]

@@ -59,7 +59,7 @@ import re
 
 from demo.faults.base import FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
 from demo.workload import ConsumerSpec, ProducerSpec
-from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED, MatrixFault
 from matrix.mechanisms.cluster_ops import wait_healthy
 from matrix.mechanisms.compaction import stop_producer
 from matrix.truth import Expect
@@ -167,7 +167,7 @@ class UncleanElection(MatrixFault):
         return (Expect("truncation", "log_truncation", _partition(self.topic)),
                 Expect("readers reset", "offset_reset", readers),
                 Expect("readers rewound", "offset_rewind", readers), COMMITS_RETRIED,
-                *collateral_expects(self.collateral))
+                PARTNERS_LOADED, *collateral_expects(self.collateral))
 
     def prepare(self, ctx: FaultContext) -> None:
         from confluent_kafka.admin import NewTopic
@@ -268,7 +268,7 @@ class SoleReplicaCrash(MatrixFault):
     def explained(self) -> tuple[Expect, ...]:
         # The same for each of the topic's other partitions; a coordinator on the killed
         # broker makes commits land out of order.
-        return (*self.expect(), COMMITS_RETRIED)
+        return (*self.expect(), COMMITS_RETRIED, PARTNERS_LOADED)
 
     def prepare(self, ctx: FaultContext) -> None:
         """Nothing at the session's start (as UncleanNoLoss): the session's other
@@ -334,7 +334,7 @@ class UncleanNoLoss(MatrixFault):
                        _partition(self.topic), (), ("warning", "info")),)
 
     def explained(self) -> tuple[Expect, ...]:
-        return (COMMITS_RETRIED, *collateral_expects(self.collateral))
+        return (COMMITS_RETRIED, PARTNERS_LOADED, *collateral_expects(self.collateral))
 
     def interim(self) -> tuple[Expect, ...]:
         """Critical until the old leader is back: the topic is made when the scenario

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from matrix.fault import PARTNERS_LOADED
 from matrix.mechanisms.compaction import (
     BAD_LENGTH,
     CleanerStopped,
@@ -96,7 +97,8 @@ def test_ground_truth():
 
     quiet = UncleanNoLoss(topic="ledger-quiet")
     (q,) = quiet.expect()
-    assert [e.causes for e in quiet.explained()] == [("commit_reordered",)]
+    assert [e.causes for e in quiet.explained()] == [("commit_reordered",),
+                                                      PARTNERS_LOADED.causes]
     finding = {"type": "unclean_election", "entity": "ledger-quiet-0",
                "cause": "unclean_leader_election"}
     assert q.matches({**finding, "severity": "warning"})

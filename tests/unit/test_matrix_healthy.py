@@ -1,5 +1,5 @@
 """The healthy mechanisms' pure parts: ground truth (nothing expected, only retried commits
-explained),
+explained, and the load an outage leaves on its partners where a broker is taken out),
 the rolling-restart order, the join/leave schedule, reading ISRs and the active controller."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from demo.faults.base import FaultRun
-from matrix.fault import COMMITS_RETRIED
+from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED
 from matrix.mechanisms import healthy
 from matrix.mechanisms.cluster_ops import is_active, isr_without, under_replicated
 
@@ -17,25 +17,34 @@ pytestmark = pytest.mark.unit
 
 ALL = [healthy.BrokerCrashRestart(), healthy.RollingRestart(), healthy.ControllerFailover(),
        healthy.Rebalances(), healthy.TopicChurn(), healthy.BurstyLoad()]
+# the mechanisms that take a broker out
+OUTAGES = (healthy.BrokerCrashRestart, healthy.RollingRestart, healthy.ControllerFailover)
 
 
 @pytest.mark.parametrize("fault", ALL, ids=lambda f: f.name)
 def test_healthy_ground_truth_expects_nothing_and_explains_only_retried_commits(fault):
     assert fault.fault_class == "healthy" and not fault.runs_until_detected
-    assert fault.expect() == () and fault.explained() == (COMMITS_RETRIED,)
+    explained = ((COMMITS_RETRIED, PARTNERS_LOADED) if isinstance(fault, OUTAGES)
+                 else (COMMITS_RETRIED,))
+    assert fault.expect() == () and fault.explained() == explained
     assert fault.parts == ()
     assert fault.observe_s >= 90      # late false findings are caught
     run = FaultRun(fault.name, 1_000, fault_ms=5_000, notes={"broker": 2})
     truth = fault.truth(run, f"{fault.name}-3b")
     assert truth.fault_class == "healthy" and truth.fault_ms == 5_000
-    assert truth.expect == () and truth.explained == (COMMITS_RETRIED,)
+    assert truth.expect == () and truth.explained == explained
     assert truth.notes == {"broker": 2}
     reordered = {"type": "offset_rewind", "entity": "group:billing/orders-2",
                  "cause": "commit_reordered", "severity": "info"}
     assert truth.explains(reordered)
     assert not truth.explains({**reordered, "cause": "member_commit", "severity": "warning"})
+    loaded = {"type": "slow_broker", "entity": "broker:1", "severity": "warning",
+              "cause": "request_handlers_saturated"}
+    assert truth.explains(loaded) == isinstance(fault, OUTAGES)
     for finding in ({"type": "log_truncation", "entity": "orders-0", "severity": "critical"},
-                    {"type": "slow_broker", "entity": "broker:2", "severity": "warning"}):
+                    {"type": "slow_broker", "entity": "broker:2", "severity": "warning"},
+                    {**loaded, "severity": "high"},
+                    {**loaded, "cause": "slow_follower"}):
         assert not truth.explains(finding)
 
 

@@ -88,7 +88,9 @@ def test_coordinator_failover_expects_nothing_and_explains_only_rewinds_after_th
     m = CoordinatorFailover()
     assert m.fault_class == "rewind_healthy" and m.expect() == ()
     assert m.parts == ()
-    e, retried = m.explained()
+    e, retried, loaded = m.explained()
+    assert loaded.matches({"type": "slow_broker", "entity": "broker:1", "severity": "warning",
+                           "cause": "network_threads_saturated"})
     assert retried.matches({"type": "offset_rewind", "entity": "group:billing/orders-2",
                             "cause": "commit_reordered", "severity": "info"})
     moved = {"type": "offset_rewind", "entity": "group:billing/orders-0",

@@ -16,7 +16,9 @@ from detectors.slow_broker import (
     assess_windows,
     detect_slow_brokers,
 )
-from detectors.slow_broker.outages import broker_outages, out_during
+import dataclasses
+
+from detectors.slow_broker.outages import broker_outages, out_during, warming_during
 from tests.unit.test_detector_slow_broker import (
     LAST, T0, W, follower_fetches, healthy, replaced, start)
 
@@ -39,7 +41,7 @@ def test_a_crash_runs_from_a_session_before_the_fence_to_the_unfence_and_the_gra
     [o] = outages(change(3, 10_000, BrokerState.FENCED),
                   change(3, 25_000, BrokerState.REGISTERED),
                   change(3, 33_000, BrokerState.UNFENCED))
-    assert o == BrokerOutage("c1", 3, 1_000, 63_000, "broker_fenced")
+    assert o == BrokerOutage("c1", 3, 1_000, 63_000, "broker_fenced", back_ms=33_000)
 
 
 def test_a_controlled_shutdown_starts_at_the_grant_and_a_quick_restart_a_session_back():
@@ -107,7 +109,8 @@ def test_a_follower_the_controller_fenced_is_out_not_slow():
 
 def test_an_outage_of_another_broker_excuses_nothing_else():
     """Broker 3 slow in its own right (Local 900 ms) while broker 1 restarts: broker 3 is
-    still found, and broker 1's own windows set aside."""
+    still found, and broker 1's own windows set aside. (With no follower data every broker
+    may have taken broker 1's load: a warning then, see the partner tests below.)"""
     rows = replaced(healthy(), 3, "Produce", CRASH, total=910.0, local=900.0)
     rows = replaced(rows, 1, "Produce", CRASH, total=2000.0, local=1990.0)
     out = outages(change(1, start(LAST - 2), BrokerState.SHUTDOWN))
@@ -131,3 +134,93 @@ def test_remote_waits_naming_no_follower_while_a_follower_restarts_are_set_aside
                   change(3, start(LAST - 1), BrokerState.UNFENCED))
     assert detect_slow_brokers(rows, follower_fetches=fetches, outages=out,
                                config=CONFIG) == []
+
+
+# --- the restarted broker's warm-up ------------------------------------------------------------
+
+def restarted_broker_1():
+    """Broker 1 shut down in window 2 and unfenced in window 3 (its outage and grace end in
+    window 6), then slow on its own stages (Local) in the last three windows, well after
+    the grace: a fresh JVM warming up on a loaded host (crash-restart-3b, live)."""
+    rows = replaced(healthy(), 1, "Produce", CRASH, total=1200.0, local=1190.0)
+    out = outages(change(1, start(2), BrokerState.SHUTDOWN),
+                  change(1, start(3), BrokerState.UNFENCED))
+    return rows, out
+
+
+def test_a_restarted_brokers_own_stages_are_set_aside_while_it_warms_up():
+    rows, out = restarted_broker_1()
+    assert out[0].end_ms == start(6) and out[0].back_ms == start(3)
+    assert warming_during(out, "c1", start(LAST), start(LAST) + W, 180_000) == {1}
+    assert warming_during(out, "c1", start(3) + 180_000, start(3) + 190_000, 180_000) == set()
+    assert warming_during(out, "c2", start(LAST), start(LAST) + W, 180_000) == set()
+    assert detect_slow_brokers(rows, outages=out, config=CONFIG) == []
+    last = assess_windows(rows, outages=out, config=CONFIG)[-1]
+    assert set(last.excused) == {1} and not last.brokers
+    # without the warm-up it pages, as it did live
+    found = {d.entity: d.cause for d in detect_slow_brokers(
+        rows, outages=out, config=dataclasses.replace(CONFIG, restart_warmup_s=0))}
+    assert found == {"broker:1": "local_disk_or_page_cache"}
+
+
+def test_the_warm_up_ends_and_is_only_for_the_restarted_brokers_own_stages():
+    rows, out = restarted_broker_1()
+    # restarted long before the slow windows: it pages
+    early = outages(change(1, start(LAST - 2) - 400_000, BrokerState.SHUTDOWN),
+                    change(1, start(LAST - 2) - 190_000, BrokerState.UNFENCED))
+    found = {d.entity for d in detect_slow_brokers(rows, outages=early, config=CONFIG)}
+    assert found == {"broker:1"}
+    # its leaders waiting on it as a follower after the grace still blame it
+    rows = healthy()
+    for b in (2, 3):
+        rows = replaced(rows, b, "Produce", CRASH, total=900.0, remote=890.0)
+    fetches = follower_fetches(CRASH, {(2, 1): 880.0, (3, 1): 880.0})
+    found = {d.entity: d.cause for d in detect_slow_brokers(
+        rows, follower_fetches=fetches, outages=out, config=CONFIG)}
+    assert found.get("broker:1") == "slow_follower"
+
+
+# --- partners loaded by an outage --------------------------------------------------------------
+
+def fetches_between(pairs):
+    """Follower fetches (5 ms gaps) in every window for the given (leader, follower) pairs
+    only: who shares partitions with whom."""
+    return [f for f in follower_fetches(set(), {})
+            if (f.leader, f.follower) in pairs]
+
+
+def partner_slow(slow_windows):
+    """Broker 1's request queue slow (handlers saturated) in `slow_windows` while broker 2,
+    whose partitions it shares, is out from the first crash window on (never back)."""
+    rows = replaced(healthy(), 1, "Produce", slow_windows, total=900.0, rq=890.0)
+    out = outages(change(2, start(LAST - 2), BrokerState.SHUTDOWN))
+    return rows, out
+
+
+def test_a_partner_slow_on_its_own_stages_while_a_broker_is_out_is_a_warning_victim():
+    rows, out = partner_slow(CRASH)
+    fetches = fetches_between({(1, 2), (2, 1), (1, 3), (3, 1), (2, 3), (3, 2)})
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, outages=out, config=CONFIG)
+    assert (d.entity, d.cause, d.severity.value, d.suggested_action.value) == (
+        "broker:1", "request_handlers_saturated", "warning", "none")
+    assert d.evidence["brokers_out"] == ["broker:2"] and d.evidence["role"] == "victim"
+    last = assess_windows(rows, follower_fetches=fetches, outages=out, config=CONFIG)[-1]
+    assert not last.blamed and not last.cluster_wide
+    # without the outage, the page it is
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
+    assert (d.severity.value, d.suggested_action.value) == ("high", "move_leadership")
+
+
+def test_a_partner_already_slow_before_the_outage_keeps_its_page():
+    rows, out = partner_slow({LAST - 4, LAST - 3, *CRASH})
+    fetches = fetches_between({(1, 2), (2, 1), (1, 3), (3, 1), (2, 3), (3, 2)})
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, outages=out, config=CONFIG)
+    assert (d.entity, d.severity.value) == ("broker:1", "high")
+
+
+def test_a_broker_sharing_no_partition_with_the_one_out_keeps_its_page():
+    rows, out = partner_slow(CRASH)
+    # broker 2 replicates with broker 3 only
+    fetches = fetches_between({(1, 3), (3, 1), (2, 3), (3, 2)})
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, outages=out, config=CONFIG)
+    assert (d.entity, d.severity.value) == ("broker:1", "high")
