@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
@@ -277,11 +277,8 @@ def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
               and b not in already_slow and v.attribution.role is Role.CULPRIT
               and v.attribution.cause in OWN_STAGE_CAUSES}
     for b in loaded:
-        v = brokers[b]
-        brokers[b] = BrokerVerdict(b, loaded_by_outage_attribution(v.attribution, out),
-                                   v.api_verdict, slow_apis=v.slow_apis,
-                                   held_back_leaders=v.held_back_leaders,
-                                   victim_latency_ms=v.victim_latency_ms)
+        brokers[b] = replace(
+            brokers[b], attribution=loaded_by_outage_attribution(brokers[b].attribution, out))
     return loaded
 
 
