@@ -108,9 +108,7 @@ class LakeSql:
         statistics, when the table has them (a file without statistics is kept). A
         superset: the read's SQL still filters its rows exactly."""
         key = (layer, name)
-        with self._lock:
-            lock = self._table_locks.setdefault(key, threading.Lock())
-        with lock:
+        with self._table_lock(key):
             t = self._snapshot(key)
             if t.delta is None:
                 return None
@@ -120,6 +118,12 @@ class LakeSql:
             if t.full is None:
                 t.full = t.delta.to_pyarrow_dataset()
             return t.full
+
+    def _table_lock(self, key: tuple[str, str]) -> threading.Lock:
+        """The lock one table's snapshot is read and refreshed under (one per table, so
+        a slow refresh of one does not hold up reads of the others)."""
+        with self._lock:
+            return self._table_locks.setdefault(key, threading.Lock())
 
     def _snapshot(self, key: tuple[str, str]) -> _Table:
         """The table's snapshot, brought up to date when older than refresh_s (the caller
@@ -149,9 +153,7 @@ class LakeSql:
     def columns(self, layer: str, name: str) -> frozenset[str]:
         """The table's column names (none while it does not exist)."""
         key = (layer, name)
-        with self._lock:
-            lock = self._table_locks.setdefault(key, threading.Lock())
-        with lock:
+        with self._table_lock(key):
             return self._snapshot(key).columns
 
     def rows(self, sql: str, params: Sequence[Any] = (), **tables: pads.Dataset | Any

@@ -67,6 +67,13 @@ for the kinds kmon acts on. Each line form matched, and where it was seen:
   request from broker 2 to unfence has been granted because it has caught up with the
   offset of its register broker record 4822.`` (``... with the last committed metadata
   offset N`` in 3.x). All seen on 4.3.1 except the 3.x forms. When a broker was out.
+- broker_unreachable (subject_broker the broker that cannot be reached): a replica fetcher
+  of this broker could not connect to the leader it follows: ``[ReplicaFetcher
+  replicaId=1, leaderId=3, fetcherId=0] Connection to node 3 (/127.0.0.1:38101) could not
+  be established. Node may not be available.`` (NetworkClient, seen on 4.3.1, repeated at
+  each reconnect attempt while the broker's port refuses; ``Broker may not be available``
+  before 3.0). The other brokers' view of a broker that is gone, also while the only
+  controller is the one gone and nobody logs its fencing.
 - cleaner_run: the summary above; sizes are MB with one decimal and counts carry
   thousands separators (``%,.1f``, ``%,d`` in the en locale).
 
@@ -453,6 +460,19 @@ def _broker_state(message: str, rec: dict) -> bool:
     return False
 
 
+UNREACHABLE_RE = re.compile(r"\[ReplicaFetcher replicaId=-?\d+, leaderId=\d+[^\]]*\] Connection "
+                            r"to node (?P<b>\d+) \([^)]*\) could not be established\. "
+                            r"(?:Node|Broker) may not be available")
+
+
+def _unreachable(message: str, rec: dict) -> bool:
+    if m := UNREACHABLE_RE.search(message):
+        rec["subject_broker"] = int(m.group("b"))
+        rec["kind"] = LogEventKind.BROKER_UNREACHABLE.value
+        return True
+    return False
+
+
 # the log cleaner's summary
 
 NUMBER = r"(-?[\d,]+(?:\.\d+)?|NaN|-?Infinity)"
@@ -501,6 +521,7 @@ RULES = (
     ("granted a controlled shutdown", _broker_state),
     ("new incarnation of broker", _broker_state),
     ("to unfence has been granted", _broker_state),
+    ("could not be established", _unreachable),
 )
 
 

@@ -35,6 +35,8 @@ class LogEventKind(str, Enum):
     BROKER_SHUTDOWN = "broker_shutdown"        # a broker was granted a controlled shutdown
     BROKER_REGISTERED = "broker_registered"    # a restarted broker registered a new incarnation
     BROKER_UNFENCED = "broker_unfenced"        # a (re)started broker caught up and was unfenced
+    BROKER_UNREACHABLE = "broker_unreachable"  # this broker's replica fetcher could not
+                                               # connect to the leader it follows
     OTHER = "other"                            # any other event, kept as text
 
     def __str__(self) -> str:
@@ -123,7 +125,8 @@ COLUMNS = {
     "reduction_pct": "Cleaner run: size reduction, percent",
     "buffer_utilization_pct": "Cleaner run: dedupe buffer utilization, percent",
     "subject_broker": "The broker a controller's line is about (broker_fenced, "
-                      "broker_shutdown, broker_registered, broker_unfenced)",
+                      "broker_shutdown, broker_registered, broker_unfenced), or the one a "
+                      "replica fetcher could not connect to (broker_unreachable)",
     "last_known_elr": "Unclean election (4.x): the partition's last known eligible leader "
                       "replicas before the change (lastKnownElr): the replicas still in sync "
                       "when its ISR emptied; empty when none",

@@ -245,7 +245,9 @@ its own-stage verdicts (request queue, Local, response queue: a fresh JVM warmin
 restart_warmup_s (180) after it. A broker that has just become leader of a
 partition waits in Remote for its new followers to find it: for leadership_grace_s (30)
 after its "Leader ... starts" line, its Remote waits that name no follower are set aside
-too (handovers.py).
+too, and its own-stage verdicts (the clients and followers that moved to it) are warning
+victims of the handover with no action, unless it was blamed in the window before
+(handovers.py).
 
 Input: pass closed windows only (an open window's p99 is of a partial population), at
 least persistence_lookback_windows of them, and min_history_windows more when no
@@ -260,7 +262,8 @@ Modules, in the order the detector uses them:
 - follower_blame.py: the follower that holds a leader's acks=all writes back.
 - attribution.py: rule 6, whose fault a suspect row is.
 - outages.py: when each broker was out; its windows are set aside.
-- handovers.py: when a broker became leader; its unnamed Remote waits are set aside.
+- handovers.py: when a broker became leader; its unnamed Remote waits are set aside and
+  its own-stage slowness is a warning.
 - clients.py: the clients slow by their own requests, and their findings.
 - verdicts.py: causes, roles, and the rules' results kept for tests and evidence.
 - detect.py: `detect_slow_brokers`, which applies the rules in order per window.
@@ -290,7 +293,8 @@ from detectors.slow_broker.latency import (
     threshold_for,
 )
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.outages import BrokerOutage, BrokerState, BrokerStateChange
+from detectors.slow_broker.outages import (BrokerOutage, BrokerState, BrokerStateChange,
+                                           BrokerUnreachable)
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.verdicts import Role
 
@@ -299,6 +303,7 @@ __all__ = [
     "BrokerOutage",
     "BrokerState",
     "BrokerStateChange",
+    "BrokerUnreachable",
     "ClientRttWindow",
     "ClientSendWindow",
     "FollowerFetchWindow",

@@ -59,6 +59,16 @@ def loaded_by_outage_attribution(a: Attribution, out: AbstractSet[int]) -> Attri
                        {**a.details, "brokers_out": [broker_entity(b) for b in sorted(out)]})
 
 
+def loaded_by_handover_attribution(a: Attribution, partitions: int) -> Attribution:
+    """An own-stage verdict of a broker that had just become leader of `partitions`
+    partitions (handovers.py): the load that moved to it, a warning with no action (moving
+    those leaderships away again would undo the election)."""
+    return Attribution(Role.VICTIM, a.cause, None, ActionKind.NONE, Severity.WARNING,
+                       f"{a.why}, just after it became leader of {partitions} partition(s): "
+                       "their clients and followers moved to it; not paged",
+                       {**a.details, "leaderships_gained": partitions})
+
+
 def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
                    config: SlowBrokerSection) -> Attribution:
     """Slow ResponseSend: a few slow clients are theirs to fix; most clients slow is the

@@ -153,6 +153,13 @@ class SlowBrokerSection:
                                  "(seen on a rolling restart: the leaders' acks=all writes "
                                  "waited on the last restarted broker ~30 s after it was "
                                  "unfenced)", 60.0, min=0, max=3600)
+    unreachable_gap_s: float = _key("The other brokers' replica fetchers logging that they "
+                                    "cannot connect to a broker ('Connection to node N ... "
+                                    "could not be established') make an outage of it; "
+                                    "sightings of one broker less than this apart are one "
+                                    "outage (they repeat at each reconnect attempt, every "
+                                    "reconnect.backoff.max.ms: 1 s by default)", 10.0,
+                                    min=0.1, max=3600)
     restart_warmup_s: float = _key("After a broker that was out is unfenced, its own-stage "
                                    "slowness (request queue, Local, response queue) is set "
                                    "aside this long from the unfence: a fresh JVM loads its "
@@ -167,7 +174,11 @@ class SlowBrokerSection:
                                      "waits that name no follower are set aside this long: "
                                      "its new followers first have to find it and fetch "
                                      "(seen after the controller's preferred-leader election "
-                                     "on a rolling restart: 1.5 s TP99 for two windows)",
+                                     "on a rolling restart: 1.5 s TP99 for two windows); its "
+                                     "own-stage slowness in that time is a warning with no "
+                                     "action, the load that moved to it (seen on "
+                                     "crash-restart-3b: broker 1's network threads after it "
+                                     "took 17 partitions), unless it was blamed just before",
                                      30.0, min=0, max=3600)
 
     def __post_init__(self) -> None:

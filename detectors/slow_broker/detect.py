@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Sequence, TypeVar
 from core.findings import Detection
 from detectors.slow_broker.attribution import (
     OWN_STAGE_CAUSES,
+    loaded_by_handover_attribution,
     loaded_by_outage_attribution,
     attribute,
     corroborated_by_follower,
@@ -282,6 +283,21 @@ def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
     return loaded
 
 
+def loaded_by_handover(brokers: dict[int, BrokerVerdict], new_leaders: Mapping[int, int],
+                       already_slow: set[int]) -> set[int]:
+    """The own-stage culprit verdicts of brokers that had just become leaders
+    (`new_leaders`: broker -> partitions taken, handovers.py) become victims of the
+    handover, except those of brokers `already_slow` (blamed in the last window before);
+    return the brokers so judged."""
+    loaded = {b for b, v in brokers.items()
+              if b in new_leaders and b not in already_slow
+              and v.attribution.role is Role.CULPRIT and v.attribution.cause in OWN_STAGE_CAUSES}
+    for b in loaded:
+        brokers[b] = replace(brokers[b], attribution=loaded_by_handover_attribution(
+            brokers[b].attribution, new_leaders[b]))
+    return loaded
+
+
 def set_aside_handovers(brokers: dict[int, BrokerVerdict],
                         new_leaders: set[int]) -> dict[int, BrokerVerdict]:
     """Take out of `brokers` the Remote waits naming no follower of brokers that had just
@@ -294,7 +310,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   history: _History, external: Mapping[tuple[int, str], float],
                   view: FollowerView, sends: Sequence[ClientSendWindow],
                   config: SlowBrokerSection, out: set[int] = frozenset(),
-                  new_leaders: set[int] = frozenset(),
+                  new_leaders: Mapping[int, int] | set[int] = frozenset(),
                   rtts: Sequence[ClientRttWindow] = (),
                   own: Sequence[ProducerServerWindow] = (),
                   warming: set[int] = frozenset(),
@@ -303,10 +319,12 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     """Apply every rule to one window, then attribute, then set aside what brokers that
     were out (`out`: restarting, crashed, shut down) explain, the own-stage verdicts of
     brokers still warming up after one (`warming`), judge their `partners`' own-stage
-    verdicts victims of the outage (but those `already_slow`; `loaded_by_outage`) and set
-    aside the Remote waits of
-    brokers that had just become leaders (`new_leaders`), then judge cluster-wide (counting
-    the brokers too quiet to judge that were as slow, attribution.quiet_but_slow); the
+    verdicts victims of the outage (but those `already_slow`; `loaded_by_outage`), set
+    aside the Remote waits of brokers that had just become leaders (`new_leaders`: broker
+    -> partitions taken; a set: one each) and judge their own-stage verdicts victims of
+    the handover (but those `already_slow`; `loaded_by_handover`), then judge
+    cluster-wide (counting the brokers too quiet to judge that were as slow,
+    attribution.quiet_but_slow); the
     clients are judged on their own requests beside it (clients.py), and producers on
     their own round trips against their own requests' times (`own`, client_links.py).
 
@@ -323,6 +341,8 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     excused.update(set_aside_warmup(brokers, set(warming)))
     loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow))
     excused.update(set_aside_handovers(brokers, set(new_leaders)))
+    gained = new_leaders if isinstance(new_leaders, Mapping) else dict.fromkeys(new_leaders, 1)
+    loaded |= loaded_by_handover(brokers, gained, set(already_slow))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).

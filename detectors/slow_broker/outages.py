@@ -22,11 +22,24 @@ ingest/broker_log.py), as `BrokerStateChange`:
 `broker_outages` makes intervals of them: from the first sign (fence or registration
 minus the session timeout, or the shutdown) to the next unfence of that broker plus
 `grace_ms` (the catch-up as a follower and the clients' reconnects); an outage with no
-unfence yet is open. detect.py sets aside, in a window that overlaps an outage of broker
-B, B's own verdict and every verdict that blames B; they neither count for persistence
-nor name B. After the grace, B's own-stage verdicts (its request queue, Local, response
-queue: a fresh JVM warming up) stay set aside until `restart_warmup_s` after its unfence
-(`warming_during`); a wait of its leaders on it as a follower counts again.
+unfence yet is open.
+
+The controller logs nothing while it is itself the broker that is gone (a cluster with one
+KRaft controller, combined with a broker): it logs the fencing of its old registration
+only once it is back, and a page on a partner came before that line was read (seen live:
+throttled-cleaner-3b, broker 1's request handlers while broker 3, the only controller,
+was killed and restarted by the heal). So the other brokers' view counts too
+(`unreachable_outages`): their replica fetchers' "Connection to node N ... could not be
+established" lines (`BrokerUnreachable`, repeated at each reconnect attempt while N's port
+refuses) make an outage of N from the first such line to the last, sightings less than
+`unreachable_gap_s` apart being one; it is back at the last (its port answers again),
+plus the grace.
+
+detect.py sets aside, in a window that overlaps an outage of broker B, B's own verdict
+and every verdict that blames B; they neither count for persistence nor name B. After
+the grace, B's own-stage verdicts (its request queue, Local, response queue: a fresh JVM
+warming up) stay set aside until `restart_warmup_s` after its unfence (`warming_during`);
+a wait of its leaders on it as a follower counts again.
 
 While B is out, the brokers that share partitions with it (`partners_of`: the leaders it
 followed, its followers, the new leaders) take over its leaderships and its clients; on a
@@ -45,6 +58,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class BrokerUnreachable:
+    cluster: str
+    broker: int          # the broker that could not be reached
+    event_ms: int
+    seen_by: int         # the broker whose replica fetcher could not connect
 
 
 class BrokerState(StrEnum):
@@ -104,6 +125,29 @@ def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: 
         if opened is not None:
             out.append(BrokerOutage(cluster, broker, _start_of(opened, session_timeout_ms),
                                     None, str(opened.state)))
+    return out
+
+
+def unreachable_outages(sightings: Iterable[BrokerUnreachable], *, gap_ms: int,
+                        grace_ms: int) -> list[BrokerOutage]:
+    """Outages of the brokers the others could not connect to (see the module docstring):
+    one per run of sightings of a broker less than `gap_ms` apart."""
+    by_broker: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for x in sightings:
+        if x.broker != x.seen_by:
+            by_broker[(x.cluster, x.broker)].append(x.event_ms)
+    out = []
+    for (cluster, broker), times in sorted(by_broker.items()):
+        times.sort()
+        first = last = times[0]
+        for t in times[1:] + [None]:
+            if t is not None and t - last < gap_ms:
+                last = t
+                continue
+            out.append(BrokerOutage(cluster, broker, first, last + grace_ms,
+                                    "broker_unreachable", last))
+            if t is not None:
+                first = last = t
     return out
 
 

@@ -57,7 +57,7 @@ from detectors.slow_broker import (
     SlowBrokerSection,
 )
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.outages import broker_outages
+from detectors.slow_broker.outages import BrokerUnreachable, broker_outages, unreachable_outages
 from infra.lake import Lake
 from jobs.detector_inputs.tables import TimeRange, gold_windows, in_range, silver_range, table
 
@@ -318,15 +318,22 @@ def leadership_gains_from(events: Iterable[Mapping[str, Any]], since_ms: int
 def outages_from(events: Iterable[Mapping[str, Any]], config: SlowBrokerSection
                  ) -> list[BrokerOutage]:
     """When brokers were out, from the controller's broker_fenced / broker_shutdown /
-    broker_registered / broker_unfenced lines (detectors/slow_broker/outages.py)."""
+    broker_registered / broker_unfenced lines and the other brokers' broker_unreachable
+    lines (detectors/slow_broker/outages.py)."""
     states = {s.value for s in BrokerState}
+    events = [e for e in events if e.get("subject_broker") is not None]
     changes = [BrokerStateChange(e["cluster"], int(e["subject_broker"]), int(e["ts_ms"]),
                                  BrokerState(e["kind"]))
-               for e in events
-               if e["kind"] in states and e.get("subject_broker") is not None]
-    return broker_outages(changes,
-                          session_timeout_ms=int(config.broker_session_timeout_s * 1000),
-                          grace_ms=int(config.outage_grace_s * 1000))
+               for e in events if e["kind"] in states]
+    sightings = [BrokerUnreachable(e["cluster"], int(e["subject_broker"]), int(e["ts_ms"]),
+                                   int(e["broker"]))
+                 for e in events if e["kind"] == "broker_unreachable"]
+    grace_ms = int(config.outage_grace_s * 1000)
+    return (broker_outages(changes,
+                           session_timeout_ms=int(config.broker_session_timeout_s * 1000),
+                           grace_ms=grace_ms)
+            + unreachable_outages(sightings, gap_ms=int(config.unreachable_gap_s * 1000),
+                                  grace_ms=grace_ms))
 
 
 def shrinks_from_isr_events(rows: Iterable[Mapping[str, Any]], since_ms: int,

@@ -22,7 +22,7 @@ from infra.lake_sql import LakeSql, marks, range_sql, utc_date as _date
 # growing-partition rule's window (compaction.read_cleaner_runs).
 LOG_EVENT_KINDS = ("unclean_election", "truncation", "isr_shrink", "isr_update", "isr_expand",
                    "leader_change", "coordinator_load", "broker_fenced", "broker_shutdown",
-                   "broker_registered", "broker_unfenced")
+                   "broker_registered", "broker_unfenced", "broker_unreachable")
 
 
 @dataclass(frozen=True)

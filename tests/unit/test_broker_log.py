@@ -368,6 +368,23 @@ BROKER_STATE_CASES = [
      "been granted because it has caught up with the last committed metadata offset 1. "
      "(org.apache.kafka.controller.BrokerHeartbeatManager)",
      {"kind": "broker_unfenced", "subject_broker": 1}),
+    # the other brokers' view: a replica fetcher that cannot connect to its leader
+    ("unreachable_leader_4_3_1",
+     "[2026-12-02 17:20:08,687] WARN [ReplicaFetcher replicaId=1, leaderId=3, fetcherId=0] "
+     "Connection to node 3 (/127.0.0.1:38101) could not be established. Node may not be "
+     "available. (org.apache.kafka.clients.NetworkClient)",
+     {"kind": "broker_unreachable", "subject_broker": 3, "ts_ms": 1796232008687}),
+    ("unreachable_leader_2_x",
+     "[2021-03-01 10:00:00,000] WARN [ReplicaFetcher replicaId=1, leaderId=2, fetcherId=0] "
+     "Connection to node 2 (kafka-2.kafka/10.0.0.7:9092) could not be established. Broker "
+     "may not be available. (org.apache.kafka.clients.NetworkClient)",
+     {"kind": "broker_unreachable", "subject_broker": 2}),
+    # the controller's port (RaftManager) or a client's connection is not a broker's data path
+    ("unreachable_controller_is_other",
+     "[2026-12-02 17:20:07,725] WARN [RaftManager id=1] Connection to node 3 "
+     "(/127.0.0.1:36165) could not be established. Node may not be available. "
+     "(org.apache.kafka.clients.NetworkClient)",
+     {"kind": "other", "subject_broker": None}),
     ("duplicate_registration_is_other",
      "[2026-11-26 06:29:16,955] INFO [QuorumController id=3] registerBroker: event failed with "
      "DuplicateBrokerRegistrationException in 172 microseconds. Exception message: Another "

@@ -1,5 +1,6 @@
 """A broker that has just become leader waits on its new followers: its Remote waits that
-name no follower are set aside for leadership_grace_s (detectors/slow_broker/handovers.py).
+name no follower are set aside for leadership_grace_s, and its own stages slowed by the load
+that moved to it are a warning (detectors/slow_broker/handovers.py).
 The case is the one the matrix paged on (rolling-restart-3b): the controller's
 preferred-leader election gave broker 3 back 18 partitions and its acks=all Produce TP99
 was 1,548 ms, then 843 ms, all Remote, no follower late enough to name."""
@@ -9,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from core.findings import AnomalyType
-from detectors.slow_broker import LeadershipGain, SlowBrokerSection, detect_slow_brokers
+from detectors.slow_broker import (LeadershipGain, SlowBrokerSection, assess_windows,
+                                   detect_slow_brokers)
 from detectors.slow_broker.handovers import new_leaders_during
 from jobs.detector_inputs import leadership_gains_from
 from tests.unit.test_detector_slow_broker import (
@@ -50,19 +52,44 @@ def test_after_the_grace_or_on_another_broker_it_is_judged_as_usual():
         assert [d.entity for d in found] == ["broker:3"], gains
 
 
-def test_a_new_leader_slow_in_its_own_stages_is_still_a_slow_broker():
+def test_a_new_leader_slow_in_its_own_stages_is_a_warning_victim_of_the_handover():
+    """crash-restart-3b live: the controller's preferred-leader election gave broker 1 17
+    partitions and its response queue went over the threshold in the next windows; the
+    detector paged it (and would have moved those leaderships away again)."""
     rows, fetches = new_leader_waiting(dict(total=910.0, local=900.0))
-    found = detect_slow_brokers(rows, follower_fetches=fetches,
-                                leadership_gains=[gain(3, start(LAST - 1))], config=CONFIG)
-    assert [(d.entity, d.type) for d in found] == [("broker:3", AnomalyType.SLOW_BROKER)]
+    took_over = [LeadershipGain("c1", 3, start(LAST - 1), "orders", p) for p in range(17)]
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, leadership_gains=took_over,
+                              config=CONFIG)
+    assert (d.entity, d.type, d.cause, d.severity.value, d.suggested_action.value) == (
+        "broker:3", AnomalyType.SLOW_BROKER, "local_disk_or_page_cache", "warning", "none")
+    assert d.evidence["role"] == "victim" and d.evidence["leaderships_gained"] == 17
+    last = assess_windows(rows, follower_fetches=fetches, leadership_gains=took_over,
+                          config=CONFIG)[-1]
+    assert not last.blamed and not last.cluster_wide
+    # without the handover, the page it is
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
+    assert (d.severity.value, d.suggested_action.value) == ("high", "move_leadership")
 
 
-def test_windows_overlapping_the_grace_name_the_new_leader():
-    g = [gain(3, 100_000)]
-    assert new_leaders_during(g, "c1", 90_000, 100_000, 30_000) == set()
-    assert new_leaders_during(g, "c1", 95_000, 105_000, 30_000) == {3}
-    assert new_leaders_during(g, "c1", 125_000, 135_000, 30_000) == {3}
-    assert new_leaders_during(g, "c1", 130_000, 140_000, 30_000) == set()
+def test_a_new_leader_slow_before_its_handover_or_after_the_grace_keeps_its_page():
+    rows = replaced(healthy(), 3, "Produce", {LAST - 2, *FAULT}, total=910.0, local=900.0)
+    fetches = follower_fetches(FAULT, {})
+    during = [gain(3, start(LAST - 1))]           # blamed in the window before: still slow
+    long_ago = [gain(3, start(LAST - 1) - 31_000)]
+    for gains in (during, long_ago):
+        [d] = detect_slow_brokers(rows, follower_fetches=fetches, leadership_gains=gains,
+                                  config=CONFIG)
+        assert (d.entity, d.severity.value) == ("broker:3", "high"), gains
+
+
+def test_windows_overlapping_the_grace_name_the_new_leader_and_what_it_took():
+    g = [gain(3, 100_000), LeadershipGain("c1", 3, 101_000, "orders", 5),
+         LeadershipGain("c1", 3, 102_000, "orders", 5)]          # the same partition again
+    assert new_leaders_during(g, "c1", 90_000, 100_000, 30_000) == {}
+    assert new_leaders_during(g, "c1", 95_000, 105_000, 30_000) == {3: 2}
+    assert new_leaders_during(g, "c1", 125_000, 135_000, 30_000) == {3: 2}
+    assert new_leaders_during(g, "c1", 131_000, 140_000, 30_000) == {3: 1}
+    assert new_leaders_during(g, "c1", 132_000, 140_000, 30_000) == {}
 
 
 def test_gains_are_a_brokers_own_leader_lines_of_moved_partitions():

@@ -18,7 +18,9 @@ from detectors.slow_broker import (
 )
 import dataclasses
 
-from detectors.slow_broker.outages import broker_outages, out_during, warming_during
+from detectors.slow_broker.outages import (BrokerUnreachable, broker_outages, out_during,
+                                           unreachable_outages, warming_during)
+from jobs.detector_inputs.slow_broker import outages_from
 from tests.unit.test_detector_slow_broker import (
     LAST, T0, W, follower_fetches, healthy, replaced, start)
 
@@ -224,3 +226,51 @@ def test_a_broker_sharing_no_partition_with_the_one_out_keeps_its_page():
     fetches = fetches_between({(1, 3), (3, 1), (2, 3), (3, 2)})
     [d] = detect_slow_brokers(rows, follower_fetches=fetches, outages=out, config=CONFIG)
     assert (d.entity, d.severity.value) == ("broker:1", "high")
+
+
+# --- the other brokers' view: a broker they cannot connect to -----------------------------------
+
+def unreachable(broker, ms, seen_by=1, cluster="c1"):
+    return BrokerUnreachable(cluster, broker, ms, seen_by)
+
+
+def test_sightings_of_an_unreachable_broker_make_one_outage_per_run():
+    first, second = unreachable_outages(
+        [unreachable(3, t) for t in (10_000, 11_000, 12_500, 19_000)]     # one run
+        + [unreachable(3, 13_000, seen_by=2)]
+        + [unreachable(3, 40_000), unreachable(3, 41_000)]                # 21 s later: another
+        + [unreachable(1, 50_000, seen_by=1)],                            # itself: nothing
+        gap_ms=10_000, grace_ms=GRACE)
+    assert first == BrokerOutage("c1", 3, 10_000, 19_000 + GRACE, "broker_unreachable",
+                                 back_ms=19_000)
+    assert (second.start_ms, second.end_ms, second.back_ms) == (40_000, 41_000 + GRACE, 41_000)
+
+
+def test_a_partner_slow_while_the_only_controller_is_gone_is_a_warning_victim():
+    """throttled-cleaner-3b live: broker 3, the only KRaft controller, killed and restarted;
+    no controller logged its fencing before the page, but broker 1's and broker 2's replica
+    fetchers logged that they could not connect to it, every second for 34 s."""
+    rows = replaced(healthy(), 1, "Produce", CRASH, total=900.0, rq=890.0)
+    fetches = fetches_between({(1, 2), (2, 1), (1, 3), (3, 1), (2, 3), (3, 2)})
+    gone = [unreachable(3, t, seen_by=b) for t in range(start(LAST - 2), start(LAST) + W, 1_000)
+            for b in (1, 2)]
+    out = unreachable_outages(gone, gap_ms=10_000, grace_ms=GRACE)
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, outages=out, config=CONFIG)
+    assert (d.entity, d.severity.value, d.evidence["brokers_out"]) == (
+        "broker:1", "warning", ["broker:3"])
+    # what the detector saw before: the page
+    [d] = detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
+    assert (d.entity, d.severity.value) == ("broker:1", "high")
+
+
+def test_outage_evidence_from_log_events_counts_both_views():
+    events = [
+        {"cluster": "c1", "broker": 1, "ts_ms": 100_000, "kind": "broker_unreachable",
+         "subject_broker": 3},
+        {"cluster": "c1", "broker": 3, "ts_ms": 200_000, "kind": "broker_fenced",
+         "subject_broker": 2},
+        {"cluster": "c1", "broker": 1, "ts_ms": 150_000, "kind": "other",
+         "subject_broker": None},
+    ]
+    found = sorted((o.broker, o.how) for o in outages_from(events, CONFIG))
+    assert found == [(2, "broker_fenced"), (3, "broker_unreachable")]
