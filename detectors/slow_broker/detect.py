@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
@@ -310,7 +311,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   history: _History, external: Mapping[tuple[int, str], float],
                   view: FollowerView, sends: Sequence[ClientSendWindow],
                   config: SlowBrokerSection, out: set[int] = frozenset(),
-                  new_leaders: Mapping[int, int] | set[int] = frozenset(),
+                  new_leaders: Mapping[int, int] = MappingProxyType({}),
                   rtts: Sequence[ClientRttWindow] = (),
                   own: Sequence[ProducerServerWindow] = (),
                   warming: set[int] = frozenset(),
@@ -321,7 +322,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     brokers still warming up after one (`warming`), judge their `partners`' own-stage
     verdicts victims of the outage (but those `already_slow`; `loaded_by_outage`), set
     aside the Remote waits of brokers that had just become leaders (`new_leaders`: broker
-    -> partitions taken; a set: one each) and judge their own-stage verdicts victims of
+    -> partitions taken) and judge their own-stage verdicts victims of
     the handover (but those `already_slow`; `loaded_by_handover`), then judge
     cluster-wide (counting the brokers too quiet to judge that were as slow,
     attribution.quiet_but_slow); the
@@ -341,8 +342,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     excused.update(set_aside_warmup(brokers, set(warming)))
     loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow))
     excused.update(set_aside_handovers(brokers, set(new_leaders)))
-    gained = new_leaders if isinstance(new_leaders, Mapping) else dict.fromkeys(new_leaders, 1)
-    loaded |= loaded_by_handover(brokers, gained, set(already_slow))
+    loaded |= loaded_by_handover(brokers, new_leaders, set(already_slow))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).
