@@ -266,6 +266,18 @@ def set_aside_warmup(brokers: dict[int, BrokerVerdict],
                      and v.attribution.cause in OWN_STAGE_CAUSES)
 
 
+def _loaded(brokers: dict[int, BrokerVerdict], eligible, already_slow: set[int],
+            as_victim) -> set[int]:
+    """Turn the own-stage culprit verdicts of the `eligible(broker)` brokers not
+    `already_slow` into `as_victim(broker, attribution)`; return those brokers."""
+    loaded = {b for b, v in brokers.items()
+              if eligible(b) and b not in already_slow and v.attribution.role is Role.CULPRIT
+              and v.attribution.cause in OWN_STAGE_CAUSES}
+    for b in loaded:
+        brokers[b] = replace(brokers[b], attribution=as_victim(b, brokers[b].attribution))
+    return loaded
+
+
 def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
                      partners: set[int] | None, already_slow: set[int]) -> set[int]:
     """While brokers are `out`, their partners' own-stage culprit verdicts become victims
@@ -274,14 +286,8 @@ def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
     brokers so judged."""
     if not out:
         return set()
-    loaded = {b for b, v in brokers.items()
-              if b not in out and (partners is None or b in partners)
-              and b not in already_slow and v.attribution.role is Role.CULPRIT
-              and v.attribution.cause in OWN_STAGE_CAUSES}
-    for b in loaded:
-        brokers[b] = replace(
-            brokers[b], attribution=loaded_by_outage_attribution(brokers[b].attribution, out))
-    return loaded
+    return _loaded(brokers, lambda b: b not in out and (partners is None or b in partners),
+                   already_slow, lambda b, a: loaded_by_outage_attribution(a, out))
 
 
 def loaded_by_handover(brokers: dict[int, BrokerVerdict], new_leaders: Mapping[int, int],
@@ -290,13 +296,8 @@ def loaded_by_handover(brokers: dict[int, BrokerVerdict], new_leaders: Mapping[i
     (`new_leaders`: broker -> partitions taken, handovers.py) become victims of the
     handover, except those of brokers `already_slow` (blamed in the last window before);
     return the brokers so judged."""
-    loaded = {b for b, v in brokers.items()
-              if b in new_leaders and b not in already_slow
-              and v.attribution.role is Role.CULPRIT and v.attribution.cause in OWN_STAGE_CAUSES}
-    for b in loaded:
-        brokers[b] = replace(brokers[b], attribution=loaded_by_handover_attribution(
-            brokers[b].attribution, new_leaders[b]))
-    return loaded
+    return _loaded(brokers, lambda b: b in new_leaders, already_slow,
+                   lambda b, a: loaded_by_handover_attribution(a, new_leaders[b]))
 
 
 def set_aside_handovers(brokers: dict[int, BrokerVerdict],
