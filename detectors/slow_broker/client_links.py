@@ -7,9 +7,11 @@ the whole request has arrived and stops it when the response is handed to the so
 nothing of the link shows there. Only the client sees it, as the round-trip time in its
 librdkafka statistics (`rtt`, per broker: from the request's send to its response).
 
-Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 and p50 of
-the client's statistics documents in the window (silver.client_stats, scope broker). A
-p99 of 0 (or none) means the client sent that broker nothing in the interval
+Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 of the
+client's statistics documents in the window and the p50 of the latest of them
+(silver.client_stats, scope broker; a slow path still slows the median at the window's
+end, a backlog's raised median is gone by the next document:
+jobs/detector_inputs/client_rtts.py). A p99 of 0 (or none) means the client sent that broker nothing in the interval
 (librdkafka's window is empty) and is left out. The broker's side is what the broker
 took for that client's own Produce requests (`ProducerServerWindow`: their TotalTime p99
 and p50, from the request log, or in the request-log windows mode from the agents'

@@ -79,8 +79,9 @@ class ClientSendWindow:
 @dataclass(frozen=True)
 class ClientRttWindow:
     """A client's own view of one broker in a window, from its librdkafka statistics: the
-    highest rtt p99 and p50 (request sent to response received, ms) of its documents in
-    the window (p50 None: not known); `client_type` producer or consumer
+    highest rtt p99 (request sent to response received, ms) of its documents in the
+    window, and the rtt p50 of the latest of them (None: not known;
+    jobs/detector_inputs/client_rtts.py says why); `client_type` producer or consumer
     (detectors/slow_broker/client_links.py)."""
     cluster: str
     window_start_ms: int

@@ -7,8 +7,11 @@ librdkafka 2.16.0), renamed and with their rtt windows set, two a window (every 
 three 10-second windows of a three-broker cluster:
 - far-producer: rtt p99 800 ms (p50 720) at every broker in windows 1 and 2 (20 ms in
   window 0), and broker 3's window empty (p99 0: it sent broker 3 nothing);
-- orders: 20 ms (p50 10) at every broker, 35 ms (p50 17.5) in its second document of
-  each window;
+- orders: 35 ms (p50 17.5) at every broker in its first document of each window, 20 ms
+  (p50 10) in its second;
+- bursty-producer: 2,000 ms (p50 1,800) at every broker in the first document of
+  windows 1 and 2 (a burst queued on its connections), 20 ms (p50 18) in every other
+  document: the highest median of each window is slow, the latest is not;
 - a consumer at 505 ms (its fetch wait): not read.
 """
 
@@ -64,7 +67,10 @@ def documents() -> list[tuple[int, str]]:
             out.append((ts, document(t["producer"], "far-producer", {1: far, 2: far, 3: 0.0},
                                      median=0.9)))
             out.append((ts, document(t["producer"], "orders",
-                                     dict.fromkeys((1, 2, 3), 35.0 if k else 20.0))))
+                                     dict.fromkeys((1, 2, 3), 20.0 if k else 35.0))))
+            burst = 2000.0 if w and not k else 20.0
+            out.append((ts, document(t["producer"], "bursty-producer",
+                                     dict.fromkeys((1, 2, 3), burst), median=0.9)))
             out.append((ts, document(t["consumer"], "billing", dict.fromkeys((1, 2, 3), 505.0))))
     return out
 
@@ -93,12 +99,15 @@ def test_the_producers_round_trips_per_window_and_broker(spark, lake):
         **{(w, "far-producer", b): (800.0 if w else 20.0) for w in range(3) for b in (1, 2)},
         # orders: the higher of its two documents a window; the consumer is not read
         **{(w, "orders", b): 35.0 for w in range(3) for b in (1, 2, 3)},
+        **{(w, "bursty-producer", b): (2000.0 if w else 20.0)
+           for w in range(3) for b in (1, 2, 3)},
     }
     assert {x.client_type for x in rtts} == {"producer"}
     medians = {((x.window_start_ms - T0) // W, x.client_id, x.broker): x.rtt_p50_ms
                for x in rtts}
     assert medians[(1, "far-producer", 1)] == 720.0 and medians[(0, "far-producer", 1)] == 18.0
-    assert medians[(2, "orders", 3)] == 17.5          # the higher of its two documents
+    assert medians[(2, "orders", 3)] == 10.0          # the later of its two documents
+    assert medians[(1, "bursty-producer", 2)] == 18.0   # its burst was the earlier one
     assert read_client_rtts(LakeSql(lake), CONFIG, TimeRange(T0 + 3 * W, T0 + 4 * W)) == []
 
 
@@ -107,6 +116,8 @@ def test_the_producer_behind_the_slow_link_is_found_in_them(spark, lake):
     rows = [RequestStageWindow("c1", b, "Produce", T0 + w * W, 600, 8.0)
             for w in range(3) for b in (1, 2, 3)]
     got = {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts, config=CONFIG)}
+    # bursty-producer's medians were slow at every broker in two windows, and back to
+    # 18 ms by each window's end: queueing that came and went, no slow path
     assert set(got) == {"client:far-producer"}
     assert got["client:far-producer"].cause == "client_slow_link"
     assert got["client:far-producer"].evidence["brokers"] == [1, 2]
