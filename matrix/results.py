@@ -24,11 +24,16 @@ def machine() -> dict:
 
 
 def commit() -> str:
+    """HEAD's short hash, with "-dirty" when tracked files differ from it (as `git describe
+    --dirty`): a run of uncommitted code must not pass for the commit's."""
     try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", "HEAD", "--"],
+                               capture_output=True, check=False).returncode == 1
     except OSError:
         return ""
+    return f"{head}-dirty" if head and dirty else head
 
 
 def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore],

@@ -242,7 +242,10 @@ slow: in the windows of its outage, its own verdict, those that blame it and its
 Remote waits that name no follower are set aside (outages.py, from the controller's
 fencing, registration and unfencing lines), until outage_grace_s (60) after its unfence;
 its own-stage verdicts (request queue, Local, response queue: a fresh JVM warming up) until
-restart_warmup_s (180) after it. A broker that has just become leader of a
+restart_warmup_s (180) after it. In that warm-up it is named a slow follower only when it
+stands out (past the holdback floor, or follower_ratio later than the others), not by
+follower_worst_ratio's margin, and its leaders' Remote waits that name no follower are set
+aside. A broker that has just become leader of a
 partition waits in Remote for its new followers to find it: for leadership_grace_s (30)
 after its "Leader ... starts" line, its Remote waits that name no follower are set aside
 too, and its own-stage verdicts (the clients and followers that moved to it) are warning

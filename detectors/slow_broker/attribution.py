@@ -49,14 +49,25 @@ _SELF_CAUSES = {
 OWN_STAGE_CAUSES = frozenset(cause for cause, _ in _SELF_CAUSES.values())
 
 
-def loaded_by_outage_attribution(a: Attribution, out: AbstractSet[int]) -> Attribution:
+def loaded_by_outage_attribution(a: Attribution, out: AbstractSet[int],
+                                 back: AbstractSet[int] = frozenset()) -> Attribution:
     """A partner's own-stage verdict while brokers it shares partitions with were out
-    (outages.partners_of): the load they left, a warning with no action."""
-    names = ", ".join(str(b) for b in sorted(out))
+    (outages.partners_of), or `back` from one and still warming up: the load they left,
+    or their catch-up and returning clients, a warning with no action."""
+    back = set(back) - set(out)
+    parts = []
+    if out:
+        parts.append(f"broker {', '.join(str(b) for b in sorted(out))} it shares partitions "
+                     "with was out: it took over that broker's leaderships and clients")
+    if back:
+        parts.append(f"broker {', '.join(str(b) for b in sorted(back))} it shares partitions "
+                     "with was catching up after a restart: it served that broker's "
+                     "catch-up and its returning clients")
+    details = {**a.details, "brokers_out": [broker_entity(b) for b in sorted(out)]}
+    if back:
+        details["brokers_back"] = [broker_entity(b) for b in sorted(back)]
     return Attribution(Role.VICTIM, a.cause, None, ActionKind.NONE, Severity.WARNING,
-                       f"{a.why}, while broker {names} it shares partitions with was out: "
-                       "it took over that broker's leaderships and clients; not paged",
-                       {**a.details, "brokers_out": [broker_entity(b) for b in sorted(out)]})
+                       f"{a.why}, while {'; and '.join(parts)}; not paged", details)
 
 
 def loaded_by_handover_attribution(a: Attribution, partitions: int) -> Attribution:

@@ -166,8 +166,12 @@ class SlowBrokerSection:
                                    "logs, warms its page cache and compiles its code (seen "
                                    "live in crash-restart-3b on a loaded 2-core host: the "
                                    "restarted broker ran 300-700 ms TP99 for 70-150 s after "
-                                   "its unfence). Its followers' waits on it end with "
-                                   "outage_grace_s; 0 turns this off", 180.0, min=0, max=3600)
+                                   "its unfence). Its leaders' waits on it as a follower "
+                                   "count again after outage_grace_s only where it stands "
+                                   "out (past follower_holdback_floor_ms, or follower_ratio "
+                                   "x later than their other followers); lesser lags are "
+                                   "set aside until this ends; 0 turns this off", 180.0,
+                                   min=0, max=3600)
 
     leadership_grace_s: float = _key("After a broker becomes leader of a partition (its own "
                                      "'Leader ... starts at leader epoch' line), its Remote "

@@ -233,6 +233,16 @@ _UNNAMED_REMOTE_WAITS = (SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
                          SlowBrokerCause.REMOTE_WAIT)
 
 
+def _waits_unnamed_on(v: BrokerVerdict, b: int, brokers_out: set[int],
+                      view: FollowerView | None) -> bool:
+    """Is `v` a Remote wait naming no follower of leader `b`, one of whose followers (in
+    `view`; any broker when the view knows none) is in `brokers_out`?"""
+    if v.attribution.cause not in _UNNAMED_REMOTE_WAITS or not brokers_out:
+        return False
+    known = set(view.by_leader.get(b, {})) if view is not None else set()
+    return bool(brokers_out & (known or brokers_out))
+
+
 def set_aside_outages(brokers: dict[int, BrokerVerdict], out: set[int],
                       view: FollowerView | None = None) -> dict[int, BrokerVerdict]:
     """Take out of `brokers` the verdicts of brokers that were out in the window, those
@@ -241,13 +251,8 @@ def set_aside_outages(brokers: dict[int, BrokerVerdict], out: set[int],
     return them. Seen on a rolling restart (rolling-restart-3b): the last broker restarted
     and caught up while the other two waited on it in Remote, their followers' fetches
     too regular to name it."""
-    def followers_of(leader: int) -> set[int]:
-        known = set(view.by_leader.get(leader, {})) if view is not None else set()
-        return known or set(out)
-
     return _take_out(brokers, lambda b, v: (
-        b in out or v.attribution.blamed_broker in out
-        or (v.attribution.cause in _UNNAMED_REMOTE_WAITS and bool(out & followers_of(b)))))
+        b in out or v.attribution.blamed_broker in out or _waits_unnamed_on(v, b, out, view)))
 
 
 def _take_out(brokers: dict[int, BrokerVerdict], excuse) -> dict[int, BrokerVerdict]:
@@ -258,12 +263,18 @@ def _take_out(brokers: dict[int, BrokerVerdict], excuse) -> dict[int, BrokerVerd
     return excused
 
 
-def set_aside_warmup(brokers: dict[int, BrokerVerdict],
-                     warming: set[int]) -> dict[int, BrokerVerdict]:
+def set_aside_warmup(brokers: dict[int, BrokerVerdict], warming: set[int],
+                     view: FollowerView | None = None) -> dict[int, BrokerVerdict]:
     """Take out of `brokers` the own-stage verdicts (OWN_STAGE_CAUSES) of brokers still
-    warming up after an outage (outages.warming_during); return them."""
-    return _take_out(brokers, lambda b, v: b in warming
-                     and v.attribution.cause in OWN_STAGE_CAUSES)
+    warming up after an outage (outages.warming_during), and a leader's Remote waits that
+    name no follower while one of its followers warms up; return them. A warming follower
+    lags a little behind the others on a loaded host, not enough to name it
+    (follower_blame.worst_everywhere), and its leaders' acks=all writes wait on it: the
+    live matrix at 1ad524f, crash-restart-3b, 120-130 s after broker 2 was unfenced.
+    A follower that stands out by follower_ratio is still named, and blamed."""
+    return _take_out(brokers, lambda b, v: (
+        (b in warming and v.attribution.cause in OWN_STAGE_CAUSES)
+        or _waits_unnamed_on(v, b, warming, view)))
 
 
 def _loaded(brokers: dict[int, BrokerVerdict], eligible, already_slow: set[int],
@@ -279,15 +290,23 @@ def _loaded(brokers: dict[int, BrokerVerdict], eligible, already_slow: set[int],
 
 
 def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
-                     partners: set[int] | None, already_slow: set[int]) -> set[int]:
-    """While brokers are `out`, their partners' own-stage culprit verdicts become victims
-    of the outage (outages.py; `partners` None: every broker is one), except those of
-    brokers `already_slow` (blamed in the last window before the outage); return the
-    brokers so judged."""
-    if not out:
+                     partners: set[int] | None, already_slow: set[int],
+                     back: set[int] = frozenset()) -> set[int]:
+    """While brokers are `out`, or `back` from an outage and warming up, their partners'
+    own-stage culprit verdicts become victims of the outage (outages.py; `partners` None:
+    every broker is one), except those of brokers `already_slow` (blamed in the last
+    window before the outage); return the brokers so judged.
+
+    The warm-up counts: rolling-restart-3b live at 1ad524f, brokers 1 and 2 (their own
+    warm-ups just over) paged network_threads_saturated 130-160 s after broker 3, the last
+    restarted, was unfenced, while they served its catch-up (their follower Fetch requests
+    2-4x what they were before) and its clients came back."""
+    loaders = set(out) | set(back)
+    if not loaders:
         return set()
-    return _loaded(brokers, lambda b: b not in out and (partners is None or b in partners),
-                   already_slow, lambda b, a: loaded_by_outage_attribution(a, out))
+    return _loaded(brokers,
+                   lambda b: b not in loaders and (partners is None or b in partners),
+                   already_slow, lambda b, a: loaded_by_outage_attribution(a, out, back))
 
 
 def loaded_by_handover(brokers: dict[int, BrokerVerdict], new_leaders: Mapping[int, int],
@@ -320,8 +339,9 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   already_slow: set[int] = frozenset()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
     were out (`out`: restarting, crashed, shut down) explain, the own-stage verdicts of
-    brokers still warming up after one (`warming`), judge their `partners`' own-stage
-    verdicts victims of the outage (but those `already_slow`; `loaded_by_outage`), set
+    brokers still warming up after one (`warming`) and their leaders' waits that name no
+    follower, judge the own-stage verdicts of the `partners` of brokers out or warming
+    victims of the outage (but those `already_slow`; `loaded_by_outage`), set
     aside the Remote waits of brokers that had just become leaders (`new_leaders`: broker
     -> partitions taken) and judge their own-stage verdicts victims of
     the handover (but those `already_slow`; `loaded_by_handover`), then judge
@@ -340,8 +360,8 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     brokers = broker_verdicts(verdicts, view, sends, config)
     blame_slow_followers(brokers)
     excused = set_aside_outages(brokers, out, view)
-    excused.update(set_aside_warmup(brokers, set(warming)))
-    loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow))
+    excused.update(set_aside_warmup(brokers, set(warming), view))
+    loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow), set(warming))
     excused.update(set_aside_handovers(brokers, set(new_leaders)))
     loaded |= loaded_by_handover(brokers, new_leaders, set(already_slow))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
@@ -417,7 +437,9 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         by_leader = holdback_view(fetches, start, last_seen[cluster], logging, window_ms)
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
-        view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()))
+        warming = warming_during(outages, cluster, start, start + window_ms,
+                                 int(config.restart_warmup_s * 1000))
+        view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()), warming)
         gone = out_during(outages, cluster, start, start + window_ms)
         new_leaders = new_leaders_during(leadership_gains, cluster, start, start + window_ms,
                                          int(config.leadership_grace_s * 1000))
@@ -425,10 +447,9 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                           external_by_cluster[cluster], view,
                           sends_by_cw.get((cluster, start), []), config, gone, new_leaders,
                           rtts_by_cw.get((cluster, start), ()),
-                          own_by_cw.get((cluster, start), ()),
-                          warming_during(outages, cluster, start, start + window_ms,
-                                         int(config.restart_warmup_s * 1000)),
-                          partners_of(gone, last_seen[cluster], new_leaders) if gone else None,
+                          own_by_cw.get((cluster, start), ()), warming,
+                          (partners_of(gone | warming, last_seen[cluster], new_leaders)
+                           if gone or warming else None),
                           blamed_before[cluster])
         if not gone:
             blamed_before[cluster] = set(a.blamed)

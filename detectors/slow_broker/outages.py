@@ -38,8 +38,13 @@ plus the grace.
 detect.py sets aside, in a window that overlaps an outage of broker B, B's own verdict
 and every verdict that blames B; they neither count for persistence nor name B. After
 the grace, B's own-stage verdicts (its request queue, Local, response queue: a fresh JVM
-warming up) stay set aside until `restart_warmup_s` after its unfence (`warming_during`);
-a wait of its leaders on it as a follower counts again.
+warming up) stay set aside until `restart_warmup_s` after its unfence (`warming_during`).
+A wait of its leaders on it as a follower counts again when B stands out (past the
+holdback floor, or follower_ratio later than their other followers); the warm-up lags a
+loaded host gives a fresh JVM, the worst follower by a small margin, name nobody
+(follower_blame.worst_everywhere) and the leaders' waits that name no follower are set
+aside (detect.py `set_aside_warmup`): seen live at 1ad524f on crash-restart-3b,
+coordinator-failover-3b and unclean-rf2-3b, 80-130 s after B's unfence.
 
 While B is out, the brokers that share partitions with it (`partners_of`: the leaders it
 followed, its followers, the new leaders) take over its leaderships and its clients; on a
@@ -47,8 +52,12 @@ loaded host their own stages slow down (seen live: crash-restart-3b, broker 1's 
 queue while broker 2 recovered; controller-failover-5b, broker 2's network threads). Such
 a partner's own-stage verdict is a victim of the outage: a warning naming the brokers out,
 no action, not counted as a slow broker for cluster-wide (detect.py `loaded_by_outage`). A
-partner already blamed in the last window before the outage keeps its verdict, and one
-still slow after the outage and its grace is judged as any other. A broker that is slow
+partner already blamed in the last window before the outage keeps its verdict. The same
+holds while B, back, warms up (`restart_warmup_s`): its partners serve its catch-up and
+its returning clients (rolling-restart-3b live at 1ad524f: brokers 1 and 2 paged
+network_threads_saturated 130-160 s after the last restarted broker was unfenced); the
+warning lists B under `brokers_back`. A partner still slow after that is judged as any
+other. A broker that is slow
 without being out, or without sharing partitions with one that is, keeps every verdict.
 """
 
