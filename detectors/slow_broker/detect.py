@@ -334,14 +334,13 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   new_leaders: Mapping[int, int] = MappingProxyType({}),
                   rtts: Sequence[ClientRttWindow] = (),
                   own: Sequence[ProducerServerWindow] = (),
-                  warming: set[int] = frozenset(),
                   partners: set[int] | None = None,
                   already_slow: set[int] = frozenset()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then set aside what brokers that
     were out (`out`: restarting, crashed, shut down) explain, the own-stage verdicts of
-    brokers still warming up after one (`warming`) and their leaders' waits that name no
-    follower, judge the own-stage verdicts of the `partners` of brokers out or warming
-    victims of the outage (but those `already_slow`; `loaded_by_outage`), set
+    brokers still warming up after one (`view.warming`) and their leaders' waits that
+    name no follower, judge the own-stage verdicts of the `partners` of brokers out or
+    warming victims of the outage (but those `already_slow`; `loaded_by_outage`), set
     aside the Remote waits of brokers that had just become leaders (`new_leaders`: broker
     -> partitions taken) and judge their own-stage verdicts victims of
     the handover (but those `already_slow`; `loaded_by_handover`), then judge
@@ -360,8 +359,9 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     brokers = broker_verdicts(verdicts, view, sends, config)
     blame_slow_followers(brokers)
     excused = set_aside_outages(brokers, out, view)
-    excused.update(set_aside_warmup(brokers, set(warming), view))
-    loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow), set(warming))
+    warming = set(view.warming)
+    excused.update(set_aside_warmup(brokers, warming, view))
+    loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow), warming)
     excused.update(set_aside_handovers(brokers, set(new_leaders)))
     loaded |= loaded_by_handover(brokers, new_leaders, set(already_slow))
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
@@ -447,7 +447,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                           external_by_cluster[cluster], view,
                           sends_by_cw.get((cluster, start), []), config, gone, new_leaders,
                           rtts_by_cw.get((cluster, start), ()),
-                          own_by_cw.get((cluster, start), ()), warming,
+                          own_by_cw.get((cluster, start), ()),
                           (partners_of(gone | warming, last_seen[cluster], new_leaders)
                            if gone or warming else None),
                           blamed_before[cluster])
