@@ -21,7 +21,9 @@ class _Families:
         self.records = Counter("records", "Records an agent published, by stream and outcome "
                                "(published or quarantined)", ["agent", "stream", "outcome"],
                                namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry)
-        self.dropped = Counter("dropped_records", "Records an agent could not keep, by reason",
+        self.dropped = Counter("dropped_records", "Records an agent could not keep, by reason; "
+                               "a lost span of a file (rotated_away, file_deleted, truncated) "
+                               "counts 1, its size in lines being unknown",
                                ["agent", "reason"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
                                registry=registry)
         self.flush_failures = Counter("flush_failures", "Flushes to the sink that failed; the "
@@ -78,6 +80,7 @@ class AgentMetrics:
                 fam = _FAMILIES[registry] = _Families(registry)
         self.__dict__.update(vars(fam))
         self._exceptions_logged: set[tuple[str, str]] = set()
+        self._lost_spans: set[str] = set()
         self.flush_failures.labels(agent)  # present at 0 from the start, for alerts
 
     def published(self, stream: str, n: int = 1) -> None:
@@ -96,3 +99,15 @@ class AgentMetrics:
                     "and the agent goes on%s", self.agent, source, kind, error,
                     "" if first else " (traceback logged the first time)",
                     exc_info=error if first else None)
+
+    def lost_span(self, span_id: str, cause: str, what: str, records: int | None = None) -> None:
+        """Count and log input the agent skipped because it could not read it back, once per
+        span: a rewind after a failed flush finds the same span again (and sends its
+        quarantine row again, same record_id), which must not count twice. `records` is
+        how many were lost when known (offsets of a topic); a file span counts 1."""
+        if span_id in self._lost_spans:
+            return
+        self._lost_spans.add(span_id)
+        self.dropped.labels(self.agent, cause).inc(records if records else 1)
+        log.warning("%s: input lost (%s): %s; quarantined as lost_span:%s, the agent goes on",
+                    self.agent, cause, what, cause)

@@ -13,7 +13,9 @@ being assembled has not been published yet: the position saved for a file is the
 of that event's first line (or the end of the last line when nothing is pending). A
 restart, or a rewind after a failed flush, reads that event again from its first line, so
 it is published exactly once, never lost. An event never spans two files (log4j rolls a
-file between two events), so a line from the next file completes the pending one. An
+file between two events), so a line from the next file completes the pending one; so does
+a line that does not follow the last one read, as after a file truncated in place (a lost
+span, see ingest/tail_agent.py). An
 event with no line after it (the last cleaner summary of a quiet broker) is published
 once its file has been quiet for ``idle_flush_s`` (2 s); a continuation line that shows up
 later than that becomes an ``orphan_lines`` quarantine record rather than vanish.
@@ -97,6 +99,7 @@ class BrokerLogAgent(TailAgent[BrokerLogSource]):
     """Tail, assemble events, publish whole ones, and save the start of the pending one."""
 
     STREAM = STREAM
+    SOURCE = SOURCE
 
     def __init__(self, sources: list[BrokerLogSource], sink: Sink, positions: PositionStore,
                  metrics: AgentMetrics, clock: Callable[[], float] = time.time,
@@ -116,8 +119,9 @@ class BrokerLogAgent(TailAgent[BrokerLogSource]):
                 now_ms: int) -> Position | None:
         st = self._assembly[src.name]
         for tl in lines:
-            if st.first is not None and tl.inode != st.first.inode:
-                self._complete(src, st, now_ms)  # the file rolled: its last event is whole
+            if st.first is not None and st.last_after != (tl.inode, tl.start):
+                # The file rolled (its last event is whole), or the line comes after a gap.
+                self._complete(src, st, now_ms)
             line_was_bad = self._feed(src, st, tl, now_ms)
             if st.first is None and not line_was_bad:
                 st.first = tl

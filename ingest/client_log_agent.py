@@ -59,6 +59,7 @@ class ClientLogAgent(TailAgent[ClientLogSource]):
     """Tail client logs, publish their offset events, count the rest."""
 
     STREAM = STREAM
+    SOURCE = SOURCE
 
     def __init__(self, sources: list[ClientLogSource], sink: Sink, positions: PositionStore,
                  metrics: AgentMetrics, clock: Callable[[], float] = time.time,

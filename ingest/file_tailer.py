@@ -7,15 +7,34 @@ file it was reading under its new name, reads it to the end, then moves on to th
 files in order. Only complete lines (ending in a newline) are returned; a partial last
 line waits for its end. Each line comes with the position just after it, which is what
 the agent saves once the line is safely delivered, so a restart neither loses nor repeats.
+
+When the tailer cannot read on from where it was, it says so with a `Gap` (to its
+``on_gap``, at the end of the `read_lines` call that skipped it) and goes on:
+
+- ``rotated_away``: the saved file is gone at start (it rolled past the last kept index
+  while the agent was down), or the file being read was deleted and the file that came
+  after it is gone too; reading resumes with the oldest file not read yet. When the file
+  being read was the newest the tailer knew of, it cannot tell whether files came between
+  and reports the span all the same.
+- ``truncated``: the file is shorter than the position (truncated in place, at start or
+  while being read); it is read again from its start.
+
+A limit: a position names a file by its inode, and ext4 gives a freed inode to the next
+file created. A saved file deleted while the agent was down can thus come back as a newer
+file with the same inode, which the tailer takes for the saved one (a ``truncated`` gap if
+it is shorter than the saved offset, else read from that offset on).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import logging
 from collections import deque
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
+
+log = logging.getLogger(__name__)
 
 MAX_ROTATED = 20
 
@@ -38,6 +57,20 @@ class TailedLine(NamedTuple):
     after: Position        # where to resume once this line is delivered
 
 
+class Gap(NamedTuple):
+    """Input the tailer skipped because it could not read it back."""
+    cause: str                 # rotated_away or truncated (module docstring)
+    lost_from: Position        # the first byte not read
+    lost_path: str | None      # that file's name when last seen (None: unknown)
+    resumed_at: Position
+    resumed_path: str
+
+    def to_json(self) -> tuple[dict, dict]:
+        """(from, to) for the quarantine row."""
+        return ({**self.lost_from.to_json(), "path": self.lost_path},
+                {**self.resumed_at.to_json(), "path": self.resumed_path})
+
+
 def _inode(path: Path) -> int | None:
     try:
         return os.stat(path).st_ino
@@ -49,11 +82,20 @@ class FileTailer:
     """Reads complete new lines of one log file, following rotation."""
 
     def __init__(self, path: str | Path, position: Position | None = None,
-                 start_at_end: bool = False, chunk_bytes: int = 1 << 20):
+                 start_at_end: bool = False, chunk_bytes: int = 1 << 20,
+                 on_gap: Callable[[Gap], None] | None = None):
         self.path = Path(path)
         self.chunk_bytes = chunk_bytes
+        self.on_gap = on_gap
         self._fh = None
         self._inode: int | None = None
+        self._opened_as: Path | None = None      # the current file's name when last seen
+        # Inodes of the files before and after the current one, from the last listing: what
+        # to skip, and which file must come next, when the current file disappears.
+        self._older: set[int] = set()
+        self._newer: list[int] = []
+        self._gaps: list[Gap] = []
+        self._lost_since: Position | None = None  # a gap waiting for a file to resume in
         self._offset = 0
         self._pending = b""
         self._ready: deque[TailedLine] = deque()  # read but not yet handed out
@@ -85,19 +127,45 @@ class FileTailer:
             self._fh.close()
         self._fh = fh
         self._inode = os.fstat(fh.fileno()).st_ino
+        self._opened_as = path
         size = os.fstat(fh.fileno()).st_size
-        # A file shorter than the saved offset was truncated in place: start it over.
         self._offset = size if seek_end else (offset if offset <= size else 0)
         fh.seek(self._offset)
         self._pending = b""
+        if offset > size and not seek_end:
+            # Truncated in place: what followed the saved offset is gone; start it over.
+            self._gap("truncated", Position(self._inode, offset), path)
+        if self._lost_since is not None:
+            self._gap("rotated_away", self._lost_since, None)
+            self._lost_since = None
+        self._learn_order()
         return True
+
+    def _learn_order(self, files: list[Path] | None = None,
+                     inodes: list[int | None] | None = None) -> None:
+        """Note which files are older and newer than the current one."""
+        if files is None:
+            files = self._candidates()
+            inodes = [_inode(p) for p in files]
+        if self._inode in inodes:
+            i = inodes.index(self._inode)
+            self._opened_as = files[i]
+            self._older = {n for n in inodes[:i] if n is not None}
+            self._newer = [n for n in inodes[i + 1:] if n is not None]
+
+    def _gap(self, cause: str, lost_from: Position, lost_path: Path | None) -> None:
+        """Note that reading resumes at the current position, not at `lost_from`."""
+        self._gaps.append(Gap(cause, lost_from, None if lost_path is None else str(lost_path),
+                              Position(self._inode, self._offset), str(self._opened_as)))
 
     def _open_saved(self, pos: Position) -> None:
         for p in self._candidates():
             if _inode(p) == pos.inode:
                 self._open(p, pos.offset)
                 return
-        # The saved file rotated out of reach: start with the oldest file still there.
+        # The saved file rotated out of reach: start with the oldest file still there (or the
+        # first one to appear), and report the gap once that file is open.
+        self._lost_since = pos
         for p in self._candidates():
             if self._open(p):
                 return
@@ -108,12 +176,43 @@ class FileTailer:
         inodes = [_inode(p) for p in files]
         if self._inode in inodes:
             i = inodes.index(self._inode)
+            self._learn_order(files, inodes)
             if i + 1 < len(files):
                 return self._open(files[i + 1])
             return False
-        # Our file was deleted: go to the oldest file we have not read (the next newer
-        # one is unknowable, so take the live file to avoid rereading old ones).
-        return self._open(self.path) if _inode(self.path) is not None else False
+        # Our file is gone (read to its end through the open handle): go on with the
+        # oldest file not known to be older than it. Unless that is the file known to come
+        # next, the files between are gone too.
+        nxt = next((p for p, n in zip(files, inodes) if n is not None and n not in self._older),
+                   None)
+        expected = self._newer[0] if self._newer else None
+        gone, gone_as = Position(self._inode, self._offset), self._opened_as
+        if nxt is None or not self._open(nxt):
+            return False
+        if self._inode != expected:
+            self._gap("rotated_away", gone, gone_as)
+        return True
+
+    def _restart_if_truncated(self) -> bool:
+        """At EOF: a file now shorter than what was read of it was truncated in place;
+        read it again from its start."""
+        if os.fstat(self._fh.fileno()).st_size >= self._offset:
+            return False
+        lost_from = Position(self._inode, self._offset - len(self._pending))
+        self._offset = 0
+        self._pending = b""
+        self._fh.seek(0)
+        self._gap("truncated", lost_from, self._opened_as)
+        return True
+
+    def _report_gaps(self) -> None:
+        gaps, self._gaps = self._gaps, []
+        for gap in gaps:
+            if self.on_gap is not None:
+                self.on_gap(gap)
+            else:
+                log.warning("%s: input lost (%s) from %s to %s", self.path, gap.cause,
+                            *gap.to_json())
 
     def read_lines(self, max_lines: int = 10_000) -> list[TailedLine]:
         """Complete lines appended since the last call (at most max_lines)."""
@@ -123,6 +222,8 @@ class FileTailer:
         while len(ready) < max_lines:
             chunk = self._fh.read(self.chunk_bytes)
             if not chunk:
+                if self._restart_if_truncated():
+                    continue
                 if self._inode != _inode(self.path):
                     # Our file was rotated away and is complete. A last line without its
                     # newline will never get one: hand it over as it is (the parser
@@ -145,6 +246,7 @@ class FileTailer:
                 ready.append(TailedLine(line, self._inode, start,
                                         Position(self._inode, start_of_next)))
                 start = start_of_next
+        self._report_gaps()
         return [ready.popleft() for _ in range(min(max_lines, len(ready)))]
 
     def close(self) -> None:

@@ -140,3 +140,21 @@ def raw_as_text(raw: str | bytes | None) -> tuple[str, str, int]:
         return bytes(raw).decode("utf-8"), "utf8", len(raw)
     except UnicodeDecodeError:
         return bytes(raw).hex(), "hex", len(raw)
+
+
+# Reason prefix of a span of input an agent skipped because it could not read it back.
+LOST_SPAN = "lost_span"
+
+
+def lost_span(source: str, cause: str, lost_from: dict, resumed_at: dict,
+              lost: int | None = None) -> Malformed:
+    """A span of input that is gone, ready for quarantine: reason ``lost_span:<cause>``.
+
+    `raw` is a JSON text ``{"from": ..., "to": ..., "lost": n}``: where reading stopped,
+    where it resumed, and how much lies between when the agent can tell (offsets of a
+    topic); a file's lost bytes are unknown, so files leave ``lost`` out.
+    """
+    span = {"from": lost_from, "to": resumed_at}
+    if lost is not None:
+        span["lost"] = lost
+    return Malformed(source, f"{LOST_SPAN}:{cause}", json.dumps(span, separators=(",", ":")))

@@ -26,6 +26,18 @@ monitoring Kafka repeats records (same ``record_id``, dropped by silver) but nev
 one. Without a saved position a partition is read from its beginning: the topic is
 compacted, so that is each group's latest commit per partition plus recent history.
 
+No gap is silent. A jump in offsets is normal in a compacted topic; it is a loss when the
+records after the reader's position were deleted, so that the partition's log now starts
+after it (a log start moved by retention or deleted records, and the consumer reset to the
+earliest offset, or a reader that stayed down longer than the retention). The reader then
+sends a quarantine row, reason ``lost_span:log_start_moved``, ``raw`` ``{"from": {"offset":
+<position>}, "to": {"offset": <log start>}, "lost": <offsets between>}``, with the partition
+and the position in ``source_partition`` and ``source_offset``; counts the offsets in
+``kmon_agent_dropped_records_total{reason="log_start_moved"}``, logs it once, and goes on.
+The row's ``record_id = <cluster>:__consumer_offsets:<partition>:lost_span:<position>`` is
+flushed with the records after the gap, before their positions are saved, so a restart or
+a failed flush before that sends the same row again, and none after.
+
 The same file remembers every topic-partition seen in a commit, so the partition end
 offsets agent (`ingest.partition_offsets_agent`) knows what to poll after a restart. The
 partition count of ``__consumer_offsets`` is re-read every ``metadata_refresh_s`` (it can
@@ -52,7 +64,7 @@ from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Consumer
 from ingest.agent_metrics import AgentMetrics
 from ingest.consumer_offsets import (SOURCE, is_group_key, parse_group_record,
                                      parse_offset_record, raw_record_text)
-from ingest.malformed import Malformed, Skipped, parser_exception
+from ingest.malformed import Malformed, Skipped, lost_span, parser_exception
 from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
 
@@ -125,6 +137,10 @@ class OffsetsPositionStore:
 class OffsetsAgent:
     """Read __consumer_offsets, publish commits, then remember where it got to."""
 
+    # The topic read. The integration tests point a subclass at a copy of it: the broker
+    # refuses to delete records of an internal topic, which a lost span needs.
+    TOPIC = OFFSETS_TOPIC
+
     def __init__(self, cluster: str, consumer_config: dict, sink: Sink,
                  position_path: str | Path, metrics: AgentMetrics,
                  clock: Callable[[], float] = time.time, *, batch_records: int = 10_000,
@@ -151,6 +167,9 @@ class OffsetsAgent:
         self._committed: frozenset[tuple[str, int]] = state.committed
         self._consumer: Consumer | None = None
         self._assigned: set[int] = set()
+        # The offset each partition must go on from, when its records before are ours (a
+        # saved position or a record read): a record after it is checked for a lost span.
+        self._reading: dict[int, int] = {}
         self._next_metadata_check = 0.0
 
     def committed_partitions(self) -> frozenset[tuple[str, int]]:
@@ -175,29 +194,30 @@ class OffsetsAgent:
             return
         self._next_metadata_check = now + self.metadata_refresh_s
         try:
-            md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
+            md = consumer.list_topics(self.TOPIC, timeout=10)
         except KafkaException as e:
             self.metrics.source_errors.labels(self.metrics.agent, "metadata").inc()
             self._conditions.occurred("metadata", "offsets agent %s: metadata of %s: %s",
-                                      self.cluster, OFFSETS_TOPIC, e)
+                                      self.cluster, self.TOPIC, e)
             return
         self._conditions.ended("metadata")
-        topic = md.topics.get(OFFSETS_TOPIC)
+        topic = md.topics.get(self.TOPIC)
         if topic is None or topic.error is not None:
             # No group has used the cluster yet: the coordinator creates the topic lazily.
-            log.debug("offsets agent %s: %s not there yet", self.cluster, OFFSETS_TOPIC)
+            log.debug("offsets agent %s: %s not there yet", self.cluster, self.TOPIC)
             return
         new = sorted(set(topic.partitions) - self._assigned)
         if not new:
             return
-        tps = [TopicPartition(OFFSETS_TOPIC, p, self._start_offset(p)) for p in new]
+        tps = [TopicPartition(self.TOPIC, p, self._start_offset(p)) for p in new]
         if self._assigned:
             consumer.incremental_assign(tps)
         else:
             consumer.assign(tps)
         self._assigned.update(new)
+        self._reading.update({p: self._saved[p] for p in new if p in self._saved})
         log.info("offsets agent %s: reading %d partitions of %s", self.cluster,
-                 len(self._assigned), OFFSETS_TOPIC)
+                 len(self._assigned), self.TOPIC)
 
     def poll_once(self) -> int:
         """Read one batch, publish it, flush, save positions; returns records handled."""
@@ -221,6 +241,8 @@ class OffsetsAgent:
                                                     "error: %s", self.cluster, err)
                         fetch_errors.add(err.code())
                     continue
+                self._check_continuity(consumer, m.partition(), m.offset(), now_ms)
+                self._reading[m.partition()] = m.offset() + 1
                 topic_partition = self._publish(m.partition(), m.offset(), m.key(), m.value(),
                                                 m.timestamp(), now_ms)
                 if topic_partition is not None:
@@ -287,6 +309,44 @@ class OffsetsAgent:
         self.metrics.quarantined(stream)
         return None
 
+    def _check_continuity(self, consumer: Consumer, partition: int, offset: int,
+                          now_ms: int) -> None:
+        """Quarantine the span between where `partition` was to go on and its log start, when
+        the record at `offset` shows that the log now starts after that (module docstring)."""
+        expected = self._reading.get(partition)
+        if expected is None or offset <= expected:
+            return
+        start = self._log_start(consumer, partition)
+        if start is None or start <= expected:
+            return  # compacted away, not deleted (or the log start cannot be told)
+        resumed = min(start, offset)
+        rid = f"{self.cluster}:{OFFSETS_TOPIC}:{partition}:lost_span:{expected}"
+        self.metrics.lost_span(rid, "log_start_moved",
+                               f"{self.TOPIC}-{partition}: offsets {expected} to {resumed} were "
+                               "deleted before the reader got to them", records=resumed - expected)
+        q = lost_span(SOURCE, "log_start_moved", {"offset": expected}, {"offset": resumed},
+                      resumed - expected).to_quarantine_record(
+            cluster=self.cluster, ingest_ts_ms=now_ms, origin=self.TOPIC,
+            source_partition=partition, source_offset=expected)
+        q["record_id"] = rid
+        self.sink.send(QUARANTINE, f"{self.cluster}:{OFFSETS_TOPIC}:{partition}", q)
+        self.metrics.quarantined(STREAM)
+
+    def _log_start(self, consumer: Consumer, partition: int) -> int | None:
+        """The partition's log start offset: as of the last fetch (the broker sends it with
+        every fetch response), else asked of the broker; None when it cannot be told."""
+        tp = TopicPartition(self.TOPIC, partition)
+        try:
+            low = consumer.get_watermark_offsets(tp, cached=True)
+            if low is None or low[0] < 0:
+                low = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        except KafkaException as e:
+            self.metrics.source_errors.labels(self.metrics.agent, "offset_listing").inc()
+            log.warning("offsets agent %s: log start offset of %s-%d: %s; a lost span there, "
+                        "if any, is not reported", self.cluster, self.TOPIC, partition, e)
+            return None
+        return low[0] if low is not None and low[0] >= 0 else None
+
     def _rewind(self, consumer: Consumer) -> None:
         """After a failed flush, read again from the saved positions.
 
@@ -294,20 +354,21 @@ class OffsetsAgent:
         partition whose fetcher has not started yet, and assign also drops what is
         already fetched and queued beyond the saved positions.
         """
-        consumer.assign([TopicPartition(OFFSETS_TOPIC, p, self._start_offset(p))
+        consumer.assign([TopicPartition(self.TOPIC, p, self._start_offset(p))
                          for p in sorted(self._assigned)])
+        self._reading = {p: o for p, o in self._saved.items() if p in self._assigned}
 
     def _report_lag(self, consumer: Consumer) -> None:
         lag = 0
         for p in self._assigned:
             try:
-                wm = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), cached=True)
+                wm = consumer.get_watermark_offsets(TopicPartition(self.TOPIC, p), cached=True)
             except KafkaException:
                 continue
             if wm is None or wm[1] < 0:
                 continue  # nothing fetched from that partition yet
             lag += max(wm[1] - self._saved.get(p, max(wm[0], 0)), 0)
-        self.metrics.lag_records.labels(self.metrics.agent, OFFSETS_TOPIC).set(lag)
+        self.metrics.lag_records.labels(self.metrics.agent, self.TOPIC).set(lag)
 
     def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
         """Poll until `stop` is set; a final poll drains what is left."""
@@ -321,3 +382,4 @@ class OffsetsAgent:
             self._consumer.close()
             self._consumer = None
             self._assigned.clear()
+            self._reading.clear()

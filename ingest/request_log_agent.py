@@ -72,6 +72,7 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
     """Tail, parse, publish (each request, or its windows), then remember where it got to."""
 
     STREAM = STREAM
+    SOURCE = SOURCE
 
     def __init__(self, *args, windows: WindowSettings | None = None, **kw):
         super().__init__(*args, **kw)

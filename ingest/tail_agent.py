@@ -22,9 +22,21 @@ or a `Malformed`, that input goes to quarantine with reason
 like past any other line. Without that, one such line would crash the agent, and every
 restart would read the same line from the saved position and crash again.
 
-The one loss the loop cannot prevent: a file that rolled past log4j's last kept index
-while the agent was down. It is counted (``kmon_agent_dropped_records_total``, reason
-``rotated_away``) and logged, and the agent goes on with the oldest file still there.
+No line can move the clock: a record stamped more than `MAX_AHEAD_MS` ahead of the host's
+clock goes to quarantine as ``future_event_time`` (warned once per source), so one bad
+line, or a broker clock that runs ahead, neither makes the lines after it late nor hides
+the broker. Silver checks the same against its ingest time (jobs/silver.py).
+
+No gap is silent. The losses the loop cannot prevent, a file that rolled past log4j's
+last kept index while the agent was down (or while it was far behind) and a file truncated
+in place, are reported by the tailer as a `Gap` (ingest/file_tailer.py) and the agent goes
+on. Each gap becomes a quarantine row, reason ``lost_span:<cause>`` (rotated_away or
+truncated), whose raw text says from which file and byte reading stopped and where it
+resumed; it is counted in ``kmon_agent_dropped_records_total{reason=<cause>}`` and logged
+once. The row goes through the same send, flush and save as the lines after it, and its
+record_id names the source and the first byte lost, so a restart or a rewind before the
+flush sends the same row again (silver drops the repeat) and a restart after a later
+position was saved does not find the gap again.
 """
 
 from __future__ import annotations
@@ -36,10 +48,11 @@ import time
 from typing import Callable, Generic, Protocol, TypeVar
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.file_tailer import FileTailer, Position, PositionStore, TailedLine
-from ingest.malformed import Malformed, Skipped, parser_exception
+from ingest.file_tailer import FileTailer, Gap, Position, PositionStore, TailedLine
+from ingest.malformed import Malformed, Skipped, lost_span, parser_exception
 from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
+from schemas.quarantine import FUTURE_EVENT_TIME, MAX_EVENT_AHEAD_S
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +60,14 @@ QUARANTINE = "quarantine"
 
 
 class FileSource(Protocol):
-    """What the loop needs of a source: a unique name (the position key) and its file."""
+    """What the loop needs of a source: a unique name (the position key), its file and the
+    cluster it belongs to (a source with a ``broker`` attribute names it in quarantine)."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def cluster(self) -> str: ...
 
     @property
     def path(self): ...  # str or Path
@@ -63,6 +80,12 @@ class TailAgent(Generic[S]):
     """Base of the file agents; subclasses set `STREAM` and implement `_handle`."""
 
     STREAM: str = ""
+    # The source of the agent's own quarantine rows (lost spans): its parser's name. An
+    # agent that does not set it falls back to STREAM.
+    SOURCE: str = ""
+    # A line stamped further ahead of the host's clock than this is quarantined
+    # (`_ahead_of_clock`).
+    MAX_AHEAD_MS: int = MAX_EVENT_AHEAD_S * 1000
 
     def __init__(self, sources: list[S], sink: Sink, positions: PositionStore,
                  metrics: AgentMetrics, clock: Callable[[], float] = time.time,
@@ -88,11 +111,10 @@ class TailAgent(Generic[S]):
         # (a rewind before the first save goes back there, not to the file's start).
         self._start: dict[str, Position | None] = {}
         for s in sources:
-            tailer = FileTailer(s.path, saved.get(s.name),
-                                start_at_end=start_at_end and s.name not in saved)
+            tailer = self._new_tailer(s, saved.get(s.name),
+                                      start_at_end=start_at_end and s.name not in saved)
             self._tailers[s.name] = tailer
             self._start[s.name] = None if s.name in saved else tailer.position
-            self._check_reachable(s, saved.get(s.name), tailer)
         self._sent = 0
 
     # ---- what a subclass implements --------------------------------------------------
@@ -158,6 +180,8 @@ class TailAgent(Generic[S]):
             if isinstance(rec, Skipped):
                 return rec
             if not isinstance(rec, Malformed):
+                rec = self._ahead_of_clock(rec, source, raw, key, now_ms)
+            if not isinstance(rec, Malformed):
                 if use is None:
                     self._publish(key, rec, record_id)
                 else:
@@ -172,6 +196,21 @@ class TailAgent(Generic[S]):
         self._quarantine(key, rec, record_id, cluster=cluster, now_ms=now_ms, origin=origin,
                          broker=broker)
         return None
+
+    def _ahead_of_clock(self, rec: dict, source: str, raw: str | bytes, key: str,
+                        now_ms: int) -> dict | Malformed:
+        """The record, or a `Malformed` (future_event_time) when its event time is more than
+        `MAX_AHEAD_MS` ahead of this host's clock. Such a line would move a window clock
+        (ingest/request_windows.py) and make every honest line after it late; the agent
+        reads the broker's files on the broker's host, so its clock is the broker's."""
+        ts = rec.get("ts_ms")
+        if type(ts) is not int or ts - now_ms <= self.MAX_AHEAD_MS:
+            return rec
+        self._conditions.occurred(
+            ("ahead", key), "%s: %s has lines stamped ahead of this host's clock (%.0f s "
+            "ahead); they go to quarantine as %s", self.metrics.agent, key,
+            (ts - now_ms) / 1000, FUTURE_EVENT_TIME)
+        return Malformed(source, FUTURE_EVENT_TIME, raw, ts)
 
     # ---- the loop ----------------------------------------------------------------------
     def poll_once(self) -> int:
@@ -216,19 +255,29 @@ class TailAgent(Generic[S]):
         self._sent = 0
         for src in self.sources:
             self._tailers[src.name].close()
-            self._tailers[src.name] = FileTailer(
-                src.path, self._saved.get(src.name) or self._start[src.name])
+            self._tailers[src.name] = self._new_tailer(
+                src, self._saved.get(src.name) or self._start[src.name])
             self._forget(src)
 
-    def _check_reachable(self, src: S, saved: Position | None, tailer: FileTailer) -> None:
-        """Count a saved file that rotated out of reach while the agent was down."""
-        now = tailer.position
-        if saved is not None and now is not None and now.inode != saved.inode:
-            self.metrics.dropped.labels(self.metrics.agent, "rotated_away").inc()
-            log.warning("%s: %s: the file it was reading (inode %d) rotated out of reach while "
-                        "the agent was down; any lines after byte %d of it are lost; resuming "
-                        "with the oldest file of %s", self.metrics.agent, src.name, saved.inode,
-                        saved.offset, src.path)
+    def _new_tailer(self, src: S, position: Position | None,
+                    start_at_end: bool = False) -> FileTailer:
+        return FileTailer(src.path, position, start_at_end=start_at_end,
+                          on_gap=lambda gap: self._lost_span(src, gap))
+
+    def _lost_span(self, src: S, gap: Gap) -> None:
+        """Quarantine a span the tailer skipped (module docstring), count and log it once.
+
+        Called from inside `read_lines`, so the row is sent before the lines after the gap
+        and flushed with them, before any position past the gap is saved."""
+        lost_from, resumed_at = gap.to_json()
+        record_id = (f"{self.STREAM}:{src.name}:lost_span:"
+                     f"{gap.lost_from.inode}:{gap.lost_from.offset}")
+        self.metrics.lost_span(record_id, gap.cause,
+                               f"{src.name}: from {lost_from} to {resumed_at}")
+        self._quarantine(src.name, lost_span(self.SOURCE or self.STREAM, gap.cause, lost_from,
+                                             resumed_at),
+                         record_id, cluster=src.cluster, now_ms=int(self.clock() * 1000),
+                         origin=str(src.path), broker=getattr(src, "broker", None))
 
     def _report_lag(self) -> None:
         for src in self.sources:

@@ -100,6 +100,8 @@ class Pipeline:
             # Created here, not by the first silver batch: several silver queries write it.
             (spark.createDataFrame([], silver.BATCH_SCHEMA).write.format("delta")
              .options(**skipping_properties(silver.BATCH_SCHEMA.fieldNames())).save(batches))
+        else:
+            add_missing_columns(spark, batches, silver.BATCH_SCHEMA)
         for s in self.streams:
             bpath = lake.table("bronze", s.name)
             if self.settings.bronze_tables and not DeltaTable.isDeltaTable(spark, bpath):
@@ -172,7 +174,8 @@ class Pipeline:
                 self.spark, self.lake, streams, self._raw([s.name for s in streams]),
                 query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
                 dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
-                bronze_tables=st.bronze_tables, write_threads=st.write_threads))
+                bronze_tables=st.bronze_tables, write_threads=st.write_threads,
+                max_ahead_ms=st.max_event_ahead_s * 1000))
         if once:
             _await(started)
         names = {s.name for s in self.streams}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.config_keys import _key
+from schemas.quarantine import MAX_EVENT_AHEAD_S
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class PipelineSection:
     dedupe_window_s: int = _key("How long silver remembers record ids to drop repeats an agent "
                                 "re-sent after a crash (state is bounded by this)", 600,
                                 min=10, max=86400)
+    max_event_ahead_s: int = _key("A row stamped more than this ahead of its ingest time goes "
+                                  "to quarantine as future_event_time and moves no watermark: "
+                                  "one bad line or one clock running ahead cannot make other "
+                                  "rows late (the agents hold their lines to the same bound "
+                                  "against their host's clock)", MAX_EVENT_AHEAD_S, min=10,
+                                  max=86400)
     fast_window_s: int = _key("Window of gold.request_stages_10s, seconds", 10, min=1, max=60)
     fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "
                                  "after the newest row (rows later than this are counted in the "

@@ -21,6 +21,17 @@ The work of a batch (`SilverBatches`, a method per step): materialize it once
 tasks (`write_threads`): decode and classify once, count, append the valid rows; then the
 quarantine rows and the counts. Each batch logs how long each part took.
 
+Event time is bounded per source, never by one clock for everyone. A row stamped more
+than `max_ahead_ms` ahead of its ingest time goes to quarantine as ``future_event_time``
+and moves nothing. The lateness bound is kept per source (`Stream.source_columns`: a
+broker, a client): a broker whose clock runs behind, or one that was down, makes only its
+own rows late, never another's. How far each source's newest row runs ahead of its ingest
+time (its lead: negative is the delivery delay, positive a clock ahead) goes out per batch
+(`on_batch`, the exporter's ``kmon_source_clock_lead_seconds``), and a source with rows
+too far ahead is warned about once. A source's high water is remembered for
+`SOURCE_MEMORY_MS` after its last row, so the state stays bounded by the sources that are
+alive.
+
 One query for many streams, not one each: a micro-batch has a fixed cost (planning, the
 offset and commit logs, the state store, a Delta commit for the counts), and nine
 queries paying it every few seconds were most of what two cores could do.
@@ -37,13 +48,14 @@ valid rows are the quarantine rows themselves.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
 
 from infra.lake import Lake
 from jobs.batch_appends import BatchAppends
@@ -51,6 +63,8 @@ from jobs.bronze import BRONZE_COLUMNS, STREAM
 from jobs.streams import QUARANTINE, Stream
 from jobs.streams import stream as stream_named
 from jobs.validation import first_broken_rule, rules
+from ingest.repeated_condition import RepeatedCondition
+from schemas.quarantine import FUTURE_EVENT_TIME, MAX_EVENT_AHEAD_S
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +77,12 @@ BATCHES_TABLE = "pipeline_batches"
 # the lake's age (bench/bench_lake_age.py). A fleet's big batches still write in parallel.
 ROWS_PER_FILE = 500_000
 QUARANTINE_STREAM = stream_named(QUARANTINE)
+# The source of a row (`Stream.source_columns` joined by "/"), beside the decoded record.
+SOURCE = "_source"
+SOURCE_MAP = MapType(StringType(), LongType())
+# A source's high water is forgotten this long after the batch that last moved it; rows of
+# a source back from a longer silence are judged afresh.
+SOURCE_MEMORY_MS = 3_600_000
 # Bronze columns carried beside the decoded record; bronze's `value` travels as `_raw`
 # because records may have a column of that name (broker_metrics does).
 RAW = "_raw"
@@ -80,6 +100,8 @@ BATCH_SCHEMA = StructType([
     StructField("rows_late_beyond_bound", LongType()),
     StructField("high_water_ms", LongType()),
     StructField("batch_ts_ms", LongType()),
+    StructField("source_high_water", SOURCE_MAP),
+    StructField("source_lead_ms", SOURCE_MAP),
 ])
 
 BATCH_COLUMNS = {
@@ -94,6 +116,11 @@ BATCH_COLUMNS = {
     "rows_late_beyond_bound": "Rows quarantined as late_beyond_watermark",
     "high_water_ms": "Newest event time seen by this query up to and including this batch",
     "batch_ts_ms": "When the batch was written",
+    "source_high_water": "Per source with valid rows in the batch (cluster/broker, "
+                         "cluster/client_id or cluster): its newest event time so far, what "
+                         "its next rows' lateness is measured from",
+    "source_lead_ms": "Per source in the batch: its newest event time minus its ingest time "
+                      "(negative: the delivery delay; positive: a clock running ahead)",
 }
 
 
@@ -127,20 +154,37 @@ def _event_ms(stream: Stream) -> F.Column:
     return F.col("ingest_ts_ms") if stream.name == QUARANTINE else F.col("ts_ms")
 
 
-def classify(batch: DataFrame, stream: Stream, high_water_ms: int | None) -> DataFrame:
-    """Flatten a decoded batch and add `_reason` (null: valid) and `_late` (within bound)."""
+def source_key(stream: Stream) -> F.Column:
+    """A row's source: its `Stream.source_columns` joined by "/" (the quarantine stream's
+    rows have none)."""
+    if stream.name == QUARANTINE:
+        return F.lit(None).cast("string")
+    return F.concat_ws("/", *[F.coalesce(F.col(c).cast("string"), F.lit(""))
+                              for c in stream.source_columns])
+
+
+def classify(batch: DataFrame, stream: Stream, high_water: dict[str, int] | None,
+             max_ahead_ms: int = MAX_EVENT_AHEAD_S * 1000) -> DataFrame:
+    """Flatten a decoded batch and add `_source`, `_reason` (null: valid) and `_late` (within
+    bound). `high_water`: each source's high water before this batch."""
     table = stream.table
     corrupt = F.col("r").isNull() | F.col(f"r.{CORRUPT}").isNotNull()
-    flat = batch.select("r.*", *SOURCE_COLUMNS, corrupt.alias("_unparsed")).drop(CORRUPT)
+    flat = (batch.select("r.*", *SOURCE_COLUMNS, corrupt.alias("_unparsed")).drop(CORRUPT)
+            .withColumn(SOURCE, source_key(stream)))
     # A value that is JSON but did not fit the schema (a string where a number belongs)
     # is "wrong_type"; anything else that did not parse is "not_json".
     reason = (F.when(F.col("_unparsed") & F.expr(f"try_parse_json({RAW})").isNotNull(),
                      F.lit("wrong_type"))
               .when(F.col("_unparsed"), F.lit("not_json"))
               .otherwise(first_broken_rule(rules(table))))
+    if stream.name != QUARANTINE:
+        ahead = F.col("ts_ms") - F.unix_millis("ingest_ts")
+        reason = F.coalesce(reason, F.when(ahead > max_ahead_ms, F.lit(FUTURE_EVENT_TIME)))
     late = F.lit(False)
-    if stream.lateness_s is not None and high_water_ms is not None:
-        behind = F.lit(high_water_ms) - _event_ms(stream)
+    if stream.lateness_s is not None and high_water:
+        # One literal, folded once per batch; a source not in it has no high water yet.
+        marks = F.from_json(F.lit(json.dumps(high_water)), SOURCE_MAP)
+        behind = F.element_at(marks, F.col(SOURCE)) - _event_ms(stream)
         reason = F.coalesce(reason, F.when(behind > stream.lateness_s * 1000,
                                            F.lit("late_beyond_watermark")))
         late = F.coalesce(behind > 0, F.lit(False))
@@ -180,19 +224,44 @@ def quarantine_rows(flat: DataFrame, stream: Stream) -> DataFrame:
     return out.withColumn("date", F.to_date("ingest_ts"))
 
 
+class HighWater:
+    """The high waters after a batch: per stream (the table's column) and per stream and
+    source ([high water, batch_ts_ms of the batch that last moved it])."""
+
+    def __init__(self, streams: dict[str, int] | None = None,
+                 sources: dict[str, dict[str, list[int]]] | None = None) -> None:
+        self.streams = streams or {}
+        self.sources = sources or {}
+
+    def of_sources(self, stream: str) -> dict[str, int]:
+        return {k: v[0] for k, v in self.sources.get(stream, {}).items()}
+
+
 def previous_high_water(spark: SparkSession, lake: Lake, query: str,
-                        batch_id: int) -> dict[str, int]:
-    """Per stream, the high water after the last batch of `query` before `batch_id`
-    (streams with no rows yet are absent)."""
+                        batch_id: int) -> HighWater:
+    """The high waters after the last batch of `query` before `batch_id`: per stream over
+    every batch, per source over the batches of the last `SOURCE_MEMORY_MS` (what the
+    running query remembers too; streams and sources with no rows yet are absent)."""
     from delta.tables import DeltaTable
 
     path = lake.table("gold", BATCHES_TABLE)
     if not DeltaTable.isDeltaTable(spark, path):
-        return {}
-    rows = (spark.read.format("delta").load(path)
-            .where((F.col("query") == query) & (F.col("batch_id") < batch_id))
-            .groupBy("stream").agg(F.max("high_water_ms").alias("hw")).collect())
-    return {r["stream"]: r["hw"] for r in rows if r["hw"] is not None}
+        return HighWater()
+    before = (spark.read.format("delta").load(path)
+              .where((F.col("query") == query) & (F.col("batch_id") < batch_id)))
+    rows = before.groupBy("stream").agg(F.max("high_water_ms").alias("hw"),
+                                        F.max("batch_ts_ms").alias("at")).collect()
+    streams = {r["stream"]: r["hw"] for r in rows if r["hw"] is not None}
+    last = max((r["at"] for r in rows if r["at"] is not None), default=None)
+    sources: dict[str, dict[str, list[int]]] = {}
+    if last is not None and "source_high_water" in before.columns:
+        marks = (before.where(F.col("batch_ts_ms") >= last - SOURCE_MEMORY_MS)
+                 .select("stream", "batch_ts_ms", F.explode("source_high_water"))
+                 .groupBy("stream", "key").agg(F.max("value").alias("hw"),
+                                               F.max("batch_ts_ms").alias("at")).collect())
+        for r in marks:
+            sources.setdefault(r["stream"], {})[r["key"]] = [r["hw"], r["at"]]
+    return HighWater(streams, sources)
 
 
 def partition_columns(stream: Stream) -> tuple[str, ...]:
@@ -200,15 +269,32 @@ def partition_columns(stream: Stream) -> tuple[str, ...]:
     return ("date",) if stream.name == QUARANTINE else ("date", "cluster")
 
 
-def _counts(flat: DataFrame, stream: Stream) -> DataFrame:
-    return flat.agg(
-        F.lit(stream.name).alias("stream"),
+_TOTALS = ("rows_in", "rows_valid", "late_in", "late_out", "ahead")
+
+
+def _counts(flat: DataFrame, stream: Stream) -> dict:
+    """A stream's counts in a batch, and per source (`sources`: source -> its newest valid
+    event time `max_ms`, its `lead_ms` and how many rows were too far `ahead`)."""
+    valid = F.col("_reason").isNull()
+    event = _event_ms(stream)
+    lead = (F.max(F.col("ts_ms") - F.unix_millis("ingest_ts")) if stream.name != QUARANTINE
+            else F.lit(None).cast("long"))
+    rows = flat.groupBy(SOURCE).agg(
         F.count(F.lit(1)).alias("rows_in"),
-        F.sum(F.col("_reason").isNull().cast("long")).alias("rows_valid"),
+        F.sum(valid.cast("long")).alias("rows_valid"),
         F.sum(F.col("_late").cast("long")).alias("late_in"),
         F.sum((F.col("_reason") == "late_beyond_watermark").cast("long")).alias("late_out"),
-        F.max(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("max_ms"),
-        F.min(F.when(F.col("_reason").isNull(), _event_ms(stream))).alias("min_ms"))
+        F.sum((F.col("_reason") == FUTURE_EVENT_TIME).cast("long")).alias("ahead"),
+        F.max(F.when(valid, event)).alias("max_ms"),
+        F.min(F.when(valid, event)).alias("min_ms"),
+        lead.alias("lead_ms")).collect()
+    out: dict = {k: sum(r[k] or 0 for r in rows) for k in _TOTALS}
+    out["max_ms"] = max((r["max_ms"] for r in rows if r["max_ms"] is not None), default=None)
+    out["min_ms"] = min((r["min_ms"] for r in rows if r["min_ms"] is not None), default=None)
+    out["sources"] = {r[SOURCE]: {"max_ms": r["max_ms"], "lead_ms": r["lead_ms"],
+                                  "ahead": r["ahead"] or 0}
+                      for r in rows if r[SOURCE] is not None}
+    return out
 
 
 def release(checkpointed: DataFrame) -> None:
@@ -290,7 +376,8 @@ class _Phases:
 
 def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], raw: DataFrame,
                  *, query: str, trigger: dict | None = None, dedupe_window: str = "10 minutes",
-                 on_batch=None, bronze_tables: bool = True, write_threads: int = 4):
+                 on_batch=None, bronze_tables: bool = True, write_threads: int = 4,
+                 max_ahead_ms: int = MAX_EVENT_AHEAD_S * 1000):
     """Start the query `query` over a group of streams. `on_batch(stats_row_dict)` is called
     for each stream that had rows in a batch.
 
@@ -305,7 +392,8 @@ def start_silver(spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], r
                .withWatermark("ingest_ts", dedupe_window)
                .dropDuplicatesWithinWatermark([STREAM, "dedupe_key"]))
     write_batch = SilverBatches(spark, lake, streams, query=query, on_batch=on_batch,
-                                bronze_tables=bronze_tables, write_threads=write_threads)
+                                bronze_tables=bronze_tables, write_threads=write_threads,
+                                max_ahead_ms=max_ahead_ms)
     writer = (deduped.writeStream.queryName(query)
               .option("checkpointLocation", lake.checkpoint(query))
               .foreachBatch(write_batch))
@@ -323,7 +411,7 @@ class SilverBatches:
 
     def __init__(self, spark: SparkSession, lake: Lake, streams: tuple[Stream, ...], *,
                  query: str, on_batch=None, bronze_tables: bool = True,
-                 write_threads: int = 4) -> None:
+                 write_threads: int = 4, max_ahead_ms: int = MAX_EVENT_AHEAD_S * 1000) -> None:
         self.spark, self.lake, self.query = spark, lake, query
         self.by_name = {s.name: s for s in streams}
         self.on_batch = on_batch
@@ -334,7 +422,9 @@ class SilverBatches:
         self.appends = BatchAppends(spark)
         self.lock = threading.Lock()
         self.last_batch: int | None = None
-        self.last_hw: dict[str, int] = {}
+        self.last_hw = HighWater()
+        self.max_ahead_ms = max_ahead_ms
+        self.clocks = RepeatedCondition(log)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         phases = _Phases()
@@ -359,6 +449,7 @@ class SilverBatches:
                                     int(time.time() * 1000))
             self.write_rejected_and_counts(batch_id, flats, counts, stats, phases)
             self.last_batch, self.last_hw = batch_id, hw
+            self.warn_clocks_ahead(counts)
             log.info("%s batch %d: %d rows of %d streams in %s", self.query, batch_id,
                      sum(c["rows_in"] for c in counts.values()), len(present), phases)
             if self.on_batch is not None:
@@ -368,7 +459,21 @@ class SilverBatches:
             for df in held:
                 release(df)
 
-    def high_water_before(self, batch_id: int) -> dict[str, int]:
+    def warn_clocks_ahead(self, counts: dict) -> None:
+        """Warn once per stream and source whose rows run too far ahead of ingest time, and
+        when that ends."""
+        for name, c in counts.items():
+            for source, st in c["sources"].items():
+                if st["ahead"]:
+                    self.clocks.occurred(
+                        (name, source), "%s: %s rows of %s are stamped %.0f s ahead of their "
+                        "ingest time (its clock runs ahead?); they go to quarantine as %s",
+                        name, st["ahead"], source, (st["lead_ms"] or 0) / 1000,
+                        FUTURE_EVENT_TIME)
+                else:
+                    self.clocks.ended((name, source))
+
+    def high_water_before(self, batch_id: int) -> HighWater:
         """Per stream, the high water before this batch: kept from the batch before, else
         read back (a restart, or a batch replayed)."""
         if self.last_batch == batch_id - 1:
@@ -387,13 +492,13 @@ class SilverBatches:
         return sorted(sizes)
 
     def write_streams(self, batch: DataFrame, batch_id: int, present: list[str],
-                      hw_before: dict[str, int], held: list[DataFrame],
+                      hw_before: HighWater, held: list[DataFrame],
                       phases: _Phases) -> tuple[dict[str, DataFrame], dict]:
         """Per stream, in parallel: silver.<stream> (and bronze.<stream>); return each
         stream's classified rows and counts."""
         tasks: list[tuple[str, object]] = [
             (f"silver.{name}", functools.partial(self.decode_count_write, batch, batch_id,
-                                                 name, hw_before.get(name), held))
+                                                 name, hw_before.of_sources(name), held))
             for name in present]
         tasks += [(f"bronze.{name}", functools.partial(
             self.appends.append, batch.where(F.col(STREAM) == name).select(*BRONZE_COLUMNS),
@@ -405,15 +510,15 @@ class SilverBatches:
         return flats, counts
 
     def decode_count_write(self, batch: DataFrame, batch_id: int, name: str,
-                           high_water_ms: int | None, held: list[DataFrame]):
+                           high_water: dict[str, int], held: list[DataFrame]):
         """One stream: decode and classify once (kept), count, append the valid rows to
         silver.<name>; return (classified rows, counts)."""
         s = self.by_name[name]
         flat = classify(decode(batch.where(F.col(STREAM) == name), s.table), s,
-                        high_water_ms).localCheckpoint(eager=True)
+                        high_water, self.max_ahead_ms).localCheckpoint(eager=True)
         with self.lock:
             held.append(flat)
-        c = _counts(flat, s).first()
+        c = _counts(flat, s)
         if c["rows_valid"]:
             files = -(-c["rows_valid"] // ROWS_PER_FILE)
             self.appends.append(valid_rows(flat, s).coalesce(files),
@@ -440,23 +545,35 @@ class SilverBatches:
         run_parallel(last, self.write_threads, phases, "quarantine+counts")
 
 
-def batch_stats(query: str, batch_id: int, counts: dict, hw_before: dict[str, int],
-                now_ms: int) -> tuple[list[dict], dict[str, int]]:
+def batch_stats(query: str, batch_id: int, counts: dict, hw_before: HighWater,
+                now_ms: int) -> tuple[list[dict], HighWater]:
     """The gold.pipeline_batches rows of a batch (one per stream, in `counts`' order) and
-    the high water after it."""
-    hw = dict(hw_before)
+    the high waters after it (a source's forgotten `SOURCE_MEMORY_MS` after it last moved)."""
+    hw = HighWater(dict(hw_before.streams))
     stats = []
     for name, c in counts.items():
-        high = max([v for v in (hw_before.get(name), c["max_ms"]) if v is not None],
+        high = max([v for v in (hw_before.streams.get(name), c["max_ms"]) if v is not None],
                    default=None)
         if high is not None:
-            hw[name] = high
+            hw.streams[name] = high
+        sources = {k: v for k, v in hw_before.sources.get(name, {}).items()
+                   if now_ms - v[1] <= SOURCE_MEMORY_MS}
+        moved = {}
+        for source, st in c["sources"].items():
+            if st["max_ms"] is not None:
+                moved[source] = max(st["max_ms"], sources.get(source, [st["max_ms"]])[0])
+                sources[source] = [moved[source], now_ms]
+        if sources:
+            hw.sources[name] = sources
         stats.append({"query": query, "batch_id": batch_id, "stream": name,
                       "rows_in": c["rows_in"] or 0, "rows_valid": c["rows_valid"] or 0,
                       "rows_quarantined": (c["rows_in"] or 0) - (c["rows_valid"] or 0),
                       "rows_late_within_bound": c["late_in"] or 0,
                       "rows_late_beyond_bound": c["late_out"] or 0,
                       "high_water_ms": high, "batch_ts_ms": now_ms,
+                      "source_high_water": moved,
+                      "source_lead_ms": {k: st["lead_ms"] for k, st in c["sources"].items()
+                                         if st["lead_ms"] is not None},
                       # not in the table: for on_batch (jobs/silver_commits.py)
                       "low_ms": c["min_ms"]})
     return stats, hw

@@ -24,9 +24,9 @@ QUARANTINE = "quarantine"
 class Stream:
     name: str
     description: str
-    # How late (event time behind the newest row seen) a row may be and still count;
-    # later rows go to quarantine as late_beyond_watermark. None: no event-time bound
-    # (commits and quarantine records are kept whenever they arrive).
+    # How late (event time behind the newest row seen from the same source) a row may be
+    # and still count; later rows go to quarantine as late_beyond_watermark. None: no
+    # lateness bound (commits and quarantine records are kept whenever they arrive).
     lateness_s: int | None = 120
     # Shipped only in the request-log agent's windows mode (issue 24); a pipeline reads
     # them when that mode is on (`streams_for`).
@@ -35,6 +35,14 @@ class Stream:
     @property
     def table(self) -> ModuleType:
         return importlib.import_module(f"schemas.{self.name}")
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        """What one clock stamps: a broker's rows (cluster, broker), a client's (cluster,
+        client_id), else the cluster's. Silver keeps the lateness bound per source, so one
+        source's clock cannot make another's rows late."""
+        fields = set(self.table.SCHEMA.fieldNames())
+        return ("cluster",) + tuple(c for c in ("broker", "client_id") if c in fields)[:1]
 
     @property
     def time_column(self) -> str:

@@ -172,6 +172,7 @@ class Monitor:
 
         def on_batch(stats: dict) -> None:
             exporter.quarantined(stats["stream"], stats["rows_quarantined"])
+            exporter.source_leads(stats["stream"], stats["source_lead_ms"])
             commits.notice(stats)
 
         self.pipeline = Pipeline(

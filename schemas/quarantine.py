@@ -32,6 +32,13 @@ SCHEMA = StructType([
 DERIVED = {"ingest_ts": "timestamp_millis(ingest_ts_ms)"}
 SILVER_SCHEMA = StructType([*SCHEMA.fields, StructField("ingest_ts", TimestampType())])
 
+# The reason of a row whose event time is further ahead of the clock that read it than
+# MAX_EVENT_AHEAD_S: a clock that runs ahead (or one wrong line) must not move any window or
+# watermark, or every honest row after it would look late. The edge agents compare with
+# their host's clock, silver with the ingest time ([pipeline] max_event_ahead_s).
+FUTURE_EVENT_TIME = "future_event_time"
+MAX_EVENT_AHEAD_S = 120
+
 # cluster is not required: a line that is not even JSON names no cluster.
 REQUIRED = ("source", "reason", "raw", "raw_bytes_len", "ingest_ts_ms")
 
@@ -43,7 +50,7 @@ COLUMNS = {
               "the silver table's validation (or arrived later than the watermark allows)",
     "reason": "Short machine reason, e.g. truncated_json, missing_field:totalTimeMs, "
               "negative_time:local_ms, unknown_api, oversize_line, not_utf8, not_json, "
-              "late_beyond_watermark",
+              "late_beyond_watermark, future_event_time",
     "raw": "The input as text, cut to 16 KB (hex for binary input that is not UTF-8)",
     "raw_encoding": "utf8 or hex",
     "raw_bytes_len": "Size of the whole input in bytes",

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from ingest.agent_metrics import AgentMetrics
+from ingest.consumer_offsets import encode_key, encode_value
 from ingest.offsets_agent import OffsetsAgent
 from ingest.partition_offsets_agent import PartitionOffsetsAgent
 from ingest.sinks import LandingSink, SinkError
@@ -273,3 +274,68 @@ def check_offsets_agents(kafka_cluster, tmp_path, cleanup: ExitStack):
     assert every[(topic_c, 0)]["latest_offset"] == 4
     assert not any(t.startswith("__") for t, _ in every)
     all_topics.close()
+
+
+def test_records_deleted_before_the_reader_got_to_them_are_one_lost_span(kafka_cluster,
+                                                                          tmp_path):
+    """The broker refuses to delete records of __consumer_offsets, so the reader follows a
+    copy: a one-partition topic of commit records in __consumer_offsets' own format, whose
+    log start offset `delete_records` moves past the reader's saved position."""
+    bs = kafka_cluster.bootstrap_servers
+    tag = uuid.uuid4().hex[:6]
+    copy = f"offs-copy-{tag}"
+    create_topic(kafka_cluster, copy, partitions=1)
+
+    class CopyReader(OffsetsAgent):
+        TOPIC = copy
+
+    producer = Producer({"bootstrap.servers": bs, "acks": "all"})
+
+    def commit(offsets):
+        for o in offsets:
+            producer.produce(copy, key=encode_key(f"g-{tag}", "orders", 0),
+                             value=encode_value(o, None, 1_700_000_000_000 + o), partition=0)
+        assert producer.flush(60) == 0
+
+    landing = tmp_path / "landing"
+    positions = tmp_path / "positions.json"
+    conf = {"bootstrap.servers": bs}
+    commit(range(0, 5))                                   # source offsets 0..4
+    first = CopyReader(CLUSTER, conf, LandingSink(landing, "copy-1"), positions,
+                       AgentMetrics(CollectorRegistry(), "offsets"))
+    wait_until(lambda: first.poll_once() >= 0 and first.saved_positions().get(0) == 5, 60,
+               "the first reader to read the copy")
+    first.close()
+
+    commit(range(5, 12))                                  # 5..11 while the reader is down
+    admin = AdminClient(conf)
+    [fut] = admin.delete_records([TopicPartition(copy, 0, 9)]).values()
+    assert fut.result(60).low_watermark == 9              # 5..8 are gone
+
+    registry = CollectorRegistry()
+    sink = FailingFirstFlushSink(LandingSink(landing, "copy-2"))
+    second = CopyReader(CLUSTER, conf, sink, positions, AgentMetrics(registry, "offsets"))
+    wait_until(lambda: second.poll_once() >= 0 and second.saved_positions().get(0) == 12, 120,
+               "the second reader to go on after the gap")
+    second.close()
+    assert sink.failed                                    # the row was sent again after it
+    rows = [r for r in landed(landing, "quarantine") if r["reason"].startswith("lost_span")]
+    assert len(rows) == 1, rows
+    [row] = rows
+    assert row["reason"] == "lost_span:log_start_moved" and row["origin"] == copy
+    assert json.loads(row["raw"]) == {"from": {"offset": 5}, "to": {"offset": 9}, "lost": 4}
+    assert (row["source_partition"], row["source_offset"]) == (0, 5)
+    assert row["record_id"] == f"{CLUSTER}:__consumer_offsets:0:lost_span:5"
+    assert registry.get_sample_value("kmon_agent_dropped_records_total",
+                                     {"agent": "offsets", "reason": "log_start_moved"}) == 4
+    commits = [r["offset"] for r in landed(landing, "offset_commits")]
+    assert commits == [0, 1, 2, 3, 4, 9, 10, 11]
+
+    third = CopyReader(CLUSTER, conf, LandingSink(landing, "copy-3"), positions,
+                       AgentMetrics(CollectorRegistry(), "offsets"))
+    commit([12])
+    wait_until(lambda: third.poll_once() >= 0 and third.saved_positions().get(0) == 13, 60,
+               "the third reader to read on")
+    third.close()
+    assert len([r for r in landed(landing, "quarantine")
+                if r["reason"].startswith("lost_span")]) == 1

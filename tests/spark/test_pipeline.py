@@ -133,6 +133,45 @@ def test_rows_later_than_the_bound_are_quarantined_and_within_it_counted(spark, 
         t, t - lateness_ms // 2]
 
 
+def test_lateness_is_per_broker_and_a_future_row_moves_nothing(spark, lake, kmon_config):
+    """One broker's clock (or one line) ahead must not make another broker's rows late:
+    a row stamped far ahead of its ingest time is quarantined and moves no high water, and
+    each broker's rows are late only against that broker's own newest row. The per-broker
+    high water survives a restart (read back from gold.pipeline_batches)."""
+    base = _records()[0]
+    t = base["ts_ms"]
+    lateness_ms = stream("request_stages").lateness_s * 1000
+    sink = LandingSink(lake.landing_root, "test")
+    sink.send("request_stages", "k", dict(base, record_id="b1-new", ts_ms=t))
+    sink.send("request_stages", "k", dict(base, record_id="b2-old", broker=2,
+                                          ts_ms=t - 3 * lateness_ms))
+    # a line from the year 2030 on broker 2
+    sink.send("request_stages", "k", dict(base, record_id="b2-2030", broker=2,
+                                          ts_ms=1_900_000_000_000))
+    sink.flush()
+    stats: list[dict] = []
+    _pipeline(spark, lake, kmon_config, on_batch=stats.append).process_available()
+    # broker 2 goes on from where it was (3 bounds behind broker 1), and broker 1 sends a
+    # row later than its own bound
+    sink.send("request_stages", "k", dict(base, record_id="b2-next", broker=2,
+                                          ts_ms=t - 3 * lateness_ms + 1000))
+    sink.send("request_stages", "k", dict(base, record_id="b1-too-late",
+                                          ts_ms=t - lateness_ms - 1000))
+    sink.flush()
+    _pipeline(spark, lake, kmon_config, on_batch=stats.append).process_available()
+
+    silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))
+    assert sorted(r["record_id"] for r in silver.collect()) == ["b1-new", "b2-next", "b2-old"]
+    q = spark.read.format("delta").load(lake.table("silver", QUARANTINE)).collect()
+    assert sorted((r["record_id"], r["reason"]) for r in q) == [
+        ("b1-too-late", "late_beyond_watermark"), ("b2-2030", "future_event_time")]
+    first = next(x for x in stats if x["stream"] == "request_stages")
+    assert first["source_high_water"] == {"c1/1": t, "c1/2": t - 3 * lateness_ms}
+    # the 2030 row's lead is what the exporter reports for broker 2: its clock is ahead
+    assert first["source_lead_ms"]["c1/2"] > 100 * 86_400_000
+    assert first["source_lead_ms"]["c1/1"] < 0
+
+
 def test_agent_quarantine_records_land_in_the_quarantine_table(spark, lake, kmon_config):
     bad = parse_request_line(b"\xff\xfe garbage", cluster="c1", broker=2)
     rec = bad.to_quarantine_record(cluster="c1", ingest_ts_ms=1_700_000_000_000, broker=2,

@@ -102,3 +102,96 @@ def test_line_positions_are_byte_offsets(tmp_path):
     append(f, "ab\ncde\n")
     lines = FileTailer(f).read_lines()
     assert [(l.start, l.after.offset) for l in lines] == [(0, 3), (3, 7)]
+
+
+# ---- gaps: input the tailer cannot read back is reported, not skipped silently ------------
+
+def tailer_with_gaps(f, position=None):
+    gaps = []
+    return FileTailer(f, position, on_gap=gaps.append), gaps
+
+
+def test_saved_file_rotated_out_of_reach_is_a_gap_to_the_oldest_file_left(tmp_path):
+    f = tmp_path / "r.log"
+    append(f, "1\n")
+    t = FileTailer(f)
+    saved = t.read_lines()[-1].after
+    t.close()
+    # Held open so its inode is not reused by a newer file (ext4 reuses a freed inode at
+    # once, and a position is an inode: see the limits in ingest/file_tailer.py).
+    with open(f, "rb"):
+        for text in ("lost", "3", "4", "5", "6"):   # five rollovers, three files kept
+            rotate(f, keep=3)
+            append(f, text + "\n")
+    t2, gaps = tailer_with_gaps(f, saved)
+    assert gaps == []                       # reported by read_lines, not when built
+    assert texts(t2.read_lines()) == ["3", "4", "5", "6"]
+    [gap] = gaps
+    oldest = f"{f}.3"
+    assert gap.cause == "rotated_away"
+    assert gap.lost_from == saved and gap.lost_path is None
+    assert gap.resumed_path == oldest and gap.resumed_at.offset == 0
+    assert t2.read_lines() == [] and len(gaps) == 1
+
+
+def test_file_deleted_while_read_goes_on_with_the_next_file_not_the_live_one(tmp_path):
+    # Fixed: the tailer used to jump to the live file, skipping the rotated files between.
+    f = tmp_path / "r.log"
+    append(f, "1\n")
+    rotate(f, keep=3)
+    append(f, "2\n")
+    rotate(f, keep=3)
+    append(f, "3\n")
+    t, gaps = tailer_with_gaps(f)           # starts with the live file; .1 and .2 are older
+    assert texts(t.read_lines()) == ["3"]
+    rotate(f, keep=3)
+    append(f, "4\n")
+    rotate(f, keep=3)                       # "3" is now .2, "4" .1
+    append(f, "5\n")
+    assert texts(t.read_lines(max_lines=1)) == ["4"]
+    append(f, "6\n")
+    os.remove(f"{f}.1")                     # the file being read disappears; "3" is older
+    assert texts(t.read_lines()) == ["5", "6"] and gaps == []
+
+
+def test_file_and_its_successor_rotated_away_while_read_is_a_gap(tmp_path):
+    f = tmp_path / "r.log"
+    append(f, "a1\na2\n")
+    t, gaps = tailer_with_gaps(f)
+    assert texts(t.read_lines(max_lines=1)) == ["a1"]
+    inode_a = t.position.inode
+    for i in range(1, 5):                   # the writer rolls 4 times; 2 files kept
+        rotate(f, keep=2)
+        append(f, "lost\n" if i == 1 else f"b{i}\n")    # "lost" rolls away with "a"
+    assert texts(t.read_lines()) == ["a2", "b2", "b3", "b4"]   # the open file, then on
+    [gap] = gaps
+    assert gap.cause == "rotated_away"
+    assert gap.lost_from == (inode_a, 6) and gap.lost_path == str(f)
+    assert gap.resumed_path == f"{f}.2" and gap.resumed_at.offset == 0
+
+
+def test_truncated_while_down_is_a_gap_and_starts_over(tmp_path):
+    f = tmp_path / "r.log"
+    append(f, "aaaa\nbbbb\n")
+    t = FileTailer(f)
+    pos = t.read_lines()[-1].after
+    t.close()
+    with open(f, "wb") as fh:
+        fh.write(b"x\n")
+    t2, gaps = tailer_with_gaps(f, pos)
+    assert texts(t2.read_lines()) == ["x"]
+    assert gaps == [("truncated", pos, str(f), (pos.inode, 0), str(f))]
+
+
+def test_truncated_while_read_is_a_gap_and_starts_over(tmp_path):
+    f = tmp_path / "r.log"
+    append(f, "aaaa\nbbbb\n")
+    t, gaps = tailer_with_gaps(f)
+    assert texts(t.read_lines()) == ["aaaa", "bbbb"]
+    with open(f, "r+b") as fh:              # truncated in place, as copytruncate does
+        fh.truncate(0)
+    append(f, "x\n")
+    assert texts(t.read_lines()) == ["x"]
+    inode = os.stat(f).st_ino
+    assert gaps == [("truncated", (inode, 10), str(f), (inode, 0), str(f))]
+    assert t.read_lines() == [] and len(gaps) == 1

@@ -102,3 +102,48 @@ def test_partition_offsets_table_declares_schema_derived_required_checks_and_doc
 def test_internal_topics_are_the_double_underscore_ones():
     assert is_internal("__consumer_offsets") and is_internal("__transaction_state")
     assert not is_internal("orders") and not is_internal("_schemas")
+
+
+class FakeWatermarks:
+    """Only what the lost-span rule asks of a consumer: the log start (no Kafka here; the
+    broker side is in tests/integration/test_offsets_agent.py)."""
+
+    def __init__(self, low: int):
+        self.low = low
+
+    def get_watermark_offsets(self, tp, timeout=None, cached=False):
+        return (self.low, self.low + 100)
+
+
+@pytest.mark.parametrize("expected,offset,low,lost", [
+    (10, 11, 0, None),       # the next record: no jump
+    (10, 15, 3, None),       # a jump over compacted records: the log still starts before it
+    (10, 15, 10, None),      # the log starts exactly where the reader goes on
+    (10, 15, 12, (10, 12)),  # records 10 and 11 were deleted: lost up to the log start
+    (10, 15, 40, (10, 15)),  # the log start moved past the record read: lost up to it
+], ids=["next", "compacted", "log_start_at_position", "deleted", "log_start_past_record"])
+def test_a_jump_is_a_lost_span_only_when_the_log_starts_after_the_position(
+        tmp_path, expected, offset, low, lost):
+    from tests.unit.test_tail_agent import RecordingSink
+    sink = RecordingSink()
+    registry = CollectorRegistry()
+    agent = OffsetsAgent("c", {"bootstrap.servers": "127.0.0.1:1"}, sink, tmp_path / "p.json",
+                         AgentMetrics(registry, "offsets"))
+    agent._reading[7] = expected
+    for _ in range(2):                       # found twice (a rewind): counted once
+        agent._check_continuity(FakeWatermarks(low), 7, offset, 1_000)
+    sink.flush()
+    rows = sink.records("quarantine")
+    if lost is None:
+        assert rows == []
+        return
+    assert len(rows) == 2 and rows[0] == rows[1]
+    row = rows[0]
+    assert row["reason"] == "lost_span:log_start_moved" and row["source"] == "consumer_offsets"
+    assert row["record_id"] == f"c:__consumer_offsets:7:lost_span:{expected}"
+    assert json.loads(row["raw"]) == {"from": {"offset": lost[0]}, "to": {"offset": lost[1]},
+                                      "lost": lost[1] - lost[0]}
+    assert (row["source_partition"], row["source_offset"]) == (7, expected)
+    assert registry.get_sample_value("kmon_agent_dropped_records_total",
+                                     {"agent": "offsets", "reason": "log_start_moved"}) == \
+        lost[1] - lost[0]

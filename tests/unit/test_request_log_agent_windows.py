@@ -199,3 +199,28 @@ def test_a_full_broker_ships_its_windows_and_every_request(tmp_path, corpus_line
     assert len(whole) == len(corpus_lines)
     assert sum(r["requests"] for (s, _), r in got.items()
                if s == "request_windows") == len(corpus_lines)
+
+
+def test_a_line_from_the_future_is_quarantined_and_the_windows_go_on(tmp_path, corpus_lines):
+    """One line stamped in 2030 must not become the broker's window clock: it goes to
+    quarantine as future_event_time, and the windows of the lines after it are still
+    emitted as their time passes (before the fix, every later line was a late delta held
+    until 2030)."""
+    sink = RecordingSink()
+    a = agent(tmp_path, sink)
+    log = tmp_path / "kafka-request.log"
+    head, tail = corpus_lines[:1000], corpus_lines[1000:]
+    future = b"[2030" + corpus_lines[1000][5:]
+    append(log, b"".join(head) + future + b"".join(tail))
+    while a.poll_once() >= a.batch_lines:
+        pass
+    q = [rec for stream, _, rec in sink.durable if stream == "quarantine"]
+    assert [(r["reason"], r["raw"][:5]) for r in q] == [("future_event_time", "[2030")]
+    last = parse_request_line(tail[-1].rstrip(b"\n"), cluster="bursty", broker=2)["ts_ms"]
+    starts = [rec["ts_ms"] for stream, _, rec in sink.durable if stream == "request_windows"]
+    # every window that closed by the last line's time went out without a flush_all
+    assert max(starts) >= last - 10_000 - 2 * 10_000, (max(starts), last)
+    finish(a)
+    total = sum(rec["requests"] for stream, _, rec in sink.durable
+                if stream == "request_windows")
+    assert total == len(corpus_lines)     # every line but the one from 2030

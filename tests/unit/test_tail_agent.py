@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ingest.agent_metrics import AgentMetrics
-from ingest.file_tailer import PositionStore
+from ingest.file_tailer import MAX_ROTATED, PositionStore
 from ingest.request_log_agent import RequestLogAgent, RequestLogSource
 from ingest.sinks import SinkError
 from tests.unit.captured import fixture_lines
@@ -52,7 +52,7 @@ class RecordingSink:
 
 
 class Clock:
-    def __init__(self, t: float = 1_795_000_000.0):
+    def __init__(self, t: float = 1_796_000_000.0):  # after every fixture line (none is "future")
         self.t = t
 
     def __call__(self) -> float:
@@ -159,3 +159,89 @@ def test_source_names_must_be_unique(tmp_path):
     with pytest.raises(ValueError, match="unique"):
         RequestLogAgent([src, src], RecordingSink(), PositionStore(tmp_path / "p.json"),
                         AgentMetrics(CollectorRegistry(), "a"))
+
+
+# ---- lost spans: input the agent cannot read back is quarantined, counted, logged ---------
+
+def lost_rows(sink):
+    return [r for r in sink.records("quarantine") if r["reason"].startswith("lost_span:")]
+
+
+def dropped(registry, reason):
+    return registry.get_sample_value("kmon_agent_dropped_records_total",
+                                     {"agent": "request-log-agent", "reason": reason})
+
+
+def test_file_rotated_out_of_reach_while_down_is_one_lost_span_row(tmp_path, caplog):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n")
+    sink = RecordingSink()
+    agent = request_agent(tmp_path, sink)
+    agent.poll_once()
+    agent.close()
+    saved = PositionStore(tmp_path / "pos.json").load()["c/1"]
+    # The agent is down while the broker rolls its log more than MAX_ROTATED times (held
+    # open: a freed inode would be reused by a newer file, see ingest/file_tailer.py).
+    with open(log, "rb"):
+        for i in range(MAX_ROTATED + 2):
+            rotate(log, keep=MAX_ROTATED)
+            append(log, REQUEST_LINES[1 + i % 5] + "\n")
+    oldest = f"{log}.{MAX_ROTATED}"
+    registry = CollectorRegistry()
+    sink.fail_flushes = 1                           # the first flush fails: sent again
+    agent = request_agent(tmp_path, sink, registry)
+    assert agent.poll_once() == 0
+    assert agent.poll_once() == MAX_ROTATED + 1     # every file still there, then the live one
+    [row] = lost_rows(sink)
+    assert row["reason"] == "lost_span:rotated_away" and row["source"] == "request_log"
+    assert row["record_id"] == f"request_stages:c/1:lost_span:{saved.inode}:{saved.offset}"
+    assert json.loads(row["raw"]) == {
+        "from": {"inode": saved.inode, "offset": saved.offset, "path": None},
+        "to": {"inode": os.stat(oldest).st_ino, "offset": 0, "path": oldest}}
+    assert row["cluster"] == "c" and row["broker"] == 1 and row["origin"] == str(log)
+    assert dropped(registry, "rotated_away") == 1   # once, though found again by the rewind
+    assert len([r for r in caplog.records if "lost_span:rotated_away" in r.getMessage()]) == 1
+    assert len(sink.records("request_stages")) == 1 + MAX_ROTATED + 1
+    agent.close()
+    registry = CollectorRegistry()                  # a restart after the save: nothing again
+    request_agent(tmp_path, sink, registry).poll_once()
+    assert len(lost_rows(sink)) == 1 and dropped(registry, "rotated_away") is None
+
+
+def test_restart_before_the_flush_sends_the_same_lost_span_row(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n" + REQUEST_LINES[1] + "\n")
+    sink = RecordingSink()
+    request_agent(tmp_path, sink).poll_once()
+    with open(log, "r+b") as f:                     # truncated in place while down
+        f.truncate(0)
+    append(log, REQUEST_LINES[2] + "\n")
+    sink.fail_flushes = 1
+    request_agent(tmp_path, sink).poll_once()       # killed before a flush got through
+    assert lost_rows(sink) == []
+    request_agent(tmp_path, sink).poll_once()
+    request_agent(tmp_path, sink).poll_once()
+    [row] = lost_rows(sink)
+    inode = os.stat(log).st_ino
+    end = len(REQUEST_LINES[0]) + len(REQUEST_LINES[1]) + 2
+    assert row["reason"] == "lost_span:truncated"
+    assert row["record_id"] == f"request_stages:c/1:lost_span:{inode}:{end}"
+    assert json.loads(row["raw"]) == {"from": {"inode": inode, "offset": end, "path": str(log)},
+                                      "to": {"inode": inode, "offset": 0, "path": str(log)}}
+
+
+def test_file_truncated_while_read_is_a_lost_span_and_reading_goes_on(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n")
+    sink = RecordingSink()
+    registry = CollectorRegistry()
+    agent = request_agent(tmp_path, sink, registry)
+    agent.poll_once()
+    with open(log, "r+b") as f:
+        f.truncate(0)
+    append(log, REQUEST_LINES[1] + "\n")
+    assert agent.poll_once() == 1
+    [row] = lost_rows(sink)
+    assert row["reason"] == "lost_span:truncated"
+    assert dropped(registry, "truncated") == 1
+    assert PositionStore(tmp_path / "pos.json").load()["c/1"].offset == len(REQUEST_LINES[1]) + 1
