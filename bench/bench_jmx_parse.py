@@ -37,7 +37,7 @@ def main() -> None:
     body = gzip.decompress(FIXTURE.read_bytes()).decode()
 
     def parse():
-        return jmx_scraper.parse_exposition(body, cluster="c", broker=1, ts_ms=1)
+        return jmx_scraper.parse_exposition(body, cluster="c", broker=1, ts_ms=1_795_343_920_000)
 
     shipped = parse()
     t_shipped = best_cpu_s(parse)

@@ -79,7 +79,8 @@ for the kinds kmon acts on. Each line form matched, and where it was seen:
 
 An event becomes a record or a `Malformed` (not_utf8, empty_line, orphan_lines: text
 before the first stamped line, bad_timestamp, oversize_number: a number of more digits
-than Python converts).
+than Python converts, or the name of the log_events check a value would break:
+unknown_level, negative_offset:<column>, out_of_range:<column>, ...; schemas/plausible.py).
 """
 
 from __future__ import annotations
@@ -90,9 +91,11 @@ from datetime import tzinfo
 
 from ingest.log_time import STAMP_RE, UTC, stamp_to_ms
 from ingest.malformed import Malformed
-from schemas.log_events import LogEventKind
+from schemas.log_events import BOUNDS, LEVELS, WIDTHS, LogEventKind
+from schemas.plausible import checker
 
 SOURCE = "broker_log"
+_broken_bound = checker(*BOUNDS, *WIDTHS)  # schemas/plausible.py
 
 MAX_MESSAGE_CHARS = 8 * 1024
 # The assembler stops collecting an event's lines past this size (a runaway stack trace);
@@ -182,7 +185,29 @@ def parse_event(event: str, *, cluster: str, broker: int, log: str | None = None
         classify(message, rec)
     except ValueError:  # int() of more digits than Python converts
         return Malformed(SOURCE, "oversize_number", event, ts_ms)
+    reason = implausible(rec)
+    if reason is not None:
+        return Malformed(SOURCE, reason, event, ts_ms)
     return rec
+
+
+def implausible(rec: dict) -> str | None:
+    """What in a built record cannot be true, as the log_events check it breaks (a level
+    log4j does not have, a negative offset or node id, a number wider than its field:
+    schemas/plausible.py), or None."""
+    if rec["level"] not in LEVELS:
+        return "unknown_level"
+    if rec["broker"] < 0:
+        return "negative_broker"
+    if rec["partition"] is not None and rec["partition"] < 0:
+        return "negative_partition"
+    reason = _broken_bound(rec)
+    if reason is not None:
+        return reason
+    if rec["dirty_start"] is not None and rec["dirty_end"] is not None \
+            and rec["dirty_start"] > rec["dirty_end"]:
+        return "dirty_end_before_start"
+    return None
 
 
 def split_logger(body: str) -> tuple[str | None, str]:

@@ -40,7 +40,10 @@ offset_reset otherwise. librdkafka lines carry no group id and the client id onl
 handle name (``<client.id>#consumer-N``): the caller passes what it knows.
 
 Malformed reasons: not_utf8, empty_line, oversize_line, bad_timestamp, missing_field:ts_ms,
-oversize_number (a number of more digits than Python converts).
+oversize_number (a number of more digits than Python converts), and the name of the
+client_offset_events check a value would break (negative_partition,
+implausible_event_time, negative_offset:<column>, out_of_range:<column>, ...;
+schemas/plausible.py).
 """
 
 from __future__ import annotations
@@ -50,8 +53,11 @@ from datetime import tzinfo
 
 from ingest.log_time import STAMP_RE, UTC, stamp_to_ms
 from ingest.malformed import Malformed, Skipped, checked_text
+from schemas.client_offset_events import BOUNDS, WIDTHS
+from schemas.plausible import checker
 
 SOURCE = "client_log"
+_broken_bound = checker(*BOUNDS, *WIDTHS)  # schemas/plausible.py
 MAX_LINE_CHARS = 64 * 1024
 MAX_REASON_CHARS = 512
 
@@ -138,6 +144,11 @@ def parse_client_line(line: str | bytes, *, cluster: str, client_id: str | None 
     out.update(cluster=cluster, ts_ms=ts_ms, client_id=client_id, group_id=group_id,
                client_software=client_software)
     out.update({k: v for k, v in rec.items() if v is not None})  # the line wins
+    if out["partition"] < 0:
+        return Malformed(SOURCE, "negative_partition", line, ts_ms)
+    reason = _broken_bound(out)
+    if reason is not None:
+        return Malformed(SOURCE, reason, line, ts_ms)
     return out
 
 

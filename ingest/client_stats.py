@@ -31,7 +31,10 @@ offsets (-1001 INVALID, -1 for unknown lag) become null.
 Returns the list of records, or `Malformed` (truncated_json, invalid_json, not_utf8,
 oversize_number: an integer of more digits than Python converts, bad_escape: a string
 escape that is no Unicode text, a lone surrogate such as ``"\\ud800"``, missing_field:<key>,
-wrong_type:<key>: also a number that is not finite, NaN, Infinity, 1e999).
+wrong_type:<key>: also a number that is not finite, NaN, Infinity, 1e999, nested_too_deep,
+unknown_client_type, and the name of the client_stats check a value would break:
+implausible_event_time, negative_count:<column>, out_of_range:<column>, ...;
+schemas/plausible.py).
 """
 
 from __future__ import annotations
@@ -40,8 +43,11 @@ import json
 import math
 
 from ingest.malformed import Malformed, checked_text, json_error_reason
+from schemas.client_stats import BOUNDS, CLIENT_TYPES, WIDTHS
+from schemas.plausible import checker
 
 SOURCE = "client_stats"
+_broken_bound = checker(*BOUNDS, *WIDTHS)  # schemas/plausible.py
 MAX_PAYLOAD_CHARS = 64 * 1024 * 1024
 
 RECORD_FIELDS = (
@@ -85,8 +91,8 @@ def parse_client_stats(payload: str | bytes, *, cluster: str,
         doc = json.loads(payload)
     except json.JSONDecodeError as e:
         return Malformed(SOURCE, json_error_reason(e, payload), payload)
-    except RecursionError:
-        return Malformed(SOURCE, "invalid_json", payload)
+    except RecursionError:  # nested deeper than the decoder recurses; librdkafka nests 4 levels
+        return Malformed(SOURCE, "nested_too_deep", payload)
     except ValueError:  # an integer of more digits than Python converts
         return Malformed(SOURCE, "oversize_number", payload)
     if ("\\ud" in payload or "\\uD" in payload) and not _encodable(doc):
@@ -147,6 +153,8 @@ def flatten(doc, *, cluster: str, ts_ms: int | None = None) -> list[dict]:
         raise _Bad("wrong_type:statistics")
     name = _get(doc, "name", (str,), required=True)
     client_type = _get(doc, "type", (str,), required=True)
+    if client_type not in CLIENT_TYPES:
+        raise _Bad("unknown_client_type")
     wall = _get(doc, "time", (int, float), required=ts_ms is None)
     base = dict.fromkeys(RECORD_FIELDS)
     base.update(cluster=cluster, ts_ms=ts_ms if ts_ms is not None else int(wall * 1000),
@@ -163,6 +171,10 @@ def flatten(doc, *, cluster: str, ts_ms: int | None = None) -> list[dict]:
                         "rebalance_cnt": _int(cgrp, "rebalance_cnt"),
                         "rebalance_reason": _get(cgrp, "rebalance_reason", (str,)),
                         "assignment_size": _int(cgrp, "assignment_size")})
+    for rec in records:
+        reason = _broken_bound(rec)
+        if reason is not None:
+            raise _Bad(reason)
     return records
 
 

@@ -51,6 +51,8 @@ A captured v4 record (hex), key then value:
 
 Returns a record, `Skipped` (documented skips above) or `Malformed` (missing_field:key,
 truncated_key, truncated_value, bad_key_version, unknown_value_version:<v>, trailing_bytes,
+the name of the check a value would break (missing_field:<column>, negative_partition,
+negative_offset, implausible_event_time, ...: schemas/plausible.py),
 not_utf8); the raw input of a Malformed is ``key=<hex> value=<hex|null>``.
 """
 
@@ -60,6 +62,7 @@ import base64
 import struct
 
 from ingest.malformed import Malformed, Skipped
+from schemas.plausible import MAX_TS_MS, MIN_TS_MS
 
 SOURCE = "consumer_offsets"
 MAX_RECORD_TYPE = 255
@@ -210,7 +213,9 @@ def parse_offset_record(key: bytes | None, value: bytes | None, *, cluster: str,
                key_version=key_version, is_tombstone=value is None,
                source_partition=source_partition, source_offset=source_offset)
     if value is None:
-        return rec
+        reason = _implausible_commit(rec)
+        return rec if reason is None else Malformed(SOURCE, reason, raw_record_text(key, value),
+                                                    ts_ms)
     try:
         v = decode_value(bytes(value))
     except _Truncated:
@@ -228,7 +233,40 @@ def parse_offset_record(key: bytes | None, value: bytes | None, *, cluster: str,
     rec.update(v)
     if rec["ts_ms"] is None:
         rec["ts_ms"] = rec["commit_ts_ms"]
+    reason = _implausible_commit(rec)
+    if reason is not None:
+        return Malformed(SOURCE, reason, raw_record_text(key, value), ts_ms)
     return rec
+
+
+def _plausible_time(ts_ms: int | None) -> bool:
+    return ts_ms is not None and MIN_TS_MS <= ts_ms <= MAX_TS_MS
+
+
+def _implausible_commit(rec: dict) -> str | None:
+    """What in an offset commit cannot be true, as the offset_commits check it breaks.
+
+    A null group or topic (a STRING of length -1) names no offset. Offset -1 is Kafka's
+    "no offset", which a client speaking the protocol itself can commit; nothing lower
+    means anything. The coordinator stamps each commit with its own clock.
+    """
+    if rec["group_id"] is None:
+        return "missing_field:group_id"
+    if rec["topic"] is None:
+        return "missing_field:topic"
+    if rec["partition"] < 0:
+        return "negative_partition"
+    if rec["ts_ms"] is None:
+        return "missing_field:ts_ms"
+    if not _plausible_time(rec["ts_ms"]):
+        return "implausible_event_time"
+    if rec["is_tombstone"]:
+        return None
+    if rec["offset"] < -1:
+        return "negative_offset"
+    if not _plausible_time(rec["commit_ts_ms"]):
+        return "implausible_commit_time"
+    return None
 
 
 GROUP_RECORD_FIELDS = (
@@ -311,7 +349,26 @@ def parse_group_record(key: bytes, value: bytes | None, *, cluster: str,
                source_partition=source_partition, source_offset=source_offset)
     if value is None:
         rec["member_count"], rec["client_ids"] = 0, []
+    reason = _implausible_group(rec)
+    if reason is not None:
+        return Malformed(SOURCE, reason, raw_record_text(key, value), ts_ms)
     return rec
+
+
+def _implausible_group(rec: dict) -> str | None:
+    """What in a group's state cannot be true, as the group_members check it breaks: a
+    classic group's generation starts at 0 and only grows."""
+    if rec["group_id"] is None:
+        return "missing_field:group_id"
+    if rec["ts_ms"] is None:
+        return "missing_field:ts_ms"
+    if not _plausible_time(rec["ts_ms"]):
+        return "implausible_event_time"
+    if not rec["is_tombstone"] and rec["generation"] < 0:
+        return "negative_generation"
+    if rec["state_ts_ms"] is not None and not _plausible_time(rec["state_ts_ms"]):
+        return "implausible_state_time"
+    return None
 
 
 # ---- encoding: for tests only (round trips of every version) -----------------------------

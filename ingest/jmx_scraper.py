@@ -62,7 +62,8 @@ from ingest.agent_metrics import AgentMetrics
 from ingest.malformed import Malformed, parser_exception
 from ingest.repeated_condition import RepeatedCondition
 from ingest.sinks import Sink, SinkError
-from schemas.broker_metrics import KEPT_REQUESTS, METRICS, REQUEST_METRICS
+from schemas.broker_metrics import KEPT_REQUESTS, METRICS, REQUEST_METRICS, SIGNED_METRICS
+from schemas.plausible import MAX_TS_MS, MIN_TS_MS
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,10 @@ def parse_exposition(body: str | bytes, *, cluster: str, broker: int,
             return Malformed(SOURCE, "not_utf8", bytes(body), ts_ms)
     if not body.strip():
         return Malformed(SOURCE, "empty_exposition", body, ts_ms)
+    if not MIN_TS_MS <= ts_ms <= MAX_TS_MS:  # the scrape time: the agent's clock is wrong
+        return Malformed(SOURCE, "implausible_event_time", body, ts_ms)
+    if broker < 0:
+        return Malformed(SOURCE, "negative_broker", body, ts_ms)
     text, left_out = kept_lines(body)
     try:
         samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
@@ -210,7 +215,10 @@ def parse_exposition(body: str | bytes, *, cluster: str, broker: int,
                                    and s.labels.get("request") not in KEPT_REQUESTS):
             out.skipped["not_kept"] += 1
             continue
-        value = float(s.value)
+        try:
+            value = float(s.value)
+        except OverflowError:  # an integer sample beyond the float range
+            value = math.inf
         if not math.isfinite(value):
             out.skipped["non_finite_value"] += 1
             continue
@@ -224,6 +232,10 @@ def parse_exposition(body: str | bytes, *, cluster: str, broker: int,
         quantile_text = other.pop("quantile", None)
         topic = other.pop("topic", None)
         quantile = None
+        if value < 0 and name not in SIGNED_METRICS:
+            raw = f"{name}{{{_labels_key(labels)}}} {value!r}"
+            out.malformed.append(Malformed(SOURCE, "negative_value", raw, ts_ms))
+            continue
         if quantile_text is not None:
             quantile = _quantile(quantile_text)
             if quantile is None:

@@ -33,9 +33,11 @@ the same facts on every path.
 Each line gives a record (a dict with the columns of schemas/request_stages.py) or a
 `Malformed` with a reason: empty_line, oversize_line, not_utf8, not_request_line,
 bad_timestamp, truncated_json, invalid_json, bad_escape:<key>, oversize_number,
-missing_field:<key>, wrong_type:<key>, negative_time:<key>, unknown_api, api_mismatch,
-bad_connection; never an exception, whatever the line holds. ``bad_escape:<key>`` is a
-string value (the principal, the listener, the client id or software, a topic name ...)
+nested_too_deep, missing_field:<key>, wrong_type:<key>, negative_time:<key>, unknown_api,
+api_mismatch, bad_connection, and the name of the request_stages check a value would break
+(implausible_event_time, time_over_a_day:<column>, stage_over_total:<column>,
+out_of_range:<column>, ...: schemas/plausible.py); never an exception, whatever the line
+holds. ``bad_escape:<key>`` is a string value (the principal, the listener, the client id or software, a topic name ...)
 with an escape JSON does not have (``"\\q"``) or one that is no Unicode text (a lone
 surrogate such as ``"\\ud800"``, which no sink could encode); ``<key>`` is the JSON key
 it is the value of. ``oversize_number`` is a number of more digits than Python converts
@@ -53,7 +55,7 @@ from ingest.malformed import Malformed, checked_text
 from ingest.request_log_fast import parse_json_message_fast
 from ingest.request_log_json import TIMINGS, parse_json_message
 from ingest.request_log_record import (MAX_COMMITTED, MAX_ERROR_CODES, MAX_TOPICS,
-                                       RECORD_FIELDS, BadLine, split_connection)
+                                       RECORD_FIELDS, BadLine, implausible, split_connection)
 from ingest.request_log_text import LEGACY_TIMINGS, parse_legacy_message
 
 __all__ = [
@@ -100,8 +102,10 @@ def parse_request_line(line: str | bytes, *, cluster: str, broker: int, tz: tzin
             if not full_decode:
                 rec = parse_json_message_fast(message, cluster, broker, ts_ms,
                                               controller_listeners)
-                if rec is not None:
+                if rec is not None and implausible(rec) is None:
                     return rec
+                # An implausible value falls back too: the full decode reads the body
+                # facts the fast path only searched for, and says what is wrong.
             rec = parse_json_message(message)
         elif message.lstrip().startswith("RequestHeader("):
             try:
@@ -116,4 +120,7 @@ def parse_request_line(line: str | bytes, *, cluster: str, broker: int, tz: tzin
     rec["broker"] = broker
     rec["ts_ms"] = ts_ms
     rec["is_controller_traffic"] = rec["listener"] in controller_listeners
+    reason = implausible(rec)
+    if reason is not None:
+        return Malformed(SOURCE, reason, line, ts_ms)
     return {k: rec[k] for k in RECORD_FIELDS}

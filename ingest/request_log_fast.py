@@ -99,9 +99,10 @@ def parse_json_message_fast(message: str, cluster: str, broker: int, ts_ms: int,
                             controller_listeners: frozenset[str]) -> dict | None:
     """The whole record from a JSON message, bodies searched; None to fall back.
 
-    A document msgspec rejects (malformed, a missing key, a value of another type) and a
-    number of more digits than Python converts (a ValueError here) return None too: the
-    full decode names what is wrong.
+    A document msgspec rejects (malformed, a missing key, a value of another type), a
+    number of more digits than Python converts (a ValueError here) and JSON nested deeper
+    than a decoder recurses (RecursionError) return None too: the full decode names what
+    is wrong.
     """
     body = json_object_text(message)
     if "\\" in body:
@@ -109,7 +110,7 @@ def parse_json_message_fast(message: str, cluster: str, broker: int, ts_ms: int,
     try:
         return _fast_record(_ENVELOPE.decode(body), cluster, broker, ts_ms,
                             controller_listeners)
-    except (msgspec.MsgspecError, ValueError):
+    except (msgspec.MsgspecError, ValueError, RecursionError):
         return None
 
 

@@ -2,10 +2,10 @@
 
 It decodes the whole message with `json.loads` and checks every field it keeps, so it
 names what is wrong with a damaged line (truncated_json, invalid_json, bad_escape:<key>,
-oversize_number, missing_field:<key>, wrong_type:<key>, negative_time:<key>, unknown_api,
-api_mismatch, bad_connection). The fast string scan (request_log_fast) hands every line it
-does not expect to this path, and tests check that both give the same record on every
-captured line. The walk of a decoded request's topic list is shared with the fast path,
+oversize_number, nested_too_deep, missing_field:<key>, wrong_type:<key>,
+negative_time:<key>, unknown_api, api_mismatch, bad_connection). The fast string scan
+(request_log_fast) hands every line it does not expect to this path, and tests check that
+both give the same record on every captured line. The walk of a decoded request's topic list is shared with the fast path,
 which decodes the (small) request body of the APIs it has no regex for.
 """
 
@@ -76,8 +76,8 @@ def _loads(text: str):
         if e.msg.startswith("Invalid \\"):  # "Invalid \\escape", "Invalid \\uXXXX escape"
             raise BadLine(_bad_escape_reason(text, e.pos)) from None
         raise BadLine(json_error_reason(e, text)) from None
-    except RecursionError:
-        raise BadLine("invalid_json") from None
+    except RecursionError:  # nested deeper than the decoder recurses; Kafka nests a few levels
+        raise BadLine("nested_too_deep") from None
     except ValueError:  # a number of more digits than int() converts
         raise BadLine("oversize_number") from None
 

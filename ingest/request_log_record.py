@@ -9,6 +9,9 @@ of a Fetch, the error codes kept and an OffsetCommit's group, member and offsets
 
 from __future__ import annotations
 
+from schemas.plausible import INT32, INT64, PART_STAGES, STAGE_SLACK_MS, checker, in_range
+from schemas.request_stages import BOUNDS, WIDTHS
+
 MAX_TOPICS = 20
 MAX_ERROR_CODES = 10
 MAX_COMMITTED = 100  # OffsetCommit partitions kept per line
@@ -50,6 +53,28 @@ def split_connection(conn: str) -> tuple[str, str]:
 def first_unique(values, limit: int = MAX_TOPICS) -> list[str]:
     """The first `limit` distinct values, in their order."""
     return list(dict.fromkeys(values))[:limit]
+
+
+_broken_bound = checker(*BOUNDS, *WIDTHS)
+
+
+def implausible(rec: dict) -> str | None:
+    """The first thing in a finished record that cannot be true, as a Malformed reason (the
+    name of the request_stages check it would break: schemas/plausible.py), or None."""
+    if rec["broker"] < 0:
+        return "negative_broker"
+    reason = _broken_bound(rec)
+    if reason is not None:
+        return reason
+    for col in PART_STAGES:
+        if rec[col] > rec["total_ms"] + STAGE_SLACK_MS:
+            return f"stage_over_total:{col}"
+    for c in rec["committed"] or ():
+        if not in_range(c["partition"], *INT32):
+            return "out_of_range:committed.partition"
+        if not in_range(c["offset"], *INT64):
+            return "out_of_range:committed.offset"
+    return None
 
 
 def fetch_kind_fields(replica_id: int | None) -> dict:

@@ -26,6 +26,7 @@ from pyspark.sql.types import (
                                StructType,
 )
 
+from schemas.plausible import checks, event_time
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 REQUEST_METRICS = "kafka_network_requestmetrics_"
@@ -122,11 +123,19 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 
 REQUIRED = ("cluster", "broker", "ts_ms", "metric", "value")
 
+# Every kept series is a count, a size, a time, a ratio or a percentage, never below 0,
+# but these: the cleaner's longest recent cleaning reads minus the epoch in seconds until
+# a cleaner thread has finished one (its end time is still unset).
+SIGNED_METRICS = frozenset({"kafka_log_logcleaner_max_clean_time_secs"})
+
 # Row checks (name -> Spark SQL that is true for a valid row); see schemas/table.py.
 CHECKS = {
     "unknown_metric": "metric IN (" + ", ".join(f"'{m}'" for m in METRICS) + ")",
     "quantile_out_of_range": "quantile IS NULL OR (quantile >= 0 AND quantile <= 1)",
     "negative_broker": "broker >= 0",
+    **checks(event_time()),
+    "negative_value": "value >= 0 OR metric IN (" + ", ".join(f"'{m}'" for m in SIGNED_METRICS)
+                      + ")",
 }
 
 COLUMNS = {

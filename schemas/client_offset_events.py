@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from schemas.plausible import INT32, INT64, Bound, checks, event_time, width
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 KINDS = ("offset_reset", "offset_out_of_range", "truncation_detected")
@@ -36,9 +37,23 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 
 REQUIRED = ("cluster", "ts_ms", "topic", "partition", "kind")
 
+# What an event's values can be (schemas/plausible.py); the client-log parser refuses the
+# rest by the same names. -1 is the clients' "unknown epoch", and librdkafka's broker -1
+# (RD_KAFKA_NODEID_UA) a reset no broker answered for (no committed offset to start at).
+BOUNDS = (
+    event_time(),
+    Bound("negative_offset", ("from_offset", "to_offset"), low=0),
+    Bound("negative_epoch", ("leader_epoch",), low=-1),
+    Bound("negative_broker", ("broker",), low=-1),
+)
+# Columns exactly as wide as the number in the line (see schemas/request_stages.py).
+WIDTHS = (width(INT32, "partition", "leader_epoch", "broker"),
+          width(INT64, "from_offset", "to_offset"))
+
 CHECKS = {
     "unknown_kind": "kind IN (" + ", ".join(f"'{k}'" for k in KINDS) + ")",
     "negative_partition": "partition >= 0",
+    **checks(*BOUNDS),
 }
 
 COLUMNS = {

@@ -22,6 +22,7 @@ from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, St
 
 from schemas.histogram import (WINDOW_CHECKS, WINDOW_DOCS, WINDOW_HEAD, histogram_checks,
                                histogram_docs, histogram_fields)
+from schemas.plausible import DAY_MS, Bound, checks
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 # A request the broker read within this long of finishing the one before on its connection
@@ -56,8 +57,11 @@ CHECKS = {
     **WINDOW_CHECKS,
     "slow_within_requests": "slow_sends BETWEEN 0 AND requests",
     "one_named_client": "client_id IS NULL OR clients = 1",
-    **histogram_checks("send"),
-    **histogram_checks("total"),
+    **histogram_checks("send", sum_and_max=False),
+    **histogram_checks("total", sum_and_max=False),
+    "no_clients": "clients >= 1",
+    **checks(Bound("negative_time", ("send_max_ms",), low=0),
+             Bound("time_over_a_day", ("send_max_ms",), high=DAY_MS)),
     "queued_within_followed": "queued IS NULL OR (queued BETWEEN 0 AND followed "
                               "AND followed <= requests)",
 }

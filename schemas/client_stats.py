@@ -14,9 +14,11 @@ from __future__ import annotations
 from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField,
                                StructType)
 
+from schemas.plausible import INT32, INT64, Bound, checks, event_time, width
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCOPES = ("client", "broker", "partition", "group")
+CLIENT_TYPES = ("producer", "consumer")
 
 SCHEMA = StructType([
     StructField("cluster", StringType()),
@@ -68,9 +70,31 @@ SILVER_SCHEMA = with_event_time(SCHEMA)
 
 REQUIRED = ("cluster", "ts_ms", "name", "type", "scope")
 
+# What a row's values can be (schemas/plausible.py); the statistics parser refuses the
+# rest by the same names. librdkafka's logical values (-1 no leader, -1001 no offset, -1
+# unknown lag) are stored as null, and its bootstrap and unassigned entries are not rows.
+BOUNDS = (
+    event_time(),
+    Bound("negative_id", ("node_id", "partition", "leader"), low=0),
+    Bound("negative_offset", ("committed_offset", "stored_offset", "app_offset", "lo_offset",
+                              "hi_offset", "ls_offset", "consumer_lag", "consumer_lag_stored"),
+          low=0),
+    Bound("negative_time", ("rtt_p50_ms", "rtt_p99_ms", "rtt_avg_ms", "int_latency_p50_ms",
+                            "int_latency_p99_ms", "int_latency_avg_ms", "outbuf_latency_p50_ms",
+                            "outbuf_latency_p99_ms", "outbuf_latency_avg_ms", "throttle_avg_ms"),
+          low=0),
+    Bound("negative_count", ("txerrs", "rxerrs", "req_timeouts", "msgq_cnt", "txmsgs", "rxmsgs",
+                             "rebalance_cnt", "assignment_size"), low=0),
+)
+# Columns exactly as wide as librdkafka's fields (see schemas/request_stages.py).
+WIDTHS = (width(INT32, "node_id", "partition", "leader", "assignment_size"),
+          width(INT64, *(f.name for f in SCHEMA.fields
+                         if isinstance(f.dataType, LongType) and f.name != "ts_ms")))
+
 CHECKS = {
-    "unknown_client_type": "type IN ('producer', 'consumer')",
+    "unknown_client_type": "type IN (" + ", ".join(f"'{t}'" for t in CLIENT_TYPES) + ")",
     "unknown_scope": "scope IN (" + ", ".join(f"'{s}'" for s in SCOPES) + ")",
+    **checks(*BOUNDS),
 }
 
 COLUMNS = {

@@ -14,6 +14,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, St
 
 from schemas.histogram import (WINDOW_CHECKS, WINDOW_DOCS, WINDOW_HEAD, histogram_checks,
                                histogram_docs, histogram_fields)
+from schemas.plausible import DAY_MS, Bound, checks
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
@@ -33,7 +34,9 @@ REQUIRED = ("cluster", "broker", "ts_ms", "window_ms", "emission", "follower", "
 CHECKS = {
     **WINDOW_CHECKS,
     "negative_follower": "follower >= 0",
-    **histogram_checks("send"),
+    **histogram_checks("send", sum_and_max=False),
+    **checks(Bound("negative_time", ("max_fetch_gap_ms", "send_max_ms"), low=0),
+             Bound("time_over_a_day", ("send_max_ms",), high=DAY_MS)),
 }
 
 COLUMNS = {

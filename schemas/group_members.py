@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyspark.sql.types import (ArrayType, BooleanType, IntegerType, LongType, StringType,
                                StructField, StructType)
 
+from schemas.plausible import MAX_TS_MS, MIN_TS_MS, Bound, checks, event_time
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
@@ -38,6 +39,13 @@ REQUIRED = ("cluster", "ts_ms", "group_id", "member_count", "is_tombstone")
 
 CHECKS = {
     "negative_member_count": "member_count >= 0",
+    **checks(event_time()),
+    # A classic group's generation starts at 0 and only grows; a tombstone has none.
+    "negative_generation": "is_tombstone OR generation >= 0",
+    "implausible_state_time": f"state_ts_ms IS NULL OR state_ts_ms BETWEEN {MIN_TS_MS} AND "
+                              f"{MAX_TS_MS}",
+    "unknown_value_version": "value_version IS NULL OR value_version BETWEEN 0 AND 4",
+    **checks(Bound("negative_source", ("source_partition", "source_offset"), low=0)),
 }
 
 COLUMNS = {

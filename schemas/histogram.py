@@ -13,6 +13,8 @@ from __future__ import annotations
 from pyspark.sql.types import (ArrayType, DoubleType, IntegerType, LongType, ShortType,
                                StringType, StructField)
 
+from schemas.plausible import DAY_MS, Bound, checks, event_time
+
 
 def histogram_fields(name: str, *, sum_and_max: bool = True) -> list[StructField]:
     """The columns of one histogram: [sum, max,] bucket ids, counts."""
@@ -33,10 +35,15 @@ def histogram_docs(name: str, what: str, *, sum_and_max: bool = True) -> dict[st
                               f"{name}_buckets"}
 
 
-def histogram_checks(name: str) -> dict[str, str]:
-    """Row checks of one histogram: parallel arrays."""
+def histogram_checks(name: str, *, sum_and_max: bool = True) -> dict[str, str]:
+    """Row checks of one histogram: parallel arrays, counts and times that can be."""
+    bounds = [Bound("negative_count", (f"{name}_counts",), low=0, elements=True)]
+    if sum_and_max:
+        bounds += [Bound("negative_time", (f"{name}_sum_ms", f"{name}_max_ms"), low=0),
+                   Bound("time_over_a_day", (f"{name}_max_ms",), high=DAY_MS)]
     return {f"histogram_arrays:{name}":
-            f"coalesce(size({name}_buckets), 0) = coalesce(size({name}_counts), 0)"}
+            f"coalesce(size({name}_buckets), 0) = coalesce(size({name}_counts), 0)",
+            **checks(*bounds)}
 
 
 # The window tables' common head: who and which window; its checks (every window row
@@ -53,6 +60,8 @@ WINDOW_CHECKS = {
     "window_ms_positive": "window_ms > 0",
     "negative_emission": "emission >= 0",
     "requests_positive": "requests > 0",
+    **checks(event_time()),
+    "window_over_a_day": f"window_ms <= {DAY_MS}",
 }
 WINDOW_DOCS = {
     "ts_ms": "Window start (event time), epoch ms UTC; the window is [ts_ms, ts_ms + window_ms) "

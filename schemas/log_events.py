@@ -12,6 +12,7 @@ from enum import Enum
 from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, IntegerType, LongType,
                                StringType, StructField, StructType)
 
+from schemas.plausible import INT32, INT64, Bound, checks, event_time, width
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 
@@ -85,10 +86,42 @@ REQUIRED = ("cluster", "broker", "ts_ms", "level", "message", "kind")
 
 KINDS = tuple(k.value for k in LogEventKind)
 
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+
+# What an event's values can be (schemas/plausible.py); the broker-log parser refuses the
+# rest by the same names. -1 is Kafka's "no leader" (a partition gone offline) and its
+# "unknown epoch"; node ids, offsets and the cleaner's figures are never negative.
+BOUNDS = (
+    event_time(),
+    Bound("negative_offset", ("offset", "from_offset", "high_watermark", "dirty_start",
+                              "dirty_end"), low=0),
+    Bound("negative_leader", ("old_leader", "new_leader"), low=-1),
+    Bound("negative_epoch", ("leader_epoch",), low=-1),
+    Bound("negative_broker", ("subject_broker",), low=0),
+    Bound("negative_broker", ("isr_before", "isr_after", "last_known_elr"), low=0,
+          elements=True),
+    Bound("negative_count", ("mb_processed", "seconds", "start_size_mb", "end_size_mb",
+                             "start_messages", "end_messages"), low=0),
+    Bound("out_of_range", ("buffer_utilization_pct",), 0, 100),
+    Bound("out_of_range", ("reduction_pct",), high=100),
+)
+# Columns exactly as wide as the number in the line (see schemas/request_stages.py).
+WIDTHS = (
+    width(INT32, "partition", "old_leader", "new_leader", "leader_epoch", "subject_broker"),
+    Bound("out_of_range", ("isr_before", "isr_after", "last_known_elr"), *INT32,
+          elements=True),
+    width(INT64, "offset", "from_offset", "high_watermark", "dirty_start", "dirty_end",
+          "start_messages", "end_messages"),
+)
+
 CHECKS = {
     "unknown_kind": "kind IN (" + ", ".join(f"'{k}'" for k in KINDS) + ")",
-    "unknown_level": "level IN ('TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'FATAL')",
+    "unknown_level": "level IN (" + ", ".join(f"'{v}'" for v in LEVELS) + ")",
     "negative_partition": "partition IS NULL OR partition >= 0",
+    "negative_broker": "broker >= 0",
+    **checks(*BOUNDS),
+    "dirty_end_before_start": "dirty_start IS NULL OR dirty_end IS NULL "
+                              "OR dirty_start <= dirty_end",
 }
 
 COLUMNS = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql.types import (BooleanType, IntegerType, LongType, StringType, StructField,
                                StructType)
 
+from schemas.plausible import MAX_TS_MS, MIN_TS_MS, Bound, checks, event_time
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
@@ -39,6 +40,18 @@ REQUIRED = ("cluster", "ts_ms", "group_id", "topic", "partition", "is_tombstone"
 CHECKS = {
     "negative_partition": "partition >= 0",
     "missing_offset": "is_tombstone OR offset IS NOT NULL",
+    **checks(event_time()),
+    # -1 is Kafka's "no offset"; the coordinator stores what a client sends, and a client
+    # that speaks the protocol itself can send it. Below that nothing means anything.
+    "negative_offset": "is_tombstone OR offset >= -1",
+    # The coordinator stamps every commit with its own clock.
+    "implausible_commit_time": f"is_tombstone OR commit_ts_ms BETWEEN {MIN_TS_MS} AND {MAX_TS_MS}",
+    # The parser stores the "none" of these (-1) as null.
+    **checks(Bound("negative_epoch", ("leader_epoch",), low=0),
+             Bound("negative_time", ("expire_ts_ms",), low=0),
+             Bound("negative_source", ("source_partition", "source_offset"), low=0)),
+    "unknown_key_version": "key_version IN (0, 1)",
+    "unknown_value_version": "value_version IS NULL OR value_version BETWEEN 0 AND 4",
 }
 
 COLUMNS = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from schemas.plausible import Bound, checks, event_time
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
@@ -32,6 +33,8 @@ CHECKS = {
     "negative_partition": "partition >= 0",
     "negative_offset": "earliest_offset >= 0",
     "earliest_after_latest": "earliest_offset <= latest_offset",
+    # A partition without a leader has leader null (Kafka's -1 is not stored).
+    **checks(event_time(), Bound("negative_leader", ("leader",), low=0)),
 }
 
 COLUMNS = {

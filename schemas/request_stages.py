@@ -14,6 +14,8 @@ from __future__ import annotations
 from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, IntegerType, LongType,
                                StringType, StructField, StructType)
 
+from schemas.plausible import (DAY_MS, INT16, INT32, INT64, PART_STAGES, STAGE_SLACK_MS, Bound,
+                               checks, event_time, width)
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 SCHEMA = StructType([
@@ -69,11 +71,34 @@ REQUIRED = ("cluster", "broker", "ts_ms", "api", "api_key", "total_ms", "request
 STAGE_COLUMNS = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
                  "response_queue_ms", "send_ms")
 
+# What a row's values can be (schemas/plausible.py); the request-log parser refuses the
+# rest by the same names. A body fact is what the client sent (the broker logs the
+# requests it refuses too), so it is bounded by its Kafka field's type and sign only.
+BOUNDS = (
+    event_time(),
+    Bound("time_over_a_day", ("total_ms", "throttle_ms"), high=DAY_MS),
+    width(INT16, "api_version", low=0),
+    width(INT16, "acks"),
+    Bound("out_of_range", ("error_codes",), *INT16, elements=True),
+    Bound("negative_replica_id", ("fetch_replica_id",), low=0),
+    Bound("negative_count", ("partition_count",), low=0),
+    Bound("negative_bytes", ("request_bytes", "response_bytes"), low=0),
+)
+# Columns exactly as wide as their Kafka field: the column's type bounds them in the table
+# (no check needed), the parser refuses wider values by the same rule name.
+WIDTHS = (
+    width(INT32, "correlation_id", "generation", "fetch_replica_id", "partition_count"),
+    width(INT64, "request_bytes", "response_bytes"),
+)
+
 # Row checks (name -> Spark SQL that is true for a valid row); see schemas/table.py.
 CHECKS = {
     **{f"negative_time:{c}": f"{c} >= 0" for c in STAGE_COLUMNS},
     "unknown_api": "api_key BETWEEN 0 AND 1000",
     "negative_broker": "broker >= 0",
+    **checks(*BOUNDS),
+    # Each stage is a part of the total (up to rounding); throttling is not one.
+    **{f"stage_over_total:{c}": f"{c} <= total_ms + {STAGE_SLACK_MS}" for c in PART_STAGES},
 }
 
 COLUMNS = {

@@ -21,6 +21,7 @@ from pyspark.sql.types import (BooleanType, IntegerType, LongType, StringType, S
 
 from schemas.histogram import (WINDOW_CHECKS, WINDOW_DOCS, WINDOW_HEAD, histogram_checks,
                                histogram_docs, histogram_fields)
+from schemas.plausible import Bound, checks
 from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 
 # Stage column prefix -> what it times (silver.request_stages' <stage>_ms columns).
@@ -73,6 +74,10 @@ CHECKS = {
     "window_start_aligned": "ts_ms % window_ms = 0",
     "errors_within_requests": "errors BETWEEN 0 AND requests",
     **{k: v for stage in STAGES for k, v in histogram_checks(stage).items()},
+    **checks(Bound("negative_bytes", ("request_bytes", "response_bytes"), low=0),
+             Bound("negative_count", (*EXEMPLAR_ACCOUNTING, "clients"), low=0)),
+    "clients_folded_within_clients": "clients_folded IS NULL OR clients_folded BETWEEN 0 AND "
+                                     "clients",
 }
 
 COLUMNS = {

@@ -260,7 +260,25 @@ MALFORMED = [
     ("continuation_lines_before_any_stamp", "\tat x.Y.z(Y.java:1)\n\tat a.B.c(B.java:2)",
      "orphan_lines"),
     ("impossible_timestamp", "[2026-02-30 10:00:00,000] INFO x (x.Y)", "bad_timestamp"),
+    # Values that cannot be true (schemas/plausible.py), accepted before issue 59.
+    ("level_log4j_does_not_have", "[2026-11-22 10:39:50,867] LOUD x (x.Y)", "unknown_level"),
+    ("time_before_2000", "[1999-12-31 23:59:59,999] INFO x (x.Y)", "implausible_event_time"),
+    ("new_leader_minus_two", "[2026-11-22 10:39:50,867] INFO [Broker id=1] Follower orders-0 "
+     "starts at leader epoch 1 from offset 767 with partition epoch 3 and high watermark 767. "
+     "Current leader is -2. (state.change.logger)", "negative_leader:new_leader"),
+    ("negative_out_of_range_offset", "[2026-11-22 10:39:50,867] INFO [ReplicaFetcher "
+     "replicaId=2, leaderId=1, fetcherId=0] Current offset -5 for partition orders-0 is out of "
+     "range, which typically implies a leader change. Reset fetch offset to 10 "
+     "(kafka.server.ReplicaFetcherThread)", "negative_offset:from_offset"),
 ]
+
+
+def test_no_leader_is_plausible():
+    """-1 is Kafka's "no leader": a partition gone offline."""
+    rec = parse_event("[2026-11-22 10:39:50,867] INFO [Broker id=1] Follower orders-0 starts at "
+                      "leader epoch 1 from offset 767 with partition epoch 3 and high watermark "
+                      "767. Current leader is -1. (state.change.logger)", cluster="t", broker=1)
+    assert rec["new_leader"] == -1
 
 
 @pytest.mark.parametrize("event,reason", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.unit
 JAVA = "client_log/java-4.3.1.log"
 JAVA_OLDER = "client_log/java-older-and-seek.log"
 RDKAFKA = "client_log/librdkafka-2.16.log"
+TS_MS = 1_795_344_630_000  # the time an agent passes for a line without one
 
 
 def parse(line, **kw):
@@ -65,23 +66,24 @@ CASES = [
          "reason": "fetch failed due to requested offset not available on the broker: "
                    "Broker: Offset out of range", "client_software": "librdkafka"}),
     ("rdkafka_out_of_range_reset_to_end", RDKAFKA, "OFFSET [rdkafka-retention-latest-group-client",
-     {"ts_ms": 1}, {"reset_target": "latest", "kind": "offset_out_of_range",
+     {"ts_ms": TS_MS}, {"reset_target": "latest", "kind": "offset_out_of_range",
                     "client_id": "rdkafka-retention-latest-group-client"}),
     ("rdkafka_stderr_format_carries_its_own_time", RDKAFKA, "%4|1795344630.140|OFFSET|",
-     {"ts_ms": 1}, {"ts_ms": 1795344630140, "client_id": "rdkafka-retention-group-client", "reset_target": "earliest",
+     {"ts_ms": TS_MS}, {"ts_ms": 1795344630140, "client_id": "rdkafka-retention-group-client", "reset_target": "earliest",
         "from_offset": 10, "broker": 2}),
     # librdkafka, TELEMETRY.md forms
     ("rdkafka_reset_with_leader_epoch_to_end", RDKAFKA, "payments [3]: offset reset (at offset 1234 (leader epoch 5), broker 1) to offset END",
-     {"ts_ms": 1, "client_id": "payments-consumer"}, {
+     {"ts_ms": TS_MS, "client_id": "payments-consumer"}, {
          "topic": "payments", "partition": 3, "from_offset": 1234, "leader_epoch": 5,
          "broker": 1, "reset_target": "latest", "kind": "offset_out_of_range",
          "client_id": "payments-consumer"}),
-    ("rdkafka_reset_to_stored", RDKAFKA, "to offset STORED", {"ts_ms": 1}, {
+    ("rdkafka_reset_to_stored", RDKAFKA, "to offset STORED", {"ts_ms": TS_MS}, {
         "reset_target": "stored", "kind": "offset_reset", "to_offset": None}),
     ("rdkafka_reset_to_cached_log_start", RDKAFKA, "cached BEGINNING offset offset 500",
-     {"ts_ms": 1}, {"reset_target": "earliest", "to_offset": 500, "from_offset": 80,
+     {"ts_ms": TS_MS}, {"reset_target": "earliest", "to_offset": 500, "from_offset": 80,
                     "partition": 4}),
-    ("rdkafka_truncation_detected", RDKAFKA, "Partition log truncation detected", {"ts_ms": 1}, {
+    ("rdkafka_truncation_detected", RDKAFKA, "Partition log truncation detected",
+     {"ts_ms": TS_MS}, {
         "kind": "truncation_detected", "reset_target": "explicit", "to_offset": 8000,
         "from_offset": 9000, "leader_epoch": 7, "partition": 5}),
 ]
@@ -100,7 +102,7 @@ def test_offset_events(fixture, needle, kwargs, expected):
 @pytest.mark.parametrize("fixture", [JAVA, JAVA_OLDER, RDKAFKA])
 def test_every_fixture_line_gives_a_record_or_a_documented_skip(fixture):
     for line in fixture_lines(fixture):
-        got = parse(line, ts_ms=1)
+        got = parse(line, ts_ms=TS_MS)
         assert isinstance(got, dict) or (isinstance(got, Skipped) and
                                          got.reason == "not_offset_event"), (line, got)
 
@@ -113,7 +115,7 @@ def test_unrelated_client_lines_are_skipped_not_dropped_silently():
 
 def test_the_agent_knows_the_group_when_the_line_does_not_say():
     line = line_containing(RDKAFKA, "OFFSET [rdkafka-retention-group-client")
-    rec = parse(line, ts_ms=5, group_id="billing", client_software="my-app/1.0")
+    rec = parse(line, ts_ms=TS_MS, group_id="billing", client_software="my-app/1.0")
     assert (rec["group_id"], rec["client_software"]) == ("billing", "librdkafka")
 
 

@@ -156,6 +156,43 @@ def test_bad_bytes_give_malformed_with_both_halves_in_hex(key, value, reason):
                        f"value={value.hex() if value is not None else 'null'}")
 
 
+TS_MS = 1_795_343_920_123
+
+# Records that decode but cannot be true (schemas/plausible.py), accepted before issue 59.
+IMPLAUSIBLE = [
+    ("null_group", b"\x00\x01\xff\xff" + encode_key("g", "t", 0)[5:],
+     encode_value(1, "", TS_MS), "missing_field:group_id"),
+    ("null_topic", encode_key("g", "t", 0)[:5] + b"\xff\xff\x00\x00\x00\x00",
+     encode_value(1, "", TS_MS), "missing_field:topic"),
+    ("negative_partition", encode_key("g", "t", -3), encode_value(1, "", TS_MS),
+     "negative_partition"),
+    ("offset_minus_five", encode_key("g", "t", 0), encode_value(-5, "", TS_MS),
+     "negative_offset"),
+    ("commit_time_minus_one", encode_key("g", "t", 0), encode_value(5, "", -1),
+     "implausible_commit_time"),
+]
+
+
+@pytest.mark.parametrize("key,value,reason", [c[1:] for c in IMPLAUSIBLE],
+                         ids=[c[0] for c in IMPLAUSIBLE])
+def test_implausible_commits_give_malformed(key, value, reason):
+    got = parse_offset_record(key, value, cluster="test", ts_ms=TS_MS)
+    assert isinstance(got, Malformed) and got.reason == reason, got
+
+
+def test_offset_minus_one_is_kafkas_no_offset_and_kept():
+    got = parse_offset_record(encode_key("g", "t", 0), encode_value(-1, "", TS_MS),
+                              cluster="test", ts_ms=TS_MS)
+    assert got["offset"] == -1
+
+
+def test_a_negative_generation_gives_malformed():
+    got = consumer_offsets.parse_group_record(
+        consumer_offsets.encode_group_key("g"),
+        consumer_offsets.encode_group_value([], generation=-5), cluster="c", ts_ms=TS_MS)
+    assert isinstance(got, Malformed) and got.reason == "negative_generation", got
+
+
 # ---- group metadata (stream group_members) -------------------------------------------------
 
 def parse_captured_group(r: dict):
@@ -195,7 +232,8 @@ def test_group_value_versions_round_trip(version, members):
     key = consumer_offsets.encode_group_key("billing")
     value = consumer_offsets.encode_group_value(members, generation=7, version=version,
                                                 state_ts_ms=1_700_000_000_000)
-    got = consumer_offsets.parse_group_record(key, value, cluster="c", ts_ms=5)
+    got = consumer_offsets.parse_group_record(key, value, cluster="c",
+                                              ts_ms=1_700_000_000_005)
     assert got["member_count"] == len(members) and got["generation"] == 7
     assert got["client_ids"] == sorted({c for _, c in members})
     assert got["state_ts_ms"] == (1_700_000_000_000 if version >= 2 else None)

@@ -280,15 +280,16 @@ def test_a_quantile_label_that_is_no_number_quarantines_only_that_sample():
 
 def test_record_id_is_built_from_the_record_alone():
     [rec] = parse_exposition('kafka_log_logcleanermanager_uncleanable_bytes{logdirectory="/d"} 1\n',
-                             cluster="c", broker=2, ts_ms=5).records
-    assert record_id(rec) == "c:2:5:kafka_log_logcleanermanager_uncleanable_bytes:logdirectory=/d"
+                             cluster="c", broker=2, ts_ms=TS_MS).records
+    assert record_id(rec) == (f"c:2:{TS_MS}:kafka_log_logcleanermanager_uncleanable_bytes:"
+                              "logdirectory=/d")
 
 
 def test_log_size_keeps_its_topic_and_partition():
     """kafka.log:type=Log,name=Size as the exporter rule names it: one series per replica."""
     text = ('# TYPE kafka_log_log_size gauge\n'
             'kafka_log_log_size{partition="13",topic="__consumer_offsets"} 5.24288E7\n')
-    [rec] = parse_exposition(text, cluster="c", broker=2, ts_ms=5).records
+    [rec] = parse_exposition(text, cluster="c", broker=2, ts_ms=TS_MS).records
     assert (rec["metric"], rec["topic"], rec["labels"], rec["value"]) == (
         "kafka_log_log_size", "__consumer_offsets", {"partition": "13"}, 52428800.0)
-    assert record_id(rec) == "c:2:5:kafka_log_log_size:partition=13,topic=__consumer_offsets"
+    assert record_id(rec) == f"c:2:{TS_MS}:kafka_log_log_size:partition=13,topic=__consumer_offsets"

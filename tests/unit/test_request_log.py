@@ -243,6 +243,21 @@ MALFORMED = [
     ("legacy_line_unknown_api", "[2020-11-03 10:35:02,083] DEBUG Completed request:"
      "RequestHeader(apiKey=FROBNICATE, apiVersion=8, clientId=p, correlationId=5) -- {},"
      "response:{} from connection a:1-b:2-3;totalTime:1.0 (kafka.request.logger)", "unknown_api"),
+    # Values that cannot be true (schemas/plausible.py), accepted before issue 59.
+    ("total_beyond_a_day", edited('"totalTimeMs":158.479', '"totalTimeMs":1e308'),
+     "time_over_a_day:total_ms"),
+    ("stage_longer_than_its_total", edited('"localTimeMs":102.403', '"localTimeMs":1e9'),
+     "stage_over_total:local_ms"),
+    ("correlation_id_wider_than_int32", edited('"correlationId":2,', f'"correlationId":{2 ** 70},'),
+     "out_of_range:correlation_id"),
+    ("api_version_wider_than_int16", edited('"requestApiVersion":10', '"requestApiVersion":40000'),
+     "out_of_range:api_version"),
+    ("time_before_2000", edited("[2026-11-22 10:38:40,123]", "[1999-12-31 23:59:59,999]"),
+     "implausible_event_time"),
+    # The fast path let RecursionError out of msgspec on JSON nested ~1,000 levels.
+    ("request_nested_a_thousand_levels",
+     edited('"request":{', '"request":{"deep":' + "[" * 1000 + "]" * 1000 + ","),
+     "nested_too_deep"),
 ]
 
 
@@ -253,6 +268,16 @@ def test_bad_input_gives_malformed_with_reason(line, reason):
         assert isinstance(got, Malformed), got
         assert (got.source, got.reason) == ("request_log", reason)
         assert got.raw == line
+
+
+def test_a_stage_within_rounding_of_its_total_and_a_long_throttle_are_plausible():
+    """Stages are sub-intervals of the total, each rounded on its own; throttling follows
+    the response (KIP-219), so it may outlast the request."""
+    line = edited('"localTimeMs":102.403', '"localTimeMs":158.9').replace(
+        '"throttleTimeMs":0,"response', '"throttleTimeMs":30000,"response', 1)
+    for full_decode in (False, True):
+        rec = parse(line, full_decode=full_decode)
+        assert (rec["local_ms"], rec["throttle_ms"]) == (158.9, 30000.0)
 
 
 def test_an_api_newer_than_the_table_is_named_from_its_enum_constant():

@@ -23,6 +23,7 @@ from schemas import (broker_metrics, client_offset_events, client_send_windows, 
                      follower_fetch_windows, log_events, offset_commits, partition_offsets,
                      quarantine, request_exemplars, request_stages, request_windows)
 from schemas.log_events import LogEventKind
+from schemas.plausible import INT16, Bound, event_time, width
 from tests.unit.captured import fixture_lines, line_containing
 
 pytestmark = pytest.mark.unit
@@ -51,7 +52,8 @@ def client_offset_record():
 
 
 def offset_commit_record():
-    return parse_offset_record(encode_key("g", "t", 0), encode_value(1, "", 2, version=3),
+    return parse_offset_record(encode_key("g", "t", 0),
+                               encode_value(1, "", 1_795_343_920_000, version=3),
                                cluster="c")
 
 
@@ -62,11 +64,11 @@ def client_stats_records():
 def broker_metrics_records():
     text = ('kafka_network_requestmetrics_totaltimems{quantile="0.99",request="Produce"} 261.0\n'
             'kafka_log_logcleanermanager_uncleanable_bytes{logdirectory="/d"} 0.0\n')
-    return parse_exposition(text, cluster="c", broker=1, ts_ms=1).records
+    return parse_exposition(text, cluster="c", broker=1, ts_ms=1_795_343_920_000).records
 
 
 def partition_offsets_records():
-    rec = partition_offsets_record("c", 1, "t", 0, 0, 10, 1)
+    rec = partition_offsets_record("c", 1_795_343_920_000, "t", 0, 0, 10, 1)
     rec.pop("record_id", None)
     return [rec]
 
@@ -157,6 +159,49 @@ def test_window_records_fit_their_column_types():
             if name == "client_send_windows" and rec["api"] == "Produce":
                 assert 0 <= rec["queued"] <= rec["followed"] <= rec["requests"], rec
     assert any(r["api"] == "Produce" for r in windows["client_send_windows"])
+
+
+@pytest.mark.parametrize("table,make", [r[1:] for r in RECORDS], ids=[r[0] for r in RECORDS])
+def test_captured_records_pass_their_tables_checks(table, make):
+    """The plausibility bounds (schemas/plausible.py) hold for what real parsers and the
+    edge aggregation make of captured telemetry."""
+    from tests.unit.test_parser_fuzz import SQL_FUNCTIONS, _rules
+    for rec in make():
+        broken = [name for name, cond in _rules(table)
+                  if not eval(cond, SQL_FUNCTIONS, dict(rec))]  # noqa: S307 - our own text
+        assert not broken, (broken, rec)
+
+
+@pytest.mark.parametrize("table", [t for t in TABLES + WINDOW_TABLES if t is not quarantine],
+                         ids=[t.__name__.split(".")[-1] for t in TABLES + WINDOW_TABLES
+                              if t is not quarantine])
+def test_every_table_bounds_its_event_time(table):
+    assert "implausible_event_time" in table.CHECKS
+
+
+BOUND_CASES = [
+    ("at_least_kept", Bound("negative_leader", ("leader",), low=-1), -1, None),
+    ("at_least_broken", Bound("negative_leader", ("leader",), low=-1), -2,
+     "negative_leader:leader"),
+    ("null_passes", Bound("negative_leader", ("leader",), low=-1), None, None),
+    ("between_broken_above", width(INT16, "leader"), 2 ** 15, "out_of_range:leader"),
+    ("whole_rule_name", event_time("leader"), 5, "implausible_event_time"),
+    ("elements_kept", Bound("negative_broker", ("leader",), low=0, elements=True), [0, 3], None),
+    ("elements_empty", Bound("negative_broker", ("leader",), low=0, elements=True), [], None),
+    ("elements_broken", Bound("negative_broker", ("leader",), low=0, elements=True), [2, -1],
+     "negative_broker:leader"),
+]
+
+
+@pytest.mark.parametrize("bound,value,broken", [c[1:] for c in BOUND_CASES],
+                         ids=[c[0] for c in BOUND_CASES])
+def test_a_bounds_sql_and_parser_forms_agree(bound, value, broken):
+    from tests.unit.test_parser_fuzz import SQL_FUNCTIONS, _python_condition
+    rec = {"leader": value}
+    assert bound.broken(rec) == broken
+    sql_broken = [name for name, sql in bound.checks().items()
+                  if not eval(_python_condition(sql), SQL_FUNCTIONS, rec)]  # noqa: S307
+    assert sql_broken == ([broken] if broken else [])
 
 
 def test_log_event_kinds_are_one_fixed_list():
