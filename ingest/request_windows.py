@@ -37,8 +37,11 @@ gives for one broker, in file order, and ships per window instead (a window reco
 Emission. A window is emitted when the broker's newest ts_ms (the watermark) reaches its
 end + `lateness_ms`, or by `flush_all` (shutdown). A line of a window already emitted is
 late: it goes into a delta of that window, emitted at the next watermark step (the
-watermark crossing a window boundary), with the window's emission number + 1 and the
-late lines' counts only; summing a window's emissions gives its totals. Everything an
+watermark crossing a window boundary), or sooner once a later late line is past the
+delta's end + `lateness_ms` (a broker clock stepped back, or honest lines behind one that
+ran ahead, would otherwise wait as long as the step), with the window's emission number +
+1 and the late lines' counts only; summing a window's emissions gives its totals. Lines
+stamped far ahead of the host's clock never get here (ingest/tail_agent.py). Everything an
 emission holds is decided by the sequence of lines (the watermark is a running max of
 their ts_ms), never by the clock or how lines were batched: a replay of the same lines
 gives the same records under the same ids.
@@ -138,6 +141,7 @@ class WindowAggregator:
         self._out: list[Output] = []
         self._open: dict[int, Part] = {}
         self._late: dict[int, Part] = {}
+        self._late_due: float = _INF           # when late lines' own time closes a delta
         self._emitted: dict[int, list] = {}    # start -> [emission, last pos, wm at emission]
         self._forgotten_upto: int | None = None
         self._emission_floor = 0
@@ -188,6 +192,7 @@ class WindowAggregator:
 
         start = ts - ts % self.window_ms
         part = self._open.get(start)
+        late = False
         if part is None:
             part = self._part_for(start, pos)
             if part is None:
@@ -195,6 +200,7 @@ class WindowAggregator:
                 if pos == self._rebuild_at:
                     self._force_rebuild()
                 return
+            late = self._late.get(start) is part
         part.last_pos = pos
         acc = part.accs.get(key if not controller else "controller|" + key)
         if acc is None:
@@ -256,6 +262,8 @@ class WindowAggregator:
         judged = (t - rm if t > rm else 0.0) if api in self.purgatory_apis else t
         if judged > picker.slowest_floor or judged >= self._slow_ms or codes or sampled:
             picker.offer(rec, pos, inode, offset, judged, bool(codes), sampled)
+        if late and ts >= self._late_due:
+            self._emit_late(ts)
         if pos == self._rebuild_at:
             self._force_rebuild()
 
@@ -284,6 +292,9 @@ class WindowAggregator:
             else:
                 emission = 0
             part = self._late[start] = Part(start, emission, pos)
+            due = start + self.window_ms + self.lateness_ms
+            if due < self._late_due:
+                self._late_due = due
         return part
 
     # ---- emission ----------------------------------------------------------------------
@@ -305,6 +316,7 @@ class WindowAggregator:
             self._emit(self._open.pop(start), wm)
         for start in sorted(self._late):
             self._emit(self._late.pop(start), wm)
+        self._late_due = _INF
         self._forced.clear()
         for start, (emission, _last, at) in list(self._emitted.items()):
             if wm - at > self.retain_ms:
@@ -318,6 +330,17 @@ class WindowAggregator:
                 continue
             while len(conn) > 1 and conn[1][0] < resume:
                 conn.popleft()
+
+    def _emit_late(self, ts: int) -> None:
+        """The late lines' own time passed a delta's window end + lateness (a clock stepped
+        back, or lines behind one that ran ahead): emit it now, not at the next watermark
+        step, which is as far away as the clock stepped back. Decided by the lines alone,
+        as every emission is."""
+        cut = ts - self.lateness_ms
+        for start in sorted(s for s in self._late if s + self.window_ms <= cut):
+            self._emit(self._late.pop(start), self._wm)
+        self._late_due = min((s + self.window_ms + self.lateness_ms for s in self._late),
+                             default=_INF)
 
     def _emit(self, part: Part, wm: int | None) -> None:
         self._out += part_outputs(self, part)
@@ -347,6 +370,7 @@ class WindowAggregator:
             self._emit(part, self._wm)
         self._open.clear()
         self._late.clear()
+        self._late_due = _INF
 
     def _force_rebuild(self) -> None:
         """A restored flush_all boundary was reached: emit what that flush_all emitted."""

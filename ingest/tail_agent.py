@@ -25,7 +25,10 @@ restart would read the same line from the saved position and crash again.
 No line can move the clock: a record stamped more than `MAX_AHEAD_MS` ahead of the host's
 clock goes to quarantine as ``future_event_time`` (warned once per source), so one bad
 line, or a broker clock that runs ahead, neither makes the lines after it late nor hides
-the broker. Silver checks the same against its ingest time (jobs/silver.py).
+the broker. Silver checks the same against its ingest time (jobs/silver.py). The one
+judgement here that is not the line's alone: a line re-read after a restart is judged
+against the clock again, so a line that was just past the bound and is no longer then
+goes out both as quarantine and as a record.
 
 No gap is silent. The losses the loop cannot prevent, a file that rolled past log4j's
 last kept index while the agent was down (or while it was far behind) and a file truncated

@@ -52,7 +52,9 @@ class PipelineSection:
                                   "to quarantine as future_event_time and moves no watermark: "
                                   "one bad line or one clock running ahead cannot make other "
                                   "rows late (the agents hold their lines to the same bound "
-                                  "against their host's clock)", MAX_EVENT_AHEAD_S, min=10,
+                                  "against their host's clock). Keep it below the gold tables' lateness: their "
+                                  "watermarks follow the newest row of every source",
+                                  MAX_EVENT_AHEAD_S, min=10,
                                   max=86400)
     fast_window_s: int = _key("Window of gold.request_stages_10s, seconds", 10, min=1, max=60)
     fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "

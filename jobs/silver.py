@@ -27,7 +27,7 @@ and moves nothing. The lateness bound is kept per source (`Stream.source_columns
 broker, a client): a broker whose clock runs behind, or one that was down, makes only its
 own rows late, never another's. How far each source's newest row runs ahead of its ingest
 time (its lead: negative is the delivery delay, positive a clock ahead) goes out per batch
-(`on_batch`, the exporter's ``kmon_source_clock_lead_seconds``), and a source with rows
+(`on_batch`, the exporter's ``kmon_pipeline_source_clock_lead_seconds``), and a source with rows
 too far ahead is warned about once. A source's high water is remembered for
 `SOURCE_MEMORY_MS` after its last row, so the state stays bounded by the sources that are
 alive.
@@ -549,15 +549,18 @@ def batch_stats(query: str, batch_id: int, counts: dict, hw_before: HighWater,
                 now_ms: int) -> tuple[list[dict], HighWater]:
     """The gold.pipeline_batches rows of a batch (one per stream, in `counts`' order) and
     the high waters after it (a source's forgotten `SOURCE_MEMORY_MS` after it last moved)."""
-    hw = HighWater(dict(hw_before.streams))
+    # every stream's sources are pruned by this batch's time, as the read-back does
+    hw = HighWater(dict(hw_before.streams),
+                   {name: kept for name, sources in hw_before.sources.items()
+                    if (kept := {k: v for k, v in sources.items()
+                                 if now_ms - v[1] <= SOURCE_MEMORY_MS})})
     stats = []
     for name, c in counts.items():
         high = max([v for v in (hw_before.streams.get(name), c["max_ms"]) if v is not None],
                    default=None)
         if high is not None:
             hw.streams[name] = high
-        sources = {k: v for k, v in hw_before.sources.get(name, {}).items()
-                   if now_ms - v[1] <= SOURCE_MEMORY_MS}
+        sources = dict(hw.sources.get(name, {}))
         moved = {}
         for source, st in c["sources"].items():
             if st["max_ms"] is not None:

@@ -55,12 +55,13 @@ Pipeline health (`update_query`, called with each Spark `StreamingQuery.lastProg
   maxOffsetsBehindLatest, when the source reports it.
 - ``kmon_pipeline_rows_quarantined_total{stream}`` (`quarantined`): rows a job sent to
   silver.quarantine.
-- ``kmon_pipeline_source_clock_lead_seconds{source}`` (`source_leads`): how far a source's
-  (``cluster/broker``, ``cluster/client_id``) newest row of the last silver batch ran ahead
-  of its ingest time, the largest over its streams: a few seconds below zero is the
-  delivery delay; above zero its clock runs ahead (past ``[pipeline] max_event_ahead_s``
-  its rows are quarantined as future_event_time); far below its peers, a clock behind or a
-  delivery stuck.
+- ``kmon_pipeline_source_clock_lead_seconds{source, stream}`` (`source_leads`): how far a
+  source's (``cluster/broker``, ``cluster/client_id``) newest row of a stream in the last
+  silver batch ran ahead of its ingest time: a few seconds below zero is the delivery
+  delay; above zero the clock that stamped it runs ahead (past ``[pipeline]
+  max_event_ahead_s`` its rows are quarantined as future_event_time); far below the same
+  stream of its peers, a clock behind or a delivery stuck. Per stream because a broker's
+  own clock stamps its logs and request windows, its agent's the JMX scrapes.
 
 Agent health (``kmon_agent_*``) comes from ingest/agent_metrics.py on the same registry.
 """
@@ -237,10 +238,10 @@ class KmonExporter:
                                     "Kafka source: most offsets any partition is behind the "
                                     "latest (maxOffsetsBehindLatest)", ("query", "source"))
         self.clock_lead = Gauge("source_clock_lead_seconds", "Newest event time minus ingest "
-                                "time of the source's rows in the last silver batch, largest "
-                                "over its streams (above 0: its clock runs ahead)", ["source"],
-                                namespace=NAMESPACE, subsystem="pipeline", registry=registry)
-        self._leads: dict[str, dict[str, float]] = {}
+                                "time of the source's rows of the stream in the last silver "
+                                "batch (above 0: the clock that stamped them runs ahead)",
+                                ["source", "stream"], namespace=NAMESPACE, subsystem="pipeline",
+                                registry=registry)
         self.rows_quarantined = Counter("rows_quarantined", "Rows a pipeline job sent to "
                                         "silver.quarantine, by stream", ["stream"],
                                         namespace=NAMESPACE, subsystem="pipeline",
@@ -390,11 +391,8 @@ class KmonExporter:
 
     def source_leads(self, stream: str, leads_ms: Mapping[str, int]) -> None:
         """The lead (ms) of each source with rows of `stream` in a silver batch."""
-        with self._lock:
-            for source, lead in leads_ms.items():
-                by_stream = self._leads.setdefault(source, {})
-                by_stream[stream] = lead / 1000.0
-                self.clock_lead.labels(source).set(max(by_stream.values()))
+        for source, lead in leads_ms.items():
+            self.clock_lead.labels(source, stream).set(lead / 1000.0)
 
     # --- serving -------------------------------------------------------------------------
 

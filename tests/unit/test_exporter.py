@@ -400,3 +400,17 @@ def test_serve_exposes_the_registry_over_http(exporter):
     assert 'kmon_findings_open{action="page_human",cause="unclean_leader_election"' in text
     assert 'kmon_findings_open_count{cluster="prod-eu",severity="critical",' \
            'type="unclean_election"} 1.0' in text
+
+
+def test_each_sources_clock_lead_is_a_series_per_stream(exporter, registry):
+    """A broker's own clock stamps its windows, its agent's the JMX scrapes: one series each,
+    so a broker clock stepped back shows beside an agent clock that is right."""
+    exporter.source_leads("request_windows", {"c/1": -12_000, "c/2": -312_000})
+    exporter.source_leads("broker_metrics", {"c/2": -2_000})
+    exporter.source_leads("request_windows", {"c/1": -11_000})
+
+    def lead(source, stream):
+        return registry.get_sample_value("kmon_pipeline_source_clock_lead_seconds",
+                                         {"source": source, "stream": stream})
+    assert (lead("c/1", "request_windows"), lead("c/2", "request_windows"),
+            lead("c/2", "broker_metrics")) == (-11.0, -312.0, -2.0)

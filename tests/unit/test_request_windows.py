@@ -172,6 +172,35 @@ def test_a_window_waits_for_the_lateness_and_a_late_line_becomes_a_delta():
     assert [(w["ts_ms"], w["emission"], w["requests"]) for w in rest] == [(20_000, 0, 2)]
 
 
+@pytest.mark.parametrize("back_ms", [60_000, 3_600_000])
+def test_a_clock_stepped_back_keeps_its_windows_going_out(back_ms):
+    """After the broker's clock steps back, its lines are late against the old time until
+    they catch up with it (a minute or an hour): their deltas go out as the lines' own time
+    passes each window, not once the old time is reached, and every line is counted."""
+    t0 = 1_795_343_920_000
+    before = [record(t0 + i * 100) for i in range(1_200)]          # 2 minutes
+    after = [record(t0 + 120_000 - back_ms + i * 100) for i in range(600)]   # 1 minute
+    pairs = numbered(before + after)
+    agg = WindowAggregator("c", 1, window_ms=10_000, lateness_ms=2_000)
+    out = []
+    for rec, pos in pairs[:1_200]:
+        agg.add(rec, pos)
+    out += agg.ready()
+    last_seen = []
+    for rec, pos in pairs[1_200:]:
+        agg.add(rec, pos)
+        got = agg.ready()
+        out += got
+        last_seen += [w["ts_ms"] for w in stream(got, "request_windows")]
+    # the stepped-back minute's windows went out as it went, all but the last one or two
+    stepped = [s for s in last_seen if s < t0 + 120_000 - back_ms + 60_000]
+    assert len(set(stepped)) >= 4, sorted(set(stepped))
+    out += agg.flush_all()
+    assert sum(w["requests"] for w in stream(out, "request_windows")) == len(pairs)
+    ids = [w["record_id"] for w in stream(out, "request_windows")]
+    assert len(ids) == len(set(ids))
+
+
 def test_a_window_forgotten_after_retain_gets_an_emission_number_never_used():
     agg = WindowAggregator("syn", 1, window_ms=1_000, lateness_ms=0, retain_ms=5_000)
     ts = [500, 1_500, 600, 2_500, 700, 20_000, 800, 30_000]
@@ -492,6 +521,14 @@ def late_heavy(pairs):
     return out
 
 
+def stepped_back(pairs, at: int = 150, back_ms: int = 2_000):
+    """The captured sequence with the broker's clock stepped back `back_ms` from line
+    `at` on (NTP stepping a clock that ran ahead): every later line is late until the
+    lines catch up with the old time."""
+    return [(rec if i < at else {**rec, "ts_ms": rec["ts_ms"] - back_ms}, pos)
+            for i, (rec, pos) in enumerate(pairs)]
+
+
 CRASH_KW = dict(window_ms=500, lateness_ms=0, sample_every=20)
 # With lateness, windows stay open across watermark steps: re-read lines that an emitted
 # window counted get skipped, and the watermark restored matters.
@@ -499,20 +536,24 @@ LATE_KW = dict(window_ms=500, lateness_ms=1_500, sample_every=20)
 
 
 @pytest.mark.parametrize("shape,kw", [("captured", CRASH_KW), ("late_heavy", CRASH_KW),
-                                      ("late_heavy", LATE_KW)])
+                                      ("late_heavy", LATE_KW), ("stepped_back", CRASH_KW),
+                                      ("stepped_back", LATE_KW)])
 def test_a_crash_at_any_point_neither_loses_nor_duplicates(shape, kw):
     pairs = corpus_records(200)   # 2.7 s of the broker's log: 6 windows
-    if shape == "late_heavy":
-        pairs = late_heavy(pairs)
+    if shape != "captured":
+        pairs = {"late_heavy": late_heavy, "stepped_back": stepped_back}[shape](pairs)
     clean = check_exactly_once(simulate(pairs, {}, **kw), pairs)
     deltas = [r for s, r in clean.values() if s == "request_windows" and r["emission"] > 0]
-    assert bool(deltas) == (shape == "late_heavy")
+    assert bool(deltas) == (shape != "captured")
     stats: Counter = Counter()
     for step in range(len(pairs)):
         for mode in ("before_save", "after_save"):
             got = check_exactly_once(simulate(pairs, {step: mode}, stats=stats, **kw), pairs)
             assert got == clean, (step, mode)
-    assert (stats["skipped"] > 0) == (kw is LATE_KW)
+    # re-read lines an emitted window (or delta) had counted are skipped: with lateness,
+    # and wherever late lines' own time emits deltas before the watermark moves
+    if shape != "stepped_back":
+        assert (stats["skipped"] > 0) == (shape == "late_heavy")
 
 
 @pytest.mark.parametrize("kw", [CRASH_KW, LATE_KW])
