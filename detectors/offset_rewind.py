@@ -156,6 +156,7 @@ from detectors.partition_signals import (
     ResetTarget,
     by_partition,
     group_uses_membership,
+    log_order,
     members_at,
     messages_reread,
     offsets_past_log_end,
@@ -223,7 +224,8 @@ class RewindAssessment:
 # --- rules -----------------------------------------------------------------------------
 
 def find_rewinds(commits: Sequence[OffsetCommit], min_messages: int = 1) -> list[Rewind]:
-    """Rewinds in one group/partition's time-ordered commits.
+    """Rewinds in one group/partition's commits, in the order they were written
+    (partition_signals.log_order).
 
     A commit lower than the previous one starts a rewind; it stays active until a commit
     reaches the old position (the highest commit before the drop). Lower commits while it
@@ -580,7 +582,7 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
     for c in commits:
         commits_by_gtp[(c.cluster, c.group, c.topic, c.partition)].append(c)
     for cs in commits_by_gtp.values():
-        cs.sort(key=lambda c: c.commit_ms)
+        cs.sort(key=log_order)
     lines_by_group = requests_by_group(commit_requests)
     loads = sorted(coordinator_loads, key=lambda x: x.event_ms)
     losses = offsets_losses(truncations, elections)

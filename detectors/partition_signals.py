@@ -29,10 +29,9 @@ every lookup below keys on it.
 
 Where the adapter takes them from (silver tables in schemas/):
 - OffsetCommit <- silver.offset_commits without tombstones: group = group_id,
-  commit_ms = commit_ts_ms (ts_ms when null), offset, leader_epoch. Pass them in
-  (source_partition, source_offset) order: a group's commits all live in one partition
-  of __consumer_offsets, so that is their exact order, and the detectors' sorts by time
-  are stable, so commits with equal timestamps keep it.
+  commit_ms = commit_ts_ms (ts_ms when null), offset, leader_epoch, source_partition,
+  source_offset. A group's commits all live in one partition of __consumer_offsets, so
+  their place there is their exact order (`log_order`), which the detectors sort by.
 - LogTruncation <- silver.log_events kind = truncation: broker, event_ms = ts_ms, topic,
   partition, truncated_to = offset, high_watermark.
 - ClientOffsetReset <- silver.client_offset_events: event_ms = ts_ms, group = group_id,
@@ -83,6 +82,16 @@ class OffsetCommit:
     commit_ms: int
     leader_epoch: int | None = None
     source_partition: int | None = None  # the group's partition of __consumer_offsets
+    source_offset: int | None = None     # the commit's offset in that partition
+
+
+def log_order(c: OffsetCommit) -> tuple:
+    """One group's commits in the order its coordinator wrote them: their place in the
+    group's partition of __consumer_offsets. Their commit time is the coordinator's clock,
+    which steps back with it (a stepped-back coordinator made every partition of its
+    groups look rewound). Commits read without their place sort by time first."""
+    return (-1 if c.source_partition is None else c.source_partition,
+            -1 if c.source_offset is None else c.source_offset, c.commit_ms)
 
 
 @dataclass(frozen=True)

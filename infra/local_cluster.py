@@ -19,6 +19,8 @@ with its own data and log folders under ``<work_dir>/clusters/<name>/node-<id>``
 The cluster's layout, ports and process ids are kept in ``cluster.json`` so another
 process (``kmon cluster status`` / ``down``) can find it. Nodes can be paused (SIGSTOP),
 resumed, killed (SIGKILL), stopped and restarted one at a time for fault injection.
+``node_env`` gives single nodes more environment variables (e.g. LD_PRELOAD of libfaketime,
+for a broker whose wall clock is stepped).
 
 Processes never outlive their owner when ``owner_bound`` is set (tests, the demo): the
 kernel kills each broker when the process that started it dies (PR_SET_PDEATHSIG), and
@@ -139,7 +141,8 @@ class LocalCluster:
 
     def __init__(self, config: LocalClusterConfig, jvm_deps: JvmDeps | None = None, *, name: str | None = None,
                  brokers: int | None = None, owner_bound: bool = False, log_roll_mb: int = 100,
-                 dedicated_controllers: int | None = None, routes: Routes | None = None):
+                 dedicated_controllers: int | None = None, routes: Routes | None = None,
+                 node_env: dict[int, dict[str, str]] | None = None):
         self.config = config
         self.deps = jvm_deps or JvmDeps(config.work_dir, config.jvm.maven_repo, config.jvm.offline)
         self.name = name or config.local_cluster.name
@@ -151,6 +154,9 @@ class LocalCluster:
         # start(), or before restart() of that node (see infra.cluster_layout).
         self.routes = routes or Routes()
         self.owner_bound = owner_bound
+        # Node id -> environment variables its JVM gets on top of ours (every launch,
+        # restarts too; not the one-shot storage format).
+        self.node_env = {int(k): dict(v) for k, v in (node_env or {}).items()}
         self.log_roll_mb = log_roll_mb
         # The shape start() lays out; a saved state below describes the cluster as it was
         # laid out last, which may be another shape under the same name.
@@ -291,8 +297,9 @@ class LocalCluster:
                f"-javaagent:{agent}=127.0.0.1:{n.metrics_port}:{Path(n.home) / 'jmx-exporter.yaml'}",
                "-cp", classpath, "kafka.Kafka", str(n.server_properties)]
         out = open(n.log_dir / "stdout.log", "ab")
+        env = {**os.environ, **self.node_env[n.node_id]} if n.node_id in self.node_env else None
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True,
+                                env=env, start_new_session=True,
                                 preexec_fn=_die_with_parent if self.owner_bound else None)
         out.close()
         self._procs[n.node_id] = proc

@@ -2,7 +2,8 @@
 partition offsets, client resets, log truncations and group membership.
 
 - `OffsetCommit` <- silver.offset_commits without tombstones, commit_ms = commit_ts_ms
-  (ts_ms when null), in (commit_ms, source_partition, source_offset) order; per group and
+  (ts_ms when null), in the order the coordinator wrote them (source_partition,
+  source_offset: its clock can step back, its log cannot), then commit_ms; per group and
   partition the last commit of the COMMIT_SEED_S before start_ms is kept as the starting
   position. Only the group/partitions that matter are collected: those whose committed
   offset went down in the range (found with a window function), those a client
@@ -55,7 +56,8 @@ from jobs.detector_inputs.tables import TimeRange, int_or_none, sorted_rows
 COMMIT_SEED_S = 3600   # commits read before the range: each group/partition's start
 
 COMMIT_KEY = ("cluster", "group_id", "topic", "partition")
-COMMIT_ORDER = ("commit_ms", "source_partition", "source_offset")
+# The coordinator's log order (detectors/partition_signals.py `log_order`), not its clock.
+COMMIT_ORDER = ("source_partition", "source_offset", "commit_ms")
 
 
 # --- client resets ---------------------------------------------------------------------------
@@ -193,7 +195,8 @@ def read_commits(sql: LakeSql, r: TimeRange,
                          partition=int(x["partition"]), offset=int(x["offset"]),
                          commit_ms=int(x["commit_ms"]),
                          leader_epoch=int_or_none(x["leader_epoch"]),
-                         source_partition=int_or_none(x["source_partition"]))
+                         source_partition=int_or_none(x["source_partition"]),
+                         source_offset=int_or_none(x["source_offset"]))
             for x in sorted_rows(found, (*COMMIT_KEY, *COMMIT_ORDER))]
 
 

@@ -955,3 +955,22 @@ def test_cause_rules_first_match_wins():
     assert cause(members=3) == RewindCause.MEMBER_COMMIT
     assert cause(committer=Committer(line=own[1])) == RewindCause.MEMBER_COMMIT
     assert cause(members=0) == cause() == RewindCause.UNKNOWN
+
+
+def test_a_coordinator_clock_stepped_back_is_no_rewind():
+    """The coordinator's clock steps back 300 s while the group commits steadily: commit
+    times go back, the offsets in the order they were written never do. Judged by time,
+    every partition of the group looked rewound (a HIGH page on a healthy group, seen with
+    bench/bench_clock_step.py); judged by the log order, nothing is. A real rewind among
+    the same commits is still found."""
+    steady = [OffsetCommit("c1", "billing", "orders", 2, 100 * i,
+                           at(5 * i if i < 20 else 5 * i - 300), source_partition=7,
+                           source_offset=1_000 + i) for i in range(40)]
+    assert find_rewinds(sorted(steady, key=lambda c: c.commit_ms)), \
+        "the time order must show the false rewind this test is about"
+    assert detect_offset_anomalies(steady, now_ms=at(600)) == []
+    rewound = steady + [OffsetCommit("c1", "billing", "orders", 2, 10, at(5 * 40 - 300),
+                                     source_partition=7, source_offset=1_040)]
+    got = detect_offset_anomalies(rewound, now_ms=at(600))
+    assert [(d.type, d.entity) for d in got] == [(AnomalyType.OFFSET_REWIND,
+                                                 "group:billing/orders-2")]

@@ -160,6 +160,31 @@ def test_jvm_options_come_after_kmons_own_on_every_broker_command(tmp_path, monk
     assert cmd.index("-Xss2m") < cmd.index("kafka.Kafka")
 
 
+def test_node_env_reaches_only_its_node_and_adds_to_the_inherited_environment(tmp_path,
+                                                                              monkeypatch):
+    import infra.local_cluster as local_cluster
+
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     local_cluster={"base_port": 0, "brokers": 2})
+    cluster = LocalCluster(config, name="layout", node_env={2: {"FAKETIME": "-300s"}})
+    cluster._layout()
+    envs = {}
+
+    class Started:
+        def __init__(self, cmd, env=None, **_kw):
+            self.pid = 4240 + len(envs)
+            envs[cmd[-1]] = env
+
+    monkeypatch.setattr(cluster.deps, "ensure", lambda name: [tmp_path / "agent.jar"])
+    monkeypatch.setattr(local_cluster.subprocess, "Popen", Started)
+    monkeypatch.setenv("KMON_LAYOUT_PROBE", "kept")
+    for n in cluster.nodes:
+        cluster._launch(n, "classpath")
+    first, second = (envs[str(n.server_properties)] for n in cluster.nodes)
+    assert first is None                      # inherits ours unchanged
+    assert second["FAKETIME"] == "-300s" and second["KMON_LAYOUT_PROBE"] == "kept"
+
+
 def test_a_jvm_option_that_is_not_one_names_the_key(tmp_path):
     from core.config_keys import ConfigError
 
