@@ -24,7 +24,7 @@ is real and runs on this machine:
   free port), its request-log agents started at the end of every broker's request log.
 
 Every ~10 s of the step a sample of what an operator sees: the exporter's
-``kmon_pipeline_source_clock_lead_seconds`` per source and every ``kmon_findings_open``
+``kmon_pipeline_source_clock_lead_seconds`` per source and stream, every ``kmon_findings_open``
 series; the silver.request_windows rows committed since the last sample, per broker, with
 how far their event time is behind the sample's clock; new silver.quarantine rows by
 source and reason; the stepped broker's newest request-log stamp against the true clock
@@ -117,7 +117,12 @@ def scrape(port: int) -> dict:
             if float(value) > 0:
                 findings.append({k: lab.get(k) for k in ("type", "severity", "entity", "cause")})
         else:
-            lead[lab.get("source", labels)] = round(float(value), 1)
+            # one series per source and stream: a broker's clock stamps its logs and
+            # windows, its agent's the JMX scrapes
+            key = lab.get("source", labels)
+            if lab.get("stream"):
+                key = f"{key} {lab['stream']}"
+            lead[key] = round(float(value), 1)
     return {"clock_lead_s": lead, "findings_open": findings}
 
 
