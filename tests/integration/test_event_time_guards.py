@@ -1,6 +1,7 @@
 """One bad clock or one bad line must not blind the pipeline (issue 59), on the real cluster.
 
-The real 3-broker cluster under a steady producer; each broker host has its own
+A real 3-broker cluster of the test's own (the lines it appends stamped 2030 would be in
+the shared cluster's logs for every later test that reads them) under a steady producer; each broker host has its own
 `kmon agents --broker-id N` process (as on a real fleet) and `kmon run --no-agents` runs
 the jobs and the exporter. Broker 3's agents run under libfaketime with their clock 10
 minutes ahead (a host that lost NTP): what they stamp themselves, the JMX scrapes, is 10
@@ -71,6 +72,20 @@ def _lead(port: int, source: str, stream: str = "broker_metrics") -> float | Non
     m = re.search(r'^kmon_pipeline_source_clock_lead_seconds\{source="%s",stream="%s"\} (\S+)$'
                   % (re.escape(source), stream), text, re.M)
     return float(m.group(1)) if m else None
+
+
+@pytest.fixture()
+def kafka_cluster(kmon_config):
+    """A cluster of this test's own, gone at its end (the package's is shared)."""
+    from infra.local_cluster import LocalCluster
+
+    cluster = LocalCluster(kmon_config, name=f"clock-{os.getpid()}", brokers=3,
+                           owner_bound=True)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 @pytest.mark.timeout(1800)
