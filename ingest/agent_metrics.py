@@ -22,7 +22,7 @@ class _Families:
                                "(published or quarantined)", ["agent", "stream", "outcome"],
                                namespace=NAMESPACE, subsystem=SUBSYSTEM, registry=registry)
         self.dropped = Counter("dropped_records", "Records an agent could not keep, by reason; "
-                               "a lost span of a file (rotated_away, file_deleted, truncated) "
+                               "a lost span of a file (rotated_away, truncated) "
                                "counts 1, its size in lines being unknown",
                                ["agent", "reason"], namespace=NAMESPACE, subsystem=SUBSYSTEM,
                                registry=registry)

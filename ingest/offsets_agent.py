@@ -301,13 +301,19 @@ class OffsetsAgent:
         except Exception as e:  # noqa: BLE001 - no record may stop the agent (module docstring)
             self.metrics.parser_exception(SOURCE, e)
             rec = parser_exception(SOURCE, e, raw_record_text(key, value))
-        q = rec.to_quarantine_record(cluster=self.cluster, ingest_ts_ms=now_ms,
-                                     origin=OFFSETS_TOPIC, source_partition=partition,
+        self._quarantine(rec, rid, partition, offset, now_ms, stream)
+        return None
+
+    def _quarantine(self, bad: Malformed, rid: str, partition: int, offset: int, now_ms: int,
+                    stream: str) -> None:
+        """Send `bad` (the record at `offset` of `partition`, or where a lost span starts) to
+        quarantine under `rid`, keyed as the partition's records are."""
+        q = bad.to_quarantine_record(cluster=self.cluster, ingest_ts_ms=now_ms,
+                                     origin=self.TOPIC, source_partition=partition,
                                      source_offset=offset)
         q["record_id"] = rid
-        self.sink.send(QUARANTINE, sink_key, q)
+        self.sink.send(QUARANTINE, f"{self.cluster}:{OFFSETS_TOPIC}:{partition}", q)
         self.metrics.quarantined(stream)
-        return None
 
     def _check_continuity(self, consumer: Consumer, partition: int, offset: int,
                           now_ms: int) -> None:
@@ -324,13 +330,9 @@ class OffsetsAgent:
         self.metrics.lost_span(rid, "log_start_moved",
                                f"{self.TOPIC}-{partition}: offsets {expected} to {resumed} were "
                                "deleted before the reader got to them", records=resumed - expected)
-        q = lost_span(SOURCE, "log_start_moved", {"offset": expected}, {"offset": resumed},
-                      resumed - expected).to_quarantine_record(
-            cluster=self.cluster, ingest_ts_ms=now_ms, origin=self.TOPIC,
-            source_partition=partition, source_offset=expected)
-        q["record_id"] = rid
-        self.sink.send(QUARANTINE, f"{self.cluster}:{OFFSETS_TOPIC}:{partition}", q)
-        self.metrics.quarantined(STREAM)
+        self._quarantine(lost_span(SOURCE, "log_start_moved", {"offset": expected},
+                                   {"offset": resumed}, resumed - expected),
+                         rid, partition, expected, now_ms, STREAM)
 
     def _log_start(self, consumer: Consumer, partition: int) -> int | None:
         """The partition's log start offset: as of the last fetch (the broker sends it with

@@ -37,8 +37,8 @@ nested_too_deep, missing_field:<key>, wrong_type:<key>, negative_time:<key>, unk
 api_mismatch, bad_connection, and the name of the request_stages check a value would break
 (implausible_event_time, time_over_a_day:<column>, stage_over_total:<column>,
 out_of_range:<column>, ...: schemas/plausible.py); never an exception, whatever the line
-holds. ``bad_escape:<key>`` is a string value (the principal, the listener, the client id or software, a topic name ...)
-with an escape JSON does not have (``"\\q"``) or one that is no Unicode text (a lone
+holds. ``bad_escape:<key>`` is a string value (the principal, the listener, the client id
+or software, a topic name ...) with an escape JSON does not have (``"\\q"``) or one that is no Unicode text (a lone
 surrogate such as ``"\\ud800"``, which no sink could encode); ``<key>`` is the JSON key
 it is the value of. ``oversize_number`` is a number of more digits than Python converts
 (`sys.get_int_max_str_digits`). A timing that is not a finite number (NaN, Infinity,

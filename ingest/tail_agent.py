@@ -83,8 +83,7 @@ class TailAgent(Generic[S]):
     """Base of the file agents; subclasses set `STREAM` and implement `_handle`."""
 
     STREAM: str = ""
-    # The source of the agent's own quarantine rows (lost spans): its parser's name. An
-    # agent that does not set it falls back to STREAM.
+    # The source of the agent's own quarantine rows (lost spans): its parser's name.
     SOURCE: str = ""
     # A line stamped further ahead of the host's clock than this is quarantined
     # (`_ahead_of_clock`).
@@ -277,7 +276,7 @@ class TailAgent(Generic[S]):
                      f"{gap.lost_from.inode}:{gap.lost_from.offset}")
         self.metrics.lost_span(record_id, gap.cause,
                                f"{src.name}: from {lost_from} to {resumed_at}")
-        self._quarantine(src.name, lost_span(self.SOURCE or self.STREAM, gap.cause, lost_from,
+        self._quarantine(src.name, lost_span(self.SOURCE, gap.cause, lost_from,
                                              resumed_at),
                          record_id, cluster=src.cluster, now_ms=int(self.clock() * 1000),
                          origin=str(src.path), broker=getattr(src, "broker", None))
