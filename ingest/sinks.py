@@ -15,7 +15,8 @@ record carries a deterministic ``record_id`` so the silver jobs drop the repeats
   Kafka was down is the exception, and the agent counts and logs that).
 - `LandingSink`: appends each stream's records to a new JSON-lines file per flush under
   ``<root>/<stream>/``, written under a dot-name, fsynced and renamed, so Spark's file
-  source sees whole files only.
+  source sees whole files only; the renames come after every file is written, so a flush
+  that fails leaves nothing.
 
 Both encode a record in `send`, so a record that cannot be sent (a value JSON cannot hold,
 text that is not valid Unicode) fails there, where the agent quarantines its input, and
@@ -66,25 +67,39 @@ class LandingSink:
             self._buffers.setdefault(stream, []).append(line)
 
     def flush(self, timeout: float = 30.0) -> None:
+        """All or nothing: every stream's file is written and fsynced under its dot-name
+        first, and only then are they renamed. A flush that fails (the disk full) leaves
+        no file behind, so its records come only once, when the agent sends them again;
+        otherwise a later retry would repeat the streams written before the failure,
+        maybe longer after than silver remembers record ids."""
         with self._lock:
             buffers, self._buffers = self._buffers, {}
-        for stream, lines in buffers.items():
-            if not lines:
-                continue
-            d = self.root / stream
-            d.mkdir(parents=True, exist_ok=True)
-            self._seq += 1
-            name = f"{self.agent_id}-{time.time_ns()}-{self._seq:06d}.jsonl"
-            tmp = d / f".{name}.tmp"
-            try:
+        written: list[tuple[Path, Path]] = []
+        try:
+            for stream, lines in buffers.items():
+                if not lines:
+                    continue
+                d = self.root / stream
+                d.mkdir(parents=True, exist_ok=True)
+                self._seq += 1
+                name = f"{self.agent_id}-{time.time_ns()}-{self._seq:06d}.jsonl"
+                tmp = d / f".{name}.tmp"
+                written.append((tmp, d / name))
                 with open(tmp, "wb") as f:
                     f.write(b"\n".join(lines))
                     f.write(b"\n")
                     f.flush()
                     os.fsync(f.fileno())
-                os.replace(tmp, d / name)
-            except OSError as e:
-                raise SinkError(f"could not write {len(lines)} {stream} records to {d}: {e}") from e
+        except OSError as e:
+            for tmp, _ in written:
+                tmp.unlink(missing_ok=True)
+            n = sum(len(lines) for lines in buffers.values())
+            raise SinkError(f"could not write {n} records to {self.root}: {e}") from e
+        try:
+            for tmp, final in written:
+                os.replace(tmp, final)
+        except OSError as e:
+            raise SinkError(f"could not rename a landing file under {self.root}: {e}") from e
 
     def close(self) -> None:
         self.flush()

@@ -9,7 +9,9 @@ checkpoint stays consistent: a restart resumes where each query committed, and t
 idempotent writes make a replayed batch a no-op.
 
 `run_until_stopped` is what `kmon run` calls: it prints one progress line per query every
-``pipeline.progress_interval_s`` and raises if any query dies, naming it and its error.
+``pipeline.progress_interval_s``, and a query that dies is logged with its error and
+started again from its checkpoint after a backoff (`RestartBackoff`), while the rest run
+on. `check` raises instead (a demo or a bench that must stop on the first failure).
 `process_available` runs every query once over all data available now and returns
 (tests, batch replays).
 """
@@ -54,6 +56,44 @@ class PipelineFailed(RuntimeError):
     """A streaming query stopped with an error; the message names the query."""
 
 
+class RestartBackoff:
+    """When a streaming query that failed is started again: `first_s` after its first
+    failure, twice as long after each failure that follows, at most `max_s`; a query that
+    then ran `healthy_s` without failing starts over at `first_s`.
+
+    A query fails when what it reads or writes is unavailable for a while (the lake's disk
+    full, the monitoring Kafka down). Its checkpoint holds where it was, so starting it
+    again later loses nothing; exiting instead would take the exporter and the embedded
+    agents down with it, and leave the operator nothing to see. The doubling keeps a query
+    that fails at once (a cause that lasts) from filling the log."""
+
+    def __init__(self, first_s: float = 10.0, max_s: float = 300.0, healthy_s: float = 600.0):
+        self.first_s, self.max_s, self.healthy_s = first_s, max_s, healthy_s
+        self._started: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+        self._due: dict[str, float] = {}
+
+    def started(self, name: str, now: float) -> None:
+        self._started[name] = now
+        self._due.pop(name, None)
+
+    def failed(self, name: str, now: float) -> float:
+        """Note a failure (or a failed start); returns the seconds until the next start."""
+        if now - self._started.get(name, now) >= self.healthy_s:
+            self._failures[name] = 0
+        self._started[name] = now   # a failed start does not count as running time
+        n = self._failures[name] = self._failures.get(name, 0) + 1
+        delay = min(self.max_s, self.first_s * 2 ** (n - 1))
+        self._due[name] = now + delay
+        return delay
+
+    def waiting(self, name: str) -> bool:
+        return name in self._due
+
+    def due(self, name: str, now: float) -> bool:
+        return name in self._due and now >= self._due[name]
+
+
 def add_missing_columns(spark: SparkSession, path: str, schema) -> list[str]:
     """Add the columns of `schema` that the Delta table at `path` lacks (nullable, at the
     end), so a lake written by an older kmon takes the rows of a newer one (a schema module
@@ -86,6 +126,9 @@ class Pipeline:
     # replay scores findings only; there those two queries took 9-17 s of batches each
     # beside the stage minutes, and naming a new lake's tables 3-5 s (2 cores).
     reader_tables: bool = True
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    # Each query's name -> what starts it again (from its checkpoint), for `restart_failed`.
+    _starters: dict[str, Callable[[], object]] = field(default_factory=dict, repr=False)
 
     # ---- tables ------------------------------------------------------------------------
 
@@ -170,51 +213,90 @@ class Pipeline:
         self.ensure_tables()
         started = []
         for query, streams, on_slow in self.groups():
-            started.append(silver.start_silver(
-                self.spark, self.lake, streams, self._raw([s.name for s in streams]),
-                query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
-                dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
-                bronze_tables=st.bronze_tables, write_threads=st.write_threads,
-                max_ahead_ms=st.max_event_ahead_s * 1000))
+            started.append(self._launch(
+                lambda query=query, streams=streams, on_slow=on_slow: silver.start_silver(
+                    self.spark, self.lake, streams, self._raw([s.name for s in streams]),
+                    query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
+                    dedupe_window=f"{st.dedupe_window_s} seconds", on_batch=self.on_batch,
+                    bronze_tables=st.bronze_tables, write_threads=st.write_threads,
+                    max_ahead_ms=st.max_event_ahead_s * 1000)))
         if once:
             _await(started)
         names = {s.name for s in self.streams}
         gold_trigger = trig(st.gold_trigger_s)
+        spark, lake, launch = self.spark, self.lake, self._launch
         if "request_windows" in names:
             # The windows mode: the stage tables from the edge's histograms; request_stages
             # holds only the requests still shipped whole (a full_broker's are in both).
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_windows")
-            started.append(gold_windows.start_minute_tables(
-                self.spark, self.lake, f"{lateness} seconds", slow))
+            started.append(launch(lambda: gold_windows.start_minute_tables(
+                spark, lake, f"{lateness} seconds", slow)))
             if st.fast_stage_table:
-                started.append(gold_windows.start_fast_table(
-                    self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
-                    f"{st.fast_watermark_s} seconds", gold_trigger))
+                started.append(launch(lambda: gold_windows.start_fast_table(
+                    spark, lake, "request_stages_10s", f"{st.fast_window_s} seconds",
+                    f"{st.fast_watermark_s} seconds", gold_trigger)))
         elif "request_stages" in names:
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_stages")
-            started.append(gold.start_stage_percentiles(
-                self.spark, self.lake, "request_stages_1m", "1 minute", f"{lateness} seconds",
-                slow))
+            started.append(launch(lambda: gold.start_stage_percentiles(
+                spark, lake, "request_stages_1m", "1 minute", f"{lateness} seconds", slow)))
             if st.fast_stage_table:
-                started.append(gold.start_stage_percentiles(
-                    self.spark, self.lake, "request_stages_10s", f"{st.fast_window_s} seconds",
-                    f"{st.fast_watermark_s} seconds", gold_trigger))
+                started.append(launch(lambda: gold.start_stage_percentiles(
+                    spark, lake, "request_stages_10s", f"{st.fast_window_s} seconds",
+                    f"{st.fast_watermark_s} seconds", gold_trigger)))
         if "offset_commits" in names and self.reader_tables:
-            started.append(gold.start_offset_commits_1m(self.spark, self.lake,
-                                                        gold.COMMITS_WATERMARK, slow))
+            started.append(launch(lambda: gold.start_offset_commits_1m(
+                spark, lake, gold.COMMITS_WATERMARK, slow)))
         if {"offset_commits", "partition_offsets"} <= names and self.reader_tables:
-            started.append(gold.start_offset_lag_1m(self.spark, self.lake, slow,
-                                                    st.offset_lag_lookback_days))
+            started.append(launch(lambda: gold.start_offset_lag_1m(
+                spark, lake, slow, st.offset_lag_lookback_days)))
         if once:
             _await(started)
         for make in self.extra_queries:
-            started.append(make(trig(st.detect_trigger_s)))
+            started.append(launch(lambda make=make: make(trig(st.detect_trigger_s))))
         if once:
             _await(started)
         self.queries = started
         if self.reader_tables:
             register_tables(self.spark, self.lake)
         return started
+
+    def _launch(self, start: Callable[[], object]):
+        """Start a query with `start` and keep `start` to start it again after a failure."""
+        q = start()
+        self._starters[q.name] = start
+        self.backoff.started(q.name, time.monotonic())
+        return q
+
+    def restart_failed(self, now: float | None = None) -> list[str]:
+        """Start again every query that stopped with an error, once its backoff has passed
+        (`RestartBackoff`): it resumes from its checkpoint. Each failure is logged once with
+        the query's name, its error and when it starts again; while it waits, the query
+        stays in `queries`, inactive, which the exporter reports as down. Returns the names
+        started again."""
+        now = time.monotonic() if now is None else now
+        again = []
+        for i, q in enumerate(self.queries):
+            if q.isActive or q.name not in self._starters:
+                continue
+            error = q.exception()
+            if error is None:
+                continue                       # stopped on purpose
+            name = q.name
+            if not self.backoff.waiting(name):
+                delay = self.backoff.failed(name, now)
+                log.error("query %s failed; starting it again from its checkpoint in %.0f s: "
+                          "%s", name, delay, _first_line(error))
+            elif self.backoff.due(name, now):
+                try:
+                    self.queries[i] = self._launch(self._starters[name])
+                except Exception as e:  # noqa: BLE001 - the cause may last: try again later
+                    delay = self.backoff.failed(name, now)
+                    log.error("query %s could not start again; next try in %.0f s: %s",
+                              name, delay, _first_line(e))
+                    continue
+                log.warning("query %s started again from its checkpoint", name)
+                again.append(name)
+        return again
 
     def process_available(self) -> None:
         """Run every query over all data available now, in dependency order, then return."""
@@ -250,6 +332,9 @@ class Pipeline:
         lines = []
         for q in self.queries:
             p = q.lastProgress
+            if not q.isActive and q.name in self._starters and q.exception() is not None:
+                lines.append(f"  {q.name:28s} failed, starting again after a backoff")
+                continue
             if not p:
                 lines.append(f"  {q.name:28s} starting")
                 continue
@@ -266,7 +351,7 @@ class Pipeline:
         t0 = time.monotonic()
         next_report = t0
         while not stop.is_set():
-            self.check()
+            self.restart_failed()
             if time.monotonic() >= next_report:
                 print(f"[+{time.monotonic() - t0:.0f}s] {len(self.queries)} queries running",
                       file=out, flush=True)
@@ -274,6 +359,11 @@ class Pipeline:
                     print(line, file=out, flush=True)
                 next_report += self.settings.progress_interval_s
             stop.wait(0.5)
+
+
+def _first_line(error) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:500] if text else type(error).__name__
 
 
 def _await(queries) -> None:
