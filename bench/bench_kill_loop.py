@@ -3,6 +3,8 @@ everything counted.
 
 Run: .kmon/venv/bin/python -m bench.bench_kill_loop [--rounds 3] [--down-s 5]
      [--settle-s 20] [--no-save]
+     .kmon/venv/bin/python -m bench.bench_kill_loop --monitoring-outage-s 3600
+     [--recover-s 300]   (one long outage of the whole monitoring Kafka instead)
 
 Issue 25 asks that nothing stop kmon or make it lose or repeat anything, measured the way
 Kafka and Spark measure it: kill each part outright (SIGKILL: no shutdown hook, no flush)
@@ -31,6 +33,14 @@ brokers taken in turn) is killed with SIGKILL, left down `--down-s`, restarted, 
 interval). Then the load stops, the agents are stopped as an operator would (Ctrl-C:
 they drain and save their positions), `kmon run` too, and what is left in the telemetry
 topics is processed by the same pipeline in this process (availableNow).
+
+With `--monitoring-outage-s`, no kill loop and no remediation actions: after the same
+start, every node of the monitoring Kafka is killed, left down that long and started
+again, and `--recover-s` more are given to catch up; every 15 s a sample of what an
+operator sees (module function `monitoring_outage`). The agents cannot flush meanwhile;
+they keep their positions and send again, and the watched brokers' files are all they
+have, so an outage longer than a log's rotation loses what rotated away (counted as
+`lost_span`). The result goes to bench/results/kafka-outage-<utc stamp>.json.
 
 Counted at the end:
 
@@ -274,7 +284,7 @@ def metrics_back(port: int, started: float, timeout_s: float = 600) -> dict:
 
 
 def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
-        work: Path, out=sys.stderr) -> dict:
+        work: Path, out=sys.stderr, outage_s: float = 0, recover_s: float = 300) -> dict:
     from infra.local_cluster import LocalCluster
     from jobs.streams import STREAMS
     from kmon.config import load_config
@@ -298,6 +308,9 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
         write_config(config_path, {
             "watch": {"cluster": CLUSTER, "bootstrap_servers": wbs},
             "telemetry": {"bootstrap_servers": mbs, "topic_prefix": PREFIX},
+            # Every request line its own record, so each line is counted by its id (the
+            # default windows mode sums them into windows: bench_fault counts those).
+            "request_log": {"mode": "full"},
             "pipeline": {"source": "kafka", "exporter_port": port, "progress_interval_s": 30},
             "spark": {"storage_root": str(work / "lake")},
             "remediation": {"topic": f"{PREFIX}remediation", "executor_group": f"{PREFIX}executor",
@@ -313,14 +326,20 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
 
         procs: dict[str, Proc] = {}
         state = work / "agent-state"
+        agent_ports: dict[str, int] = {}
         for n in watched.broker_nodes:
-            procs[f"agents-broker-{n.node_id}"] = Proc(
-                f"agents-broker-{n.node_id}",
+            name = f"agents-broker-{n.node_id}"
+            agent_ports[name] = free_port()
+            procs[name] = Proc(
+                name,
                 ["agents", "--broker-id", str(n.node_id), "--request-log", str(n.request_log),
                  "--log-dir", str(n.log_dir), "--metrics-url", n.metrics_url,
-                 "--state-dir", str(state / f"broker-{n.node_id}")], env, logs)
-        procs["agents-offsets"] = Proc("agents-offsets", ["agents", "--offsets", "--state-dir",
-                                                          str(state / "offsets")], env, logs)
+                 "--state-dir", str(state / f"broker-{n.node_id}"),
+                 "--metrics-port", str(agent_ports[name])], env, logs)
+        agent_ports["agents-offsets"] = free_port()
+        procs["agents-offsets"] = Proc("agents-offsets", [
+            "agents", "--offsets", "--state-dir", str(state / "offsets"),
+            "--metrics-port", str(agent_ports["agents-offsets"])], env, logs)
         procs["run"] = Proc("run", ["run", "--no-agents"], env, logs)
         procs["executor"] = Proc("executor", ["remediate"], env, logs)
 
@@ -358,7 +377,13 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
             first = metrics_back(port, time.monotonic())
             say(f"exporter up after {first['seconds']} s")
             time.sleep(60)
-            threading.Thread(target=act_loop, daemon=True).start()
+            outage = None
+            if outage_s:
+                rounds = 0
+                outage = monitoring_outage(monitoring, outage_s, recover_s, port, agent_ports,
+                                           procs, say)
+            else:
+                threading.Thread(target=act_loop, daemon=True).start()
             targets = [*procs, "monitoring-broker", "watched-broker"]
             for r in range(rounds):
                 for name in targets:
@@ -410,6 +435,10 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
             for p in procs.values():
                 p.kill9()
             publisher.close()
+        if outage is not None:
+            return {"monitoring_outage_s": outage_s, "recover_s": recover_s, **outage,
+                    "produced": load_.produced, "produce_errors": load_.errors,
+                    "exporter_first_start": first, "exit_codes": codes, **result}
         return {"rounds": rounds, "down_s": down_s, "settle_s": settle_s,
                 "kills": len(kills), "kill_log": kills, "produced": load_.produced,
                 "produce_errors": load_.errors, "exporter_restarts": exporter_restarts,
@@ -418,6 +447,71 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
     finally:
         watched.destroy()
         monitoring.destroy()
+
+
+def scrape(port: int, names: tuple[str, ...]) -> dict[str, float] | str:
+    """The series of `names` at 127.0.0.1:`port`/metrics, by their text, or the error."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(names):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def monitoring_outage(monitoring, outage_s: float, recover_s: float, port: int,
+                      agent_ports: dict[str, int], procs: dict, say) -> dict:
+    """Every node of the monitoring Kafka killed for `outage_s`, then started again, and
+    `recover_s` more; every 15 s what an operator sees: the pipeline's queries up or down
+    and how long since their last progress (kmon run's exporter), each agent's failed
+    flushes and seconds since its last good one, and which kmon processes are alive."""
+    samples = []
+    t_down = now_ms()
+
+    def sample(phase: str) -> None:
+        run_view = scrape(port, ("kmon_pipeline_query_up", "kmon_pipeline_query_lag_seconds",
+                                 "kmon_findings_open{"))
+        agents = {}
+        for name, p in agent_ports.items():
+            got = scrape(p, ("kmon_agent_flush_failures_total",
+                             "kmon_agent_last_successful_flush_timestamp_seconds"))
+            if isinstance(got, dict):
+                last = [v for k, v in got.items() if "last_flush" in k]
+                got = {"flush_failures": sum(v for k, v in got.items() if "failures" in k),
+                       "since_last_flush_s": round(time.time() - max(last)) if last else None}
+            agents[name] = got
+        s = {"phase": phase, "s_after_outage_start": round((now_ms() - t_down) / 1000),
+             "run": run_view, "agents": agents,
+             "alive": sorted(n for n, p in procs.items() if p.alive())}
+        samples.append(s)
+        down = ([k for k, v in run_view.items() if k.startswith("kmon_pipeline_query_up")
+                 and v == 0] if isinstance(run_view, dict) else run_view)
+        fails = {n: a.get("flush_failures") if isinstance(a, dict) else a
+                 for n, a in agents.items()}
+        say(f"{phase} +{s['s_after_outage_start']} s: queries down {down}; agents' flush "
+            f"failures {fails}; alive {len(s['alive'])}/{len(procs)}")
+
+    for n in monitoring.nodes:
+        monitoring.kill(n.node_id)
+    say(f"monitoring Kafka down: every node killed, for {outage_s:.0f} s")
+    end = time.monotonic() + outage_s
+    while time.monotonic() < end:
+        time.sleep(15)
+        sample("outage")
+    for n in monitoring.nodes:
+        monitoring.restart(n.node_id)
+    t_up = now_ms()
+    say(f"monitoring Kafka started again; {recover_s:.0f} s to recover")
+    end = time.monotonic() + recover_s
+    while time.monotonic() < end:
+        time.sleep(15)
+        sample("recovery")
+    return {"outage_started_ms": t_down, "outage_ended_ms": t_up, "outage_samples": samples}
 
 
 def count(config, watched, state: Path, actions: list, groups: list[str],
@@ -573,17 +667,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle-s", type=float, default=20.0, help="seconds between kills")
     p.add_argument("--action-every-s", type=float, default=30.0,
                    help="a remediation action published this often (30)")
+    p.add_argument("--monitoring-outage-s", type=float, default=0,
+                   help="instead of the kill loop: every monitoring-Kafka node down this "
+                        "long, once, under the same load and counts (0: the loop)")
+    p.add_argument("--recover-s", type=float, default=300.0,
+                   help="with --monitoring-outage-s: seconds observed after it (300)")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kmon-kill-loop-"))
+    name = "kafka-outage" if a.monitoring_outage_s else "kill-loop"
+    work = Path(tempfile.mkdtemp(prefix=f"kmon-{name}-"))
     started = time.monotonic()
-    r = run(a.rounds, a.down_s, a.settle_s, a.action_every_s, work)
-    doc = {**machine_header("kill-loop", "bench.bench_kill_loop", argv),
+    r = run(a.rounds, a.down_s, a.settle_s, a.action_every_s, work,
+            outage_s=a.monitoring_outage_s, recover_s=a.recover_s)
+    doc = {**machine_header(name, "bench.bench_kill_loop", argv),
            "wall_s": round(time.monotonic() - started), "work": str(work), **r}
     print(json.dumps({k: v for k, v in doc.items() if k not in ("kill_log",)}, indent=1,
                      default=str))
     if not a.no_save:
-        save("kill-loop", doc)
+        save(name, doc)
     return 0
 
 

@@ -961,8 +961,8 @@ def test_a_coordinator_clock_stepped_back_is_no_rewind():
     """The coordinator's clock steps back 300 s while the group commits steadily: commit
     times go back, the offsets in the order they were written never do. Judged by time,
     every partition of the group looked rewound (a HIGH page on a healthy group, seen with
-    bench/bench_clock_step.py); judged by the log order, nothing is. A real rewind among
-    the same commits is still found."""
+    bench/bench_fault.py --fault clock-step); judged by the log order, nothing is. A real
+    rewind among the same commits is still found."""
     steady = [OffsetCommit("c1", "billing", "orders", 2, 100 * i,
                            at(5 * i if i < 20 else 5 * i - 300), source_partition=7,
                            source_offset=1_000 + i) for i in range(40)]

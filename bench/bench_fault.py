@@ -1,35 +1,48 @@
-"""Clock step: one watched broker's wall clock stepped back under the demo's load, what kmon
-said while it lasted, and every request-log line counted afterwards.
+"""Faults kmon must ride out, caused for real under the demo's load: what kmon said while
+each lasted, and every request-log line counted afterwards.
 
-Run: flock /tmp/kmon-heavy.lock .kmon/venv/bin/python -m bench.bench_clock_step
-     [--step-back-s 300] [--broker coordinator|N] [--warmup-s 120] [--step-s 420]
-     [--no-save]
+Run: flock /tmp/kmon-heavy.lock .kmon/venv/bin/python -m bench.bench_fault
+     --fault clock-step [--step-back-s 300] [--broker coordinator|N] [--hold-s 420]
+     --fault disk-full [--lake-mb 1024] [--hold-s 300] [--recover-s 300]
+     [--warmup-s 120] [--no-save]
 
-Issue 59 asks for "a watched broker's clock stepped back" tried for real. Everything here
-is real and runs on this machine:
+Issue 59 asks for "a watched broker's clock stepped back" and "the lake's file system
+full, then freed" tried for real. Everything here is real and runs on this machine:
 
-- a local Apache Kafka cluster (KRaft, 3 brokers) whose JVMs run under libfaketime
-  (Debian package faketime) with only their wall clock faked (FAKETIME_DONT_FAKE_MONOTONIC:
-  a faked monotonic clock would break their timed waits), each offset read from a file of
-  its own that this bench writes and libfaketime re-reads every second: "+0" first, and
-  for the stepped broker "-<step-back-s>s" after the warm-up (NTP stepping back a clock
-  that ran ahead). The stepped broker is by default the billing group's coordinator, the
-  one whose clock stamps the group's commits in __consumer_offsets (which broker that is
-  is only known once the group has joined, hence every broker under libfaketime). The
-  offset stays for `--step-s`, longer than the step, so the broker's clock passes the
-  times it had stamped before the step;
-- the demo's load (demo/workload.py at the demo's rate): orders (acks=all) and clicks
-  (acks=1) producers, the billing and analytics consumer groups;
+- a local Apache Kafka cluster (KRaft, 3 brokers) under the demo's load (demo/workload.py
+  at the demo's rate): orders (acks=all) and clicks (acks=1) producers, the billing and
+  analytics consumer groups;
 - `kmon run` as an operator runs it (embedded: agents, pipeline, detectors, exporter on a
   free port), its request-log agents started at the end of every broker's request log.
 
-Every ~10 s of the step a sample of what an operator sees: the exporter's
-``kmon_pipeline_source_clock_lead_seconds`` per source and stream, every ``kmon_findings_open``
-series; the silver.request_windows rows committed since the last sample, per broker, with
-how far their event time is behind the sample's clock; new silver.quarantine rows by
-source and reason; the stepped broker's newest request-log stamp against the true clock
-(the step is real); the warnings in the job's log file (named on its console's first line
-``logs: ...``) since the last sample; the load's errors.
+The faults:
+
+- **clock-step**: every broker's JVM runs under libfaketime (Debian package faketime) with
+  only its wall clock faked (FAKETIME_DONT_FAKE_MONOTONIC: a faked monotonic clock would
+  break their timed waits), each offset read from a file of its own that this bench writes
+  and libfaketime re-reads every second: "+0" first, and for the stepped broker
+  "-<step-back-s>s" after the warm-up (NTP stepping back a clock that ran ahead). The
+  stepped broker is by default the billing group's coordinator, the one whose clock stamps
+  the group's commits in __consumer_offsets (which broker that is is only known once the
+  group has joined, hence every broker under libfaketime). The offset stays for
+  `--hold-s`, longer than the step, so the broker's clock passes the times it had stamped
+  before the step.
+- **disk-full**: the lake (tables, checkpoints, the landing folder the embedded agents
+  write) is on a tmpfs of `--lake-mb` mounted for the run (needs root). After the warm-up
+  a file takes every free byte of it for `--hold-s`, then is deleted, and kmon has
+  `--recover-s` to catch up. The agents' positions, the job's log and Spark's scratch
+  space stay on the machine's disk, as an operator would keep them apart from the lake.
+
+Every ~10 s a sample of what an operator sees: from the exporter, every
+``kmon_findings_open`` series, the streaming queries reported down
+(``kmon_pipeline_query_up`` 0), the agents' failed flushes
+(``kmon_agent_flush_failures_total``) and ``kmon_pipeline_source_clock_lead_seconds`` per
+source and stream; the silver.request_windows rows committed since the last sample, per
+broker, with how far their event time is behind the sample's clock; new silver.quarantine
+rows by source and reason; the fault's own probe (the stepped broker's newest request-log
+stamp against the true clock, or the lake's free bytes); the warnings and errors in the
+job's log file (named on its console's first line ``logs: ...``) since the last sample;
+the load's errors.
 
 Then the load stops, kmon is stopped with Ctrl-C (the agents emit their open windows and
 save their positions) and the lake is read with delta-rs (no second Spark). Counted:
@@ -48,7 +61,7 @@ save their positions) and the lake is read with delta-rs (no second Spark). Coun
   a HIGH or CRITICAL one is a page.
 
 Prints the figures and writes them with the machine's name, CPU and load average to
-bench/results/clock-step-<utc stamp>.json. Nothing here asserts anything.
+bench/results/<fault>-<utc stamp>.json. Nothing here asserts anything.
 """
 
 from __future__ import annotations
@@ -58,6 +71,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,11 +83,12 @@ from pathlib import Path
 from bench.result_file import machine_header, save
 
 ROOT = Path(__file__).resolve().parent.parent
-CLUSTER = "clockstep"
+CLUSTER = "faultrun"
 SAMPLE_EVERY_S = 10.0
 PAGES = ("high", "critical")
 STAMP = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
-SERIES = re.compile(r"^(kmon_pipeline_source_clock_lead_seconds|kmon_findings_open)\{(.*)\} (\S+)$",
+SERIES = re.compile(r"^(kmon_pipeline_source_clock_lead_seconds|kmon_findings_open|"
+                    r"kmon_pipeline_query_up|kmon_agent_flush_failures_total)\{(.*)\} (\S+)$",
                     re.M)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -104,18 +119,24 @@ def faketime_env(offset_file: Path) -> dict[str, str]:
 # ---- what an operator sees ----------------------------------------------------------------
 
 def scrape(port: int) -> dict:
-    """The clock-lead series per source and the open findings, from the exporter."""
+    """From the exporter: the open findings, the queries down, the agents' failed flushes
+    and the clock lead per source and stream."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError as e:
         return {"error": str(e)}
-    lead, findings = {}, []
+    lead, findings, down, flush_failures = {}, [], [], {}
     for name, labels, value in SERIES.findall(text):
         lab = dict(LABEL.findall(labels))
         if name == "kmon_findings_open":
             if float(value) > 0:
                 findings.append({k: lab.get(k) for k in ("type", "severity", "entity", "cause")})
+        elif name == "kmon_pipeline_query_up":
+            if float(value) == 0:
+                down.append(lab.get("query"))
+        elif name == "kmon_agent_flush_failures_total":
+            flush_failures[lab.get("agent")] = int(float(value))
         else:
             # one series per source and stream: a broker's clock stamps its logs and
             # windows, its agent's the JMX scrapes
@@ -123,7 +144,8 @@ def scrape(port: int) -> dict:
             if lab.get("stream"):
                 key = f"{key} {lab['stream']}"
             lead[key] = round(float(value), 1)
-    return {"clock_lead_s": lead, "findings_open": findings}
+    return {"clock_lead_s": lead, "findings_open": findings, "queries_down": sorted(down),
+            "agent_flush_failures": flush_failures}
 
 
 class NewRows:
@@ -202,7 +224,105 @@ def coordinator(bootstrap: str, group: str, timeout_s: float = 180) -> int:
         time.sleep(2)
 
 
-def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, rate: float,
+class ClockStep:
+    """One broker's wall clock stepped back `step_back_s` after the warm-up, and left so."""
+
+    name = "clock-step"
+
+    def __init__(self, work: Path, step_back_s: int, broker: int | None):
+        self.step_back_s, self.broker = step_back_s, broker
+        self.offsets = {n: work / f"faketime-offset-{n}" for n in (1, 2, 3)}
+        for f in self.offsets.values():
+            f.write_text("+0\n")
+        self.cluster = None
+
+    def node_env(self) -> dict[int, dict]:
+        return {n: faketime_env(f) for n, f in self.offsets.items()}
+
+    def lake_root(self, work: Path) -> Path:
+        return work / "lake"
+
+    def ready(self, cluster, coordinators: dict[str, int]) -> None:
+        self.cluster = cluster
+        self.broker = coordinators["billing"] if self.broker is None else self.broker
+        say(f"broker {self.broker}'s clock will step")
+
+    def cause(self) -> str:
+        self.offsets[self.broker].write_text(f"-{self.step_back_s}s\n")
+        return f"broker {self.broker}'s clock stepped back {self.step_back_s} s"
+
+    def clear(self) -> str | None:
+        return None             # NTP stepped it: the clock stays where it was put
+
+    def probe(self, t_ms: int) -> dict:
+        stamp = last_stamp_ms(Path(self.cluster.node(self.broker).request_log))
+        return {"stepped_broker_clock_s": None if stamp is None else round((stamp - t_ms) / 1000)}
+
+    def facts(self) -> dict:
+        return {"step_back_s": self.step_back_s, "stepped_broker": self.broker}
+
+    def close(self) -> None:
+        pass
+
+
+class DiskFull:
+    """The lake on a tmpfs of its own, filled to the last byte after the warm-up, freed
+    after the hold."""
+
+    name = "disk-full"
+
+    def __init__(self, work: Path, lake_mb: int):
+        self.lake_mb, self.mount = lake_mb, work / "lakefs"
+        self.mount.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={lake_mb}m", "tmpfs",
+                        str(self.mount)], check=True)
+        self.filler = self.mount / "filler"
+        self.filled_bytes = 0
+
+    def node_env(self) -> dict[int, dict] | None:
+        return None
+
+    def lake_root(self, work: Path) -> Path:
+        return self.mount / "lake"
+
+    def ready(self, cluster, coordinators: dict[str, int]) -> None:
+        pass
+
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.mount)
+        return st.f_bavail * st.f_frsize
+
+    def cause(self) -> str:
+        chunk = b"\0" * (1 << 20)
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            size = len(chunk)
+            while size:          # whole MiBs, then halves until not a byte fits
+                try:
+                    os.write(fd, chunk[:size])
+                except OSError:
+                    size //= 2
+        finally:
+            os.close(fd)
+        self.filled_bytes = self.filler.stat().st_size
+        return (f"the lake's file system filled: {self.filled_bytes >> 20} MiB written, "
+                f"{self.free_bytes()} bytes free")
+
+    def clear(self) -> str:
+        self.filler.unlink()
+        return f"the lake's file system freed: {self.free_bytes() >> 20} MiB free"
+
+    def probe(self, t_ms: int) -> dict:
+        return {"lake_free_mb": round(self.free_bytes() / (1 << 20), 1)}
+
+    def facts(self) -> dict:
+        return {"lake_mb": self.lake_mb, "filled_bytes": self.filled_bytes}
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", str(self.mount)], check=False)
+
+
+def run(fault, warmup_s: float, hold_s: float, recover_s: float, rate: float,
         work: Path) -> dict:
     from demo.workload import ConsumerSpec, ProducerSpec, Workload, create_topics
     from confluent_kafka.admin import NewTopic
@@ -213,13 +333,9 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
                                             request_logs_from_end, start_kmon)
     from tests.support.prom_tools import free_port
 
-    offsets = {n: work / f"faketime-offset-{n}" for n in (1, 2, 3)}
-    for f in offsets.values():
-        f.write_text("+0\n")
     cluster = LocalCluster(load_config(), name=CLUSTER, brokers=3, owner_bound=True,
-                           log_roll_mb=4096,
-                           node_env={n: faketime_env(f) for n, f in offsets.items()})
-    lake_root = str(work / "lake")
+                           log_roll_mb=4096, node_env=fault.node_env())
+    lake_root = str(fault.lake_root(work))
     lake = Lake(lake_root)
     logs = work / "logs"
     logs.mkdir(parents=True)
@@ -229,8 +345,7 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
     try:
         t0 = time.monotonic()
         cluster.start()
-        say(f"cluster up in {time.monotonic() - t0:.0f} s, every broker under libfaketime "
-            f"(+0): {cluster.bootstrap_servers}")
+        say(f"cluster up in {time.monotonic() - t0:.0f} s: {cluster.bootstrap_servers}")
         workload = Workload(cluster.bootstrap_servers, work / "clients")
         create_topics(cluster.bootstrap_servers,
                       [NewTopic("orders", 6, 3, config={"min.insync.replicas": "2"}),
@@ -241,8 +356,8 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
         workload.start_consumer(ConsumerSpec("analytics", ("clicks",)))
         coordinators = {g: coordinator(cluster.bootstrap_servers, g)
                         for g in ("billing", "analytics")}
-        broker = coordinators["billing"] if broker is None else broker
-        say(f"group coordinators {coordinators}; broker {broker}'s clock will step")
+        say(f"group coordinators {coordinators}")
+        fault.ready(cluster, coordinators)
 
         starts = request_logs_from_end(state, CLUSTER, cluster)
         port = free_port()
@@ -262,7 +377,11 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
                 raise RuntimeError(f"kmon run exited with {job.returncode}:\n"
                                    + log_tail(job_console))
             t = now_ms()
-            new = windows()
+            try:
+                new, q_new = windows(), quarantine()
+            except Exception as e:  # noqa: BLE001 - a table half-written on a full disk
+                new, q_new = [], []
+                say(f"lake not readable now: {type(e).__name__}: {str(e)[:200]}")
             per_broker: dict[int, dict] = {}
             for r in new:
                 b = per_broker.setdefault(r["broker"], {"rows": 0, "requests": 0,
@@ -273,24 +392,28 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
                 b["requests"] += r["requests"] or 0
                 b["max_behind_s"] = max(behind, b["max_behind_s"] or behind)
                 b["min_behind_s"] = min(behind, b["min_behind_s"] or behind)
-            stamp = last_stamp_ms(Path(cluster.node(broker).request_log))
             s = {"phase": phase["name"], "t_ms": t,
                  "since_phase_s": round((t - phase["started_ms"]) / 1000),
-                 "stepped_broker_clock_s": None if stamp is None else round((stamp - t) / 1000),
-                 **scrape(port),
+                 "probe": fault.probe(t), **scrape(port),
                  "silver_windows_new": {str(k): v for k, v in sorted(per_broker.items())},
                  "quarantine_new": dict(Counter(f"{q['source']}/{q['reason']}/{q['broker']}"
-                                                for q in quarantine())),
+                                                for q in q_new)),
                  "job_warnings": job_log.new(),
                  "load": workload.counts()}
             samples.append(s)
             brief = {k: v["rows"] for k, v in s["silver_windows_new"].items()}
             open_ = [(f["type"], f["entity"], f["severity"]) for f in s.get("findings_open", [])]
-            say(f"{s['phase']} +{s['since_phase_s']} s: broker {broker} clock "
-                f"{s['stepped_broker_clock_s']} s; lead {s.get('clock_lead_s')}; new window "
-                f"rows {brief}; findings {open_}"
+            say(f"{s['phase']} +{s['since_phase_s']} s: {s['probe']}; new window rows "
+                f"{brief}; down {s.get('queries_down')}; flush failures "
+                f"{sum((s.get('agent_flush_failures') or {}).values())}; findings {open_}"
                 + (f"; {len(s['job_warnings'])} warnings" if s["job_warnings"] else ""))
             return s
+
+        def observe(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                time.sleep(SAMPLE_EVERY_S)
+                sample()
 
         say("kmon run started; waiting for every broker's request windows in silver")
         deadline = time.monotonic() + 900
@@ -301,19 +424,19 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
             time.sleep(SAMPLE_EVERY_S)
             seen |= set(sample()["silver_windows_new"])
         say(f"every broker in silver; healthy warm-up of {warmup_s:.0f} s")
-        end = time.monotonic() + warmup_s
-        while time.monotonic() < end:
-            time.sleep(SAMPLE_EVERY_S)
-            sample()
+        observe(warmup_s)
 
-        offsets[broker].write_text(f"-{step_back_s}s\n")
-        stepped_ms = now_ms()
-        phase.update(name="step", started_ms=stepped_ms)
-        say(f"broker {broker}'s clock stepped back {step_back_s} s")
-        end = time.monotonic() + step_s
-        while time.monotonic() < end:
-            time.sleep(SAMPLE_EVERY_S)
-            sample()
+        fault_ms = now_ms()
+        phase.update(name="fault", started_ms=fault_ms)
+        say(fault.cause())
+        observe(hold_s)
+        cleared = fault.clear()
+        cleared_ms = None
+        if cleared:
+            cleared_ms = now_ms()
+            phase.update(name="recovery", started_ms=cleared_ms)
+            say(cleared)
+            observe(recover_s)
 
         phase.update(name="drain", started_ms=now_ms())
         workload_counts = workload.counts()
@@ -323,13 +446,13 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
         code = ctrl_c(job, timeout=300)
         say(f"kmon run stopped ({code})")
         sample_tail = job_log.new()
-        counts = count(lake, cluster, state, starts, stepped_ms)
-        return {"step_back_s": step_back_s, "stepped_broker": broker,
-                "group_coordinators": coordinators, "warmup_s": warmup_s,
-                "step_s": step_s, "rate_per_s": rate, "stepped_at_ms": stepped_ms,
+        counts = count(lake, cluster, state, starts, fault_ms)
+        return {"fault": fault.name, **fault.facts(), "group_coordinators": coordinators,
+                "warmup_s": warmup_s, "hold_s": hold_s, "recover_s": recover_s if cleared else 0,
+                "rate_per_s": rate, "fault_at_ms": fault_ms, "cleared_at_ms": cleared_ms,
                 "exit_code": code, "load": workload_counts,
                 "job_log": str(job_log.path), "job_warnings_at_stop": sample_tail,
-                "operator_view": summarize(samples, broker), "samples": samples, **counts}
+                "operator_view": summarize(samples), "samples": samples, **counts}
     finally:
         if workload is not None:
             workload.stop()
@@ -338,18 +461,21 @@ def run(step_back_s: int, broker: int | None, warmup_s: float, step_s: float, ra
         cluster.destroy()
 
 
-def summarize(samples: list[dict], broker: int) -> dict:
-    """Per phase: the stepped broker's clock and lead range, its window rows per minute of
-    arrival against the others', the findings seen open, the distinct warnings."""
+def summarize(samples: list[dict]) -> dict:
+    """Per phase: the fault's probe and the clock leads (their range), window rows per
+    broker and minute of arrival, the queries seen down, the agents' failed flushes, the
+    findings seen open, the distinct warnings."""
     out = {}
-    for name in ("warm-up", "step", "drain"):
+    for name in ("warm-up", "fault", "recovery", "drain"):
         ss = [s for s in samples if s["phase"] == name]
         if not ss:
             continue
-        leads = defaultdict(list)
+        leads, probes = defaultdict(list), defaultdict(list)
         for s in ss:
             for src, v in (s.get("clock_lead_s") or {}).items():
                 leads[src].append(v)
+            for k, v in s["probe"].items():
+                probes[k].append(v)
         per_minute = defaultdict(lambda: defaultdict(int))
         for s in ss:
             minute = datetime.fromtimestamp(s["t_ms"] / 1000, timezone.utc).strftime("%H:%M")
@@ -359,16 +485,15 @@ def summarize(samples: list[dict], broker: int) -> dict:
                            for s in ss for f in s.get("findings_open", [])})
         warnings = sorted({re.sub(r"^\S+ \S+ ", "", w)[:300]
                            for s in ss for w in s["job_warnings"]})
-        behind = [v["max_behind_s"] for s in ss
-                  for b, v in s["silver_windows_new"].items() if b == str(broker)]
+        flushes = [sum((s.get("agent_flush_failures") or {}).values()) for s in ss]
         out[name] = {
             "samples": len(ss),
-            "stepped_broker_clock_s": [s["stepped_broker_clock_s"] for s in ss],
+            "probe": dict(probes),
             "clock_lead_s": {k: [min(v), max(v)] for k, v in sorted(leads.items())},
             "window_rows_per_arrival_minute": {m: dict(v) for m, v in sorted(per_minute.items())},
-            "samples_without_stepped_broker_rows": sum(
-                1 for s in ss if str(broker) not in s["silver_windows_new"]),
-            "stepped_broker_rows_max_behind_s": max(behind) if behind else None,
+            "queries_seen_down": sorted({q for s in ss for q in s.get("queries_down") or []}),
+            "samples_with_a_query_down": sum(1 for s in ss if s.get("queries_down")),
+            "agent_flush_failures": [min(flushes), max(flushes)],
             "findings_open": [list(f) for f in findings],
             "job_warnings": warnings,
             "quarantine_new": dict(sum((Counter(s["quarantine_new"]) for s in ss), Counter())),
@@ -405,7 +530,7 @@ def landing_records(lake, stream: str) -> list[dict]:
     return out
 
 
-def count(lake, cluster, state: Path, starts: dict[int, int], stepped_ms: int) -> dict:
+def count(lake, cluster, state: Path, starts: dict[int, int], fault_ms: int) -> dict:
     from ingest.file_tailer import PositionStore
 
     store = PositionStore(state / "request-log.json")
@@ -474,7 +599,7 @@ def count(lake, cluster, state: Path, starts: dict[int, int], stepped_ms: int) -
         dup = sum(n - 1 for n in Counter(r["record_id"] for r in rows).values() if n > 1)
         duplicates[name] = {"rows": len(rows), "duplicated_ids": dup}
 
-    after = [q for q in quarantine if (q["ingest_ts_ms"] or 0) >= stepped_ms]
+    after = [q for q in quarantine if (q["ingest_ts_ms"] or 0) >= fault_ms]
     examples = {}
     for q in after:
         examples.setdefault(f"{q['source']}/{q['reason']}/broker {q['broker']}",
@@ -487,17 +612,17 @@ def count(lake, cluster, state: Path, starts: dict[int, int], stepped_ms: int) -
     for r in sorted(anomalies, key=lambda r: r["last_seen_ms"] or 0):
         latest[r["finding_id"]] = r
     findings = [{k: r[k] for k in ("type", "entity", "severity", "status", "cause")}
-                | {"first_seen_s_after_step": round((r["first_seen_ms"] - stepped_ms) / 1000),
-                   "last_seen_s_after_step": round((r["last_seen_ms"] - stepped_ms) / 1000)}
+                | {"first_seen_s_after_fault": round((r["first_seen_ms"] - fault_ms) / 1000),
+                   "last_seen_s_after_fault": round((r["last_seen_ms"] - fault_ms) / 1000)}
                 for r in latest.values()]
     return {
         "request_log_lines": lines,
         "every_line_once": all(v["difference"] == 0 and not v["agent_quarantine_repeated"]
                                for v in lines.values()),
         "silver_duplicates": duplicates,
-        "quarantine_after_step": Counter(f"{q['source']}/{q['reason']}/broker {q['broker']}"
+        "quarantine_after_fault": Counter(f"{q['source']}/{q['reason']}/broker {q['broker']}"
                                          for q in after),
-        "quarantine_after_step_examples": examples,
+        "quarantine_after_fault_examples": examples,
         "consumer_commits": commit_order(lake),
         "findings": findings,
         "pages": [f for f in findings if f["severity"] in PAGES],
@@ -543,29 +668,43 @@ def main(argv: list[str] | None = None) -> int:
     from demo.settings import DemoSettings
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fault", required=True, choices=("clock-step", "disk-full"))
     p.add_argument("--step-back-s", type=int, default=300,
-                   help="how far the broker's wall clock steps back, seconds (300)")
+                   help="clock-step: how far the broker's wall clock steps back, seconds (300)")
     p.add_argument("--broker", default="coordinator",
-                   help="the broker whose clock steps: a node id, or 'coordinator' (the "
-                        "billing group's coordinator, the default)")
+                   help="clock-step: the broker whose clock steps: a node id, or "
+                        "'coordinator' (the billing group's coordinator, the default)")
+    p.add_argument("--lake-mb", type=int, default=1024,
+                   help="disk-full: the size of the lake's file system, MiB (1024)")
     p.add_argument("--warmup-s", type=float, default=120.0,
                    help="healthy seconds after every broker reached silver (120)")
-    p.add_argument("--step-s", type=float, default=420.0,
-                   help="seconds observed after the step; more than --step-back-s lets the "
-                        "broker's clock pass what it had stamped (420)")
+    p.add_argument("--hold-s", type=float, default=None,
+                   help="seconds the fault lasts (clock-step 420: more than --step-back-s "
+                        "lets the broker's clock pass what it had stamped; disk-full 300)")
+    p.add_argument("--recover-s", type=float, default=300.0,
+                   help="disk-full: seconds observed after the disk is freed (300)")
     p.add_argument("--rate", type=float, default=DemoSettings().rate_per_s,
                    help="messages/s per producer (the demo's)")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kmon-clock-step-"))
+    work = Path(tempfile.mkdtemp(prefix=f"kmon-{a.fault}-"))
     started = time.monotonic()
-    broker = None if a.broker == "coordinator" else int(a.broker)
-    r = run(a.step_back_s, broker, a.warmup_s, a.step_s, a.rate, work)
-    doc = {**machine_header("clock-step", "bench.bench_clock_step", argv),
+    if a.fault == "clock-step":
+        fault = ClockStep(work, a.step_back_s,
+                          None if a.broker == "coordinator" else int(a.broker))
+        hold = 420.0 if a.hold_s is None else a.hold_s
+    else:
+        fault = DiskFull(work, a.lake_mb)
+        hold = 300.0 if a.hold_s is None else a.hold_s
+    try:
+        r = run(fault, a.warmup_s, hold, a.recover_s, a.rate, work)
+    finally:
+        fault.close()
+    doc = {**machine_header(a.fault, "bench.bench_fault", argv),
            "wall_s": round(time.monotonic() - started), "work": str(work), **r}
     print(json.dumps({k: v for k, v in doc.items() if k != "samples"}, indent=1, default=str))
     if not a.no_save:
-        save("clock-step", doc)
+        save(a.fault, doc)
     return 0
 
 
