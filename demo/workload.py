@@ -45,12 +45,16 @@ class ProducerSpec:
     key_space: int | None = None   # keys k0..k<n-1> (a compacted topic), else unkeyed
     idempotent: bool = False       # enable.idempotence (acks=all only); see the module doc
     bootstrap: str | None = None   # its own path to the cluster (a proxy); None: the workload's
+    linger_ms: int = 100           # 0: each send goes out at once (a request-heavy load)
+    metadata_refresh_ms: int | None = None   # topic.metadata.refresh.interval.ms; None: 5 min
 
 
 def producer_config(spec: ProducerSpec, bootstrap: str) -> dict:
     """librdkafka settings of a workload producer (its logger aside)."""
     conf = {"bootstrap.servers": spec.bootstrap or bootstrap, "client.id": spec.name,
-            "acks": spec.acks, "linger.ms": 100, "message.timeout.ms": 30000}
+            "acks": spec.acks, "linger.ms": spec.linger_ms, "message.timeout.ms": 30000}
+    if spec.metadata_refresh_ms is not None:
+        conf["topic.metadata.refresh.interval.ms"] = spec.metadata_refresh_ms
     if spec.idempotent:
         if spec.acks != "all":
             raise ValueError(f"producer {spec.name}: an idempotent producer needs acks=all, "

@@ -20,7 +20,9 @@ The cluster's layout, ports and process ids are kept in ``cluster.json`` so anot
 process (``kmon cluster status`` / ``down``) can find it. Nodes can be paused (SIGSTOP),
 resumed, killed (SIGKILL), stopped and restarted one at a time for fault injection.
 ``node_env`` gives single nodes more environment variables (e.g. LD_PRELOAD of libfaketime,
-for a broker whose wall clock is stepped).
+for a broker whose wall clock is stepped), ``node_config`` more server.properties entries,
+over every broker's (a static setting one broker runs with, e.g. its log cleaner off); both
+apply from the node's next start or `restart`.
 
 Processes never outlive their owner when ``owner_bound`` is set (tests, the demo): the
 kernel kills each broker when the process that started it dies (PR_SET_PDEATHSIG), and
@@ -142,7 +144,8 @@ class LocalCluster:
     def __init__(self, config: LocalClusterConfig, jvm_deps: JvmDeps | None = None, *, name: str | None = None,
                  brokers: int | None = None, owner_bound: bool = False, log_roll_mb: int = 100,
                  dedicated_controllers: int | None = None, routes: Routes | None = None,
-                 node_env: dict[int, dict[str, str]] | None = None):
+                 node_env: dict[int, dict[str, str]] | None = None,
+                 node_config: dict[int, dict[str, str]] | None = None):
         self.config = config
         self.deps = jvm_deps or JvmDeps(config.work_dir, config.jvm.maven_repo, config.jvm.offline)
         self.name = name or config.local_cluster.name
@@ -157,6 +160,10 @@ class LocalCluster:
         # Node id -> environment variables its JVM gets on top of ours (every launch,
         # restarts too; not the one-shot storage format).
         self.node_env = {int(k): dict(v) for k, v in (node_env or {}).items()}
+        # Node id -> server.properties entries over extra_broker_config (written at every
+        # start and restart of that node).
+        self.node_config = {int(k): {str(a): str(b) for a, b in v.items()}
+                            for k, v in (node_config or {}).items()}
         self.log_roll_mb = log_roll_mb
         # The shape start() lays out; a saved state below describes the cluster as it was
         # laid out last, which may be another shape under the same name.
@@ -252,8 +259,10 @@ class LocalCluster:
         return [n.node_id for n in self.controller_nodes]
 
     def _broker_properties(self, n: Node) -> dict[str, str]:
-        return node_properties(n, self.nodes, self.routes,
-                               self.config.local_cluster.extra_broker_config)
+        props = node_properties(n, self.nodes, self.routes,
+                                self.config.local_cluster.extra_broker_config)
+        props.update({k: str(v) for k, v in self.node_config.get(n.node_id, {}).items()})
+        return props
 
     def _write_node_files(self, n: Node) -> None:
         props = self._broker_properties(n)

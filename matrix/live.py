@@ -224,7 +224,11 @@ def topology_config(config, topology: Topology):
 
     cfg = demo_config(config)
     lake = Path(cfg.storage_root).parent / f"lake-{topology.name}"
-    return cfg.with_overrides(**topology.overrides(), spark={"storage_root": str(lake)})
+    overrides = topology.overrides()
+    if topology.broker_config:   # over the demo's broker settings, not instead of them
+        overrides["local_cluster"]["extra_broker_config"] = {
+            **cfg.local_cluster.extra_broker_config, **dict(topology.broker_config)}
+    return cfg.with_overrides(**overrides, spark={"storage_root": str(lake)})
 
 
 def run_matrix(config, scenarios: list[Scenario], *, corpus: Path | None = CORPUS_DIR,

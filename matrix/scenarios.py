@@ -24,6 +24,9 @@ class Topology:
     # Settings of kmon's own sections for this topology's session (and its recordings),
     # e.g. time constants scaled down so that a fault of hours shows in minutes.
     settings: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    # server.properties entries of every broker, over the demo's (live.topology_config):
+    # static settings its scenarios need that would change any other scenario's cluster.
+    broker_config: tuple[tuple[str, str], ...] = ()
 
     def overrides(self) -> dict:
         cluster = {"brokers": self.brokers, "controllers": self.controllers}
@@ -36,7 +39,9 @@ class Topology:
         ctl = (f"{self.dedicated_controllers} dedicated controller(s)"
                if self.dedicated_controllers else
                f"{self.controllers or self.brokers} combined controller(s)")
-        return f"{self.brokers} brokers, {ctl}" + (f", {self.workload}" if self.workload else "")
+        brokers = "".join(f", {k}={v}" for k, v in self.broker_config)
+        return (f"{self.brokers} brokers, {ctl}{brokers}"
+                + (f", {self.workload}" if self.workload else ""))
 
 
 # The demo's: node 3 is the one KRaft controller (a broker too).
@@ -56,6 +61,12 @@ FIVE_QUIET = Topology("5b-3c-quiet", 5, 3, workload="the base workload alone",
                       settings=(("compaction_lag", (("growth_window_s", 120.0),
                                                     ("growth_min_samples", 3),
                                                     ("topic_config_refresh_s", 60.0))),))
+# THREE for the scenarios whose set-up would change every other scenario on a shared
+# cluster: brokers that keep a group's committed offsets one minute after it empties (7
+# days by default; a static setting), and a broker behind a proxy for the whole session.
+THREE_APART = Topology("3b-1c-apart", 3, 1,
+                       broker_config=(("offsets.retention.minutes", "1"),
+                                      ("offsets.retention.check.interval.ms", "5000")))
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,20 @@ def catalog() -> list[Scenario]:
         S("throttled-cleaner-3b", "compaction", THREE,
           _make("demo_faults", "ThrottledCleaner", broker=3),
           "broker 3's log cleaner I/O throttled while customers is updated (the demo's)"),
+        # After the scenarios above, so that those run on the cluster as before.
+        S("offsets-deleted-3b", "rewind", THREE, _make("vanished_offsets", "OffsetsDeleted"),
+          "operator deletes a stopped group 20 s behind (DeleteGroups, kafka-consumer-groups "
+          "--delete; KIP-496); it restarts at earliest and re-reads everything"),
+        S("reset-to-datetime-3b", "rewind", THREE,
+          _make("rewinds", "OperatorResetEmptyGroup", mode="datetime", amount=60),
+          "operator resets an empty group to the offsets of 60 s ago "
+          "(kafka-consumer-groups --reset-offsets --to-datetime)"),
+        S("partition-increase-3b", "healthy", THREE, _make("admin_ops", "PartitionIncrease"),
+          "a live topic raised from 3 to 6 partitions while written and read "
+          "(kafka-topics --alter --partitions; KAFKA-12261)"),
+        S("producer-churn-3b", "healthy", THREE, _make("producer_churn", "ProducerChurn"),
+          "4 short-lived idempotent producers a second for 60 s, each InitProducerId, write, "
+          "close (KIP-936)"),
         # --- 5 brokers, three combined controllers ----------------------------------------
         S("freeze-short-5b", "slow_broker", FIVE,
           _make("demo_faults", "FrozenBroker", broker=2, freeze_s=0.7, thaw_s=0.3),
@@ -146,6 +171,25 @@ def catalog() -> list[Scenario]:
         S("cleaner-stopped-5b", "compaction", FIVE, _make("compaction", "CleanerStopped"),
           "a corrupt batch in a follower's segment: its cleaner marks the partition "
           "uncleanable"),
+        S("starved-handlers-5b", "slow_broker", FIVE,
+          _make("starved_handlers", "StarvedRequestHandlers", broker=1),
+          "broker 1's num.io.threads cut to 1 at runtime under a request-heavy load: slow "
+          "in its own request queue (dynamic broker config; KAFKA-14694)"),
+        S("unclean-by-config-5b", "unclean_election", FIVE,
+          _make("forced_elections", "UncleanEnabledByOperator"),
+          "offline RF 2 partition: operator sets unclean.leader.election.enable=true on its "
+          "topic; the stale replica leads, leader-only records lost (KAFKA-12670)"),
+        S("reassignment-under-load-5b", "healthy", FIVE,
+          _make("admin_ops", "ReassignmentUnderLoad"),
+          "all 12 partitions of a filled topic reassigned at once, unthrottled, under load: "
+          "every broker copies (KIP-455)"),
+        S("decommission-5b", "healthy", FIVE, _make("admin_ops", "BrokerDecommission", broker=1),
+          "broker 1's replicas moved away under a 10 MB/s replication throttle, then it stops "
+          "(KIP-73; Kafka docs, decommissioning brokers)"),
+        S("cleaner-disabled-5b", "compaction", FIVE,
+          _make("cleaning_blocked", "CleanerDisabled", broker=1),
+          "broker 1 restarted with log.cleaner.enable=false while a compacted topic is "
+          "updated: its replica grows apart, no cleaner metric (KAFKA-2988, KAFKA-13610)"),
         # --- 5 brokers, three combined controllers, the base workload alone ----------------
         S("freeze-short-quiet-5b", "slow_broker", FIVE_QUIET,
           _make("demo_faults", "FrozenBroker", broker=2, freeze_s=0.7, thaw_s=0.3),
@@ -159,6 +203,10 @@ def catalog() -> list[Scenario]:
                 visible_after_s=180),
           "a compacted topic written with keys that never repeat: cleaned every time its "
           "size doubles, and it keeps growing (2-minute growth window)"),
+        S("open-transaction-5b", "compaction", FIVE_QUIET,
+          _make("cleaning_blocked", "OpenTransaction"),
+          "a transaction left open on a compacted topic: its last stable offset stops and the "
+          "cleaner never passes it (KIP-664, KAFKA-12671)"),
         # --- 3 brokers apart from one dedicated controller --------------------------------
         S("unclean-rf3-dc", "unclean_election", DEDICATED, _make("unclean", "UncleanElection"),
           "RF 3 ledger3, quorum on its own node: the stale replica elected after the two in "
@@ -168,6 +216,18 @@ def catalog() -> list[Scenario]:
         S("crash-rf1-dc", "unclean_election", DEDICATED, _make("unclean", "SoleReplicaCrash"),
           "kill -9 of the broker holding every replica of an RF 1 topic written with acks=1, "
           "restarted 20 s later: the controller logs its return as unclean, nothing is lost"),
+        S("forced-unclean-dc", "unclean_election", DEDICATED,
+          _make("forced_elections", "ForcedUncleanElection"),
+          "offline RF 2 partition: operator forces an unclean election (ElectLeaders UNCLEAN, "
+          "KIP-460); the stale replica leads, leader-only records lost"),
+        # --- 3 brokers, one combined controller, set apart (THREE_APART) -------------------
+        S("offsets-expired-3b", "rewind", THREE_APART, _make("vanished_offsets", "OffsetsExpired"),
+          "a stopped group's offsets expire (offsets.retention.minutes=1; KIP-211, KAFKA-4682); "
+          "it restarts at earliest and re-reads everything"),
+        S("follower-fetch-delay-3b", "slow_broker", THREE_APART,
+          _make("replication_delay", "DelayedFollowerFetches", broker=1),
+          "broker 1's fetches from its leaders delayed 300 ms each way, its clients' path "
+          "untouched: the slow follower (KIP-736, KAFKA-6477)"),
     ]
 
 

@@ -32,12 +32,14 @@ def client_logger(log_dir: Path, name: str) -> logging.Logger:
 
 class GroupMember:
     """One consumer in a group, in its own thread: joins on start, leaves (LeaveGroup,
-    its position committed) on stop. Counts the assignments it was handed."""
+    its position committed) on stop. Counts the assignments it was handed. It logs to
+    ``<log_name>.log`` (its client.id by default); `conf` adds librdkafka settings."""
 
     def __init__(self, bootstrap: str, group: str, topics: tuple[str, ...], client_id: str,
-                 log_dir: Path):
+                 log_dir: Path, log_name: str | None = None, conf: dict | None = None):
         self.bootstrap, self.group, self.topics = bootstrap, group, topics
         self.client_id, self.log_dir = client_id, log_dir
+        self.log_name, self.conf = log_name or client_id, dict(conf or {})
         self.assignments = 0
         self.messages = 0
         self._stop = threading.Event()
@@ -59,7 +61,7 @@ class GroupMember:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
                       "client.id": self.client_id, "auto.offset.reset": "earliest",
                       "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
-                      "logger": client_logger(self.log_dir, self.client_id)})
+                      "logger": client_logger(self.log_dir, self.log_name), **self.conf})
         c.subscribe(list(self.topics), on_assign=self._on_assign)
         try:
             while not self._stop.is_set():

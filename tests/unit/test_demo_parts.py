@@ -175,6 +175,16 @@ def test_workload_producers_are_not_idempotent_unless_asked():
         producer_config(ProducerSpec("p", "t", 1, acks="1", idempotent=True), "b:9092")
 
 
+def test_workload_producers_linger_100_ms_and_refresh_metadata_as_librdkafka_does_unless_asked():
+    from demo.workload import ProducerSpec, producer_config
+
+    plain = producer_config(ProducerSpec("p", "t", 1), "b:9092")
+    assert plain["linger.ms"] == 100 and "topic.metadata.refresh.interval.ms" not in plain
+    asked = producer_config(ProducerSpec("p", "t", 1, linger_ms=0, metadata_refresh_ms=5000),
+                            "b:9092")
+    assert asked["linger.ms"] == 0 and asked["topic.metadata.refresh.interval.ms"] == 5000
+
+
 class _Query:
     def __init__(self, name, seconds):
         self.name = name

@@ -190,3 +190,19 @@ def test_a_jvm_option_that_is_not_one_names_the_key(tmp_path):
 
     with pytest.raises(ConfigError, match=r"local_cluster\.jvm_options.*'Xmx1g'"):
         Config().with_overrides(local_cluster={"jvm_options": ["-Xss2m", "Xmx1g"]})
+
+
+def test_node_config_reaches_only_its_node_over_every_brokers_and_again_at_restart(tmp_path):
+    cluster = _laid_out(tmp_path, brokers=3, extra_broker_config={"log.cleaner.enable": "true",
+                                                                  "num.io.threads": "4"})
+    cluster.node_config[2] = {"log.cleaner.enable": "false"}
+    for n in cluster.nodes:       # what start() and restart() write
+        cluster._write_node_files(n)
+    props = {n.node_id: _properties(n.server_properties) for n in cluster.nodes}
+    assert props[2]["log.cleaner.enable"] == "false" and props[2]["num.io.threads"] == "4"
+    assert props[1]["log.cleaner.enable"] == props[3]["log.cleaner.enable"] == "true"
+    cluster.node_config.pop(2)
+    cluster._write_node_files(cluster.node(2))
+    assert _properties(cluster.node(2).server_properties)["log.cleaner.enable"] == "true"
+    built = LocalCluster(cluster.config, name="layout", node_config={"3": {"a.b": 1}})
+    assert built.node_config == {3: {"a.b": "1"}}

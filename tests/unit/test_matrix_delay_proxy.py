@@ -136,3 +136,41 @@ def test_slow_producer_link_routes_every_broker_and_states_its_truth(tmp_path):
                           "cause": "client_slow_read"})
     assert not e.names({"type": "slow_broker", "entity": "broker:1"})
     assert fault.explained() == ()
+
+
+def test_delayed_follower_fetches_route_only_the_brokers_way_to_its_leaders(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from demo.faults.base import FaultRun
+    from infra.local_cluster import LocalCluster
+    from kmon.config import Config
+    from matrix.mechanisms.replication_delay import DelayedFollowerFetches
+
+    config = Config().with_overrides(kmon={"work_dir": str(tmp_path)},
+                                     local_cluster={"base_port": 0})
+    cluster = LocalCluster(config, name="follower", brokers=3)
+    fault = DelayedFollowerFetches(broker=1, delay_ms=300, duration_s=5)
+    fault.install(cluster)
+    try:
+        assert set(cluster.routes.advertised) == {1} and set(cluster.routes.replication) == {2, 3}
+        cluster._layout()
+        props = {n.node_id: n.server_properties.read_text() for n in cluster.nodes}
+        assert "inter.broker.listener.name=REPLICATION" in props[1]
+        assert all("inter.broker.listener.name=PLAINTEXT" in props[b] for b in (2, 3))
+        # the fault delays the way out only, and is off again after its heal
+        run = FaultRun(fault.name, 1_000)
+        ctx = NS(say=lambda _m: None, stopping=lambda: False, sleep=lambda _s: None)
+        seen = []
+        fault.inject(ctx, run, until=lambda: seen.append(
+            (fault.proxy.delay_ms, fault.inbound.delay_ms)) or True)
+        assert seen == [(300, 0)]
+        assert fault.proxy.delay_ms == 0 and run.fault_ms and run.notes["broker"] == 1
+    finally:
+        fault.uninstall()
+    [e] = fault.expect()
+    assert e.matches({"type": "slow_broker", "entity": "broker:1", "cause": "slow_follower"})
+    assert not e.matches({"type": "slow_broker", "entity": "broker:1",
+                          "cause": "request_handlers_saturated"})
+    victims, retried = fault.explained()
+    assert victims.matches({"type": "slow_broker", "entity": "broker:3",
+                            "cause": "remote_produce_slow_follower"})

@@ -95,3 +95,20 @@ def test_active_controller_from_exporter_page():
     assert is_active(page)
     assert not is_active(page.replace(" 1.0", " 0.0"))
     assert not is_active("kafka_network_requestmetrics_totaltimems 3.0\n")
+
+
+def test_producer_churn_expects_nothing():
+    from matrix.mechanisms.producer_churn import ProducerChurn
+
+    fault = ProducerChurn()
+    assert fault.fault_class == "healthy" and fault.expect() == ()
+    assert fault.explained() == (COMMITS_RETRIED,) and fault.observe_s >= 90
+
+
+def test_a_group_member_logs_where_the_client_log_agent_looks_and_takes_more_settings():
+    from matrix.mechanisms.healthy_clients import GroupMember
+
+    m = GroupMember("b:9092", "g", ("t",), "g-consumer", "/tmp", log_name="g",
+                    conf={"topic.metadata.refresh.interval.ms": 5000})
+    assert m.log_name == "g" and m.conf == {"topic.metadata.refresh.interval.ms": 5000}
+    assert GroupMember("b:9092", "g", ("t",), "g-extra-1", "/tmp").log_name == "g-extra-1"
