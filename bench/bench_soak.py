@@ -139,8 +139,9 @@ def _files_and_bytes(path: Path, *, skip_log: bool = False) -> tuple[int, int]:
 
 
 def table_figures(spark, lake_root: Path) -> dict:
-    """Per Delta table: files in the current version, data files on disk, log files,
-    bytes on disk (every version's files and the log)."""
+    """Per Delta table: files and bytes in the current version (the history kept), data
+    files on disk, log files, bytes on disk (every version's files and the log: what
+    VACUUM and the log's retention have yet to delete)."""
     from delta.tables import DeltaTable
 
     out = {}
@@ -156,6 +157,7 @@ def table_figures(spark, lake_root: Path) -> dict:
             log_files, _ = _files_and_bytes(t / "_delta_log")
             _, disk = _files_and_bytes(t)
             out[f"{layer}.{t.name}"] = {"files": int(detail["numFiles"] or 0),
+                                        "live_bytes": int(detail["sizeInBytes"] or 0),
                                         "data_files_on_disk": data_files,
                                         "log_files": log_files, "bytes_on_disk": disk}
     return out
@@ -413,7 +415,10 @@ def maintenance_pass(spark, lake, section, compression: float, vacuum_sim_h: flo
 
 def snapshot(spark, lake_root: Path, lake, queries: list[str], now_ms: int, day: int) -> dict:
     tables = table_figures(spark, lake_root)
-    checkpoints = _files_and_bytes(Path(lake.checkpoint("")))
+    root = Path(lake.checkpoint(""))
+    checkpoints = _files_and_bytes(root)
+    per_query = ({q.name: _files_and_bytes(q)[1] for q in sorted(root.iterdir()) if q.is_dir()}
+                 if root.is_dir() else {})
     landing = _files_and_bytes(Path(lake.landing_root))
     return {
         "day": day, "sim_now": datetime.fromtimestamp(now_ms / 1000, tz=timezone.utc)
@@ -421,8 +426,10 @@ def snapshot(spark, lake_root: Path, lake, queries: list[str], now_ms: int, day:
         "lake": {"tables": len(tables), "files": sum(t["files"] for t in tables.values()),
                  "data_files_on_disk": sum(t["data_files_on_disk"] for t in tables.values()),
                  "log_files": sum(t["log_files"] for t in tables.values()),
-                 "bytes_on_disk": sum(t["bytes_on_disk"] for t in tables.values())},
-        "checkpoints": {"files": checkpoints[0], "bytes": checkpoints[1]},
+                 "bytes_on_disk": sum(t["bytes_on_disk"] for t in tables.values()),
+                 "live_bytes": sum(t["live_bytes"] for t in tables.values())},
+        "checkpoints": {"files": checkpoints[0], "bytes": checkpoints[1],
+                        "bytes_per_query": per_query},
         "landing": {"files": landing[0], "bytes": landing[1]},
         "queries": run_queries(spark, queries, now_ms),
         "tables": tables,
