@@ -240,7 +240,7 @@ class CoordinatorFailover(OwnTopicRewind):
         return ()
 
     def explained(self):
-        # The killed broker coordinated other groups too. Seen live (2026-11-26): the
+        # The killed broker coordinated other groups too. Seen live: the
         # workload's billing group, coordinated there, committed 4 messages back right
         # after the move: a real rewind, which a correct monitor reports with the move as
         # its evidence. What must not appear is a rewind without a move, or data loss.
@@ -274,8 +274,8 @@ class CoordinatorFailover(OwnTopicRewind):
         run.fault_ms = now_ms()
         ctx.sleep(self.down_s)
         # Asked with a new client each attempt: the kept one has the dead broker cached as
-        # the group's coordinator and waits for it to come back (fresh-clone CI of
-        # 62a4b4a: no answer for 90 s). The dead broker comes back only after this answer.
+        # the group's coordinator and waits for it to come back (in CI, no answer for
+        # 90 s). The dead broker comes back only after this answer.
         asked = time.monotonic()
         _, moved_to = group_state(lambda: fresh_admin(ctx.bootstrap), self.group,
                                   retry_s=90.0)

@@ -349,7 +349,7 @@ class UncleanNoLoss(MatrixFault):
         here, it lived through the session's earlier scenarios, and one that stopped both
         its brokers (the demo's unclean election, unclean-rf2-3b) elected its replica
         uncleanly too; that finding, rightly open for minutes, was this scenario's finding
-        (same partition, same type) and hid it (live matrix of 20261128T203230Z)."""
+        (same partition, same type) and hid it."""
 
     def _create(self, ctx: FaultContext) -> None:
         from confluent_kafka.admin import NewTopic
