@@ -19,6 +19,7 @@ on. `check` raises instead (a demo or a bench that must stop on the first failur
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -361,9 +362,23 @@ class Pipeline:
             stop.wait(0.5)
 
 
+_NAMED = re.compile(r"[\w.$]+(Exception|Error): ")
+_WRAPPERS = ("Python Proxy", "Py4JJavaError", "Traceback (most recent call last)")
+
+
 def _first_line(error) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:500] if text else type(error).__name__
+    """The line of a query's error that says what went wrong: the last "Caused by:" of
+    a Java trace (its root), else the first line naming an exception that is not one of
+    the wrappers PySpark puts around it (a foreachBatch error arrives as "An exception
+    was raised by the Python Proxy" with the Java trace below)."""
+    lines = [x.strip() for x in str(error).splitlines() if x.strip()]
+    if not lines:
+        return type(error).__name__
+    caused = [x for x in lines if x.startswith("Caused by:")]
+    if caused:
+        return caused[-1][len("Caused by:"):].strip()[:500]
+    named = [x for x in lines if _NAMED.search(x) and not any(w in x for w in _WRAPPERS)]
+    return (named[0] if named else lines[0])[:500]
 
 
 def _await(queries) -> None:

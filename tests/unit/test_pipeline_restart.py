@@ -112,3 +112,22 @@ def test_check_still_raises_for_runs_that_stop_at_the_first_failure():
     p.queries[0].fail("boom")
     with pytest.raises(PipelineFailed, match="query silver stopped: boom"):
         p.check()
+
+
+def test_the_log_names_the_root_cause_not_pyspark_s_wrapper(caplog):
+    p, _ = pipeline_of("silver")
+    p.queries[0].fail(
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most "
+        "recent call last):\n  File \"x.py\", line 1, in call\n"
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o9270.localCheckpoint.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: ...\n"
+        "\tat org.apache.spark.sql.execution.QueryExecution$.withInternalError(x.scala:717)\n"
+        "Caused by: java.util.concurrent.ExecutionException: wrapped\n"
+        "Caused by: org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms "
+        "expired before the position for partition kmon.broker_metrics-1 could be determined")
+    caplog.set_level(logging.INFO, logger="jobs.pipeline")
+    p.restart_failed(now=0)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert line.endswith(": org.apache.kafka.common.errors.TimeoutException: Timeout of "
+                         "60000ms expired before the position for partition "
+                         "kmon.broker_metrics-1 could be determined")
