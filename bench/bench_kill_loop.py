@@ -481,7 +481,7 @@ def monitoring_outage(monitoring, outage_s: float, recover_s: float, port: int,
             got = scrape(p, ("kmon_agent_flush_failures_total",
                              "kmon_agent_last_successful_flush_timestamp_seconds"))
             if isinstance(got, dict):
-                last = [v for k, v in got.items() if "last_flush" in k]
+                last = [v for k, v in got.items() if "last_successful_flush" in k]
                 got = {"flush_failures": sum(v for k, v in got.items() if "failures" in k),
                        "since_last_flush_s": round(time.time() - max(last)) if last else None}
             agents[name] = got
