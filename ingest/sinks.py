@@ -12,7 +12,9 @@ record carries a deterministic ``record_id`` so the silver jobs drop the repeats
   Kafka is down the producer retries until ``delivery.timeout.ms``; `flush` then reports
   the records it could not deliver and the agent keeps its position, so nothing is
   dropped as long as the source still has the data (a log file that rotated away while
-  Kafka was down is the exception, and the agent counts and logs that).
+  Kafka was down is the exception, and the agent counts and logs that). A record Kafka
+  acknowledged in a flush that failed as a whole is not written again when the agent
+  sends everything again.
 - `LandingSink`: appends each stream's records to a new JSON-lines file per flush under
   ``<root>/<stream>/``, written under a dot-name, fsynced and renamed, so Spark's file
   source sees whole files only; the renames come after every file is written, so a flush
@@ -25,6 +27,7 @@ never in `flush`, where it would fail the whole batch again on every retry.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -126,19 +129,31 @@ class KafkaSink:
         self._producer = Producer(conf)
         self._failed = 0
         self._last_error: str | None = None
+        # Record ids the monitoring Kafka acknowledged since the last flush that succeeded.
+        # A flush fails as a whole when any record fails, and the agent then sends all of
+        # them again; these are not written twice (silver drops repeats only within its
+        # dedupe window, which a long outage outlasts). Bounded by what one agent sends
+        # between two good flushes.
+        self._acked: set[str] = set()
 
-    def _on_delivery(self, err, msg) -> None:
+    def _on_delivery(self, record_id: str | None, err, msg) -> None:
         if err is not None:
             self._failed += 1
             self._last_error = str(err)
+        elif record_id is not None:
+            self._acked.add(record_id)
 
     def send(self, stream: str, key: str, record: dict) -> None:
+        record_id = record.get("record_id")
+        if record_id is not None and record_id in self._acked:
+            return                         # written before a flush that failed
         value = _dumps(record).encode()
         deadline = time.monotonic() + 30
+        on_delivery = functools.partial(self._on_delivery, record_id)
         while True:
             try:
                 self._producer.produce(self.topic_prefix + stream, value=value, key=key.encode(),
-                                       on_delivery=self._on_delivery)
+                                       on_delivery=on_delivery)
                 break
             except BufferError:
                 # Bounded buffer full (monitoring Kafka slow or down): wait for room.
@@ -155,6 +170,7 @@ class KafkaSink:
         if remaining or failed:
             raise SinkError(f"{remaining} records still queued and {failed} failed "
                             f"(last error: {self._last_error}); source position not advanced")
+        self._acked.clear()
 
     def close(self) -> None:
         self.flush()

@@ -86,3 +86,71 @@ def test_agent_to_telemetry_topic_to_silver_survives_the_monitoring_kafka_being_
     assert len(ids) == 500 and len(set(ids)) == 500
     assert sorted(r["correlation_id"] for r in silver.select("correlation_id").collect()) == \
         list(range(500))
+
+
+@pytest.mark.timeout(600)
+def test_a_record_the_monitoring_kafka_acknowledged_is_not_sent_again(kafka_cluster, tmp_path):
+    """A flush fails as a whole when some records fail, and the agent sends them all
+    again; those the monitoring Kafka had already acknowledged must not be written twice
+    (silver drops repeats only within its dedupe window, and a long outage outlasts it).
+    One topic refuses every write (max.message.bytes below any batch) while the other
+    takes them, then the refusing one is fixed and everything is sent again."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, NewTopic)
+
+    from ingest.sinks import SinkError
+
+    bs = kafka_cluster.bootstrap_servers
+    prefix = f"kmonacked{int(time.time())}."
+    admin = AdminClient({"bootstrap.servers": bs})
+    fs = admin.create_topics([NewTopic(prefix + "log_events", 1, 1),
+                              NewTopic(prefix + "broker_metrics", 1, 1,
+                                       config={"max.message.bytes": "16"})])
+    for f in fs.values():
+        f.result(60)
+    sink = KafkaSink({"bootstrap.servers": bs, "delivery.timeout.ms": 8000,
+                      "request.timeout.ms": 3000, "retries": 2}, topic_prefix=prefix)
+
+    def send_all() -> None:
+        for i in range(20):
+            sink.send("log_events", "k", {"record_id": f"e{i}", "i": i})
+            sink.send("broker_metrics", "k", {"record_id": f"m{i}", "i": i})
+        sink.flush(30)
+
+    with pytest.raises(SinkError):
+        send_all()                       # log_events acknowledged, broker_metrics refused
+    res = ConfigResource(ConfigResource.Type.TOPIC, prefix + "broker_metrics",
+                         incremental_configs=[ConfigEntry(
+                             "max.message.bytes", "1048588",
+                             incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(60)
+    deadline = time.monotonic() + 60
+    while True:                          # the agent's retry, until the topic takes them
+        try:
+            send_all()
+            break
+        except SinkError:
+            assert time.monotonic() < deadline, "broker_metrics never took the records"
+            time.sleep(2)
+    sink.close()
+
+    def ids(topic: str) -> list[str]:
+        c = Consumer({"bootstrap.servers": bs, "group.id": f"audit-{time.time_ns()}",
+                      "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(prefix + topic, 0, 0)])
+        out = []
+        try:
+            while True:
+                m = c.poll(10)
+                assert m is not None, f"no end of {topic}"
+                if m.error() is not None:
+                    break                # end of the partition
+                out.append(json.loads(m.value())["record_id"])
+        finally:
+            c.close()
+        return out
+
+    assert sorted(ids("log_events")) == sorted(f"e{i}" for i in range(20))
+    assert sorted(ids("broker_metrics")) == sorted(f"m{i}" for i in range(20))
