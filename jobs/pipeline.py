@@ -286,14 +286,14 @@ class Pipeline:
             if not self.backoff.waiting(name):
                 delay = self.backoff.failed(name, now)
                 log.error("query %s failed; starting it again from its checkpoint in %.0f s: "
-                          "%s", name, delay, _first_line(error))
+                          "%s", name, delay, _cause_line(error))
             elif self.backoff.due(name, now):
                 try:
                     self.queries[i] = self._launch(self._starters[name])
                 except Exception as e:  # noqa: BLE001 - the cause may last: try again later
                     delay = self.backoff.failed(name, now)
                     log.error("query %s could not start again; next try in %.0f s: %s",
-                              name, delay, _first_line(e))
+                              name, delay, _cause_line(e))
                     continue
                 log.warning("query %s started again from its checkpoint", name)
                 again.append(name)
@@ -366,7 +366,7 @@ _NAMED = re.compile(r"[\w.$]+(Exception|Error): ")
 _WRAPPERS = ("Python Proxy", "Py4JJavaError", "Traceback (most recent call last)")
 
 
-def _first_line(error) -> str:
+def _cause_line(error) -> str:
     """The line of a query's error that says what went wrong: the last "Caused by:" of
     a Java trace (its root), else the first line naming an exception that is not one of
     the wrappers PySpark puts around it (a foreachBatch error arrives as "An exception

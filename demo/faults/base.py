@@ -122,6 +122,27 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, ctx: FaultC
     return False
 
 
+def wait_committed_past(ctx: FaultContext, bootstrap: str, group: str, topic: str,
+                        target: int, partition: int = 0, timeout_s: float = 120) -> bool:
+    """Wait until `group` has committed `topic`/`partition` at `target` or beyond.
+
+    Read through a consumer that never joins the group, not
+    AdminClient.list_consumer_group_offsets: with brokers stopping, that call's coordinator
+    requests aborted the process inside librdkafka 2.16.0 (rd_kafka_enq_once_del_source_return:
+    Assertion `eonce->refcnt > 0' failed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "enable.auto.commit": False})
+    try:
+        return wait_for(f"{group} committed past offset {target}",
+                        lambda: reader.committed([TopicPartition(topic, partition)],
+                                                 timeout=5)[0].offset >= target,
+                        timeout_s, ctx)
+    finally:
+        reader.close()
+
+
 def leader_and_isr(admin, topic: str, partition: int = 0) -> tuple[int, list[int]]:
     """The partition's leader and ISR; (-1, []) (Kafka's "no leader") while the metadata
     does not have the partition yet: a topic just created on a loaded cluster came back

@@ -21,7 +21,8 @@ finding with the lost range, linked with the log truncation, the reset and the r
 
 from __future__ import annotations
 
-from demo.faults.base import Fault, FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
+from demo.faults.base import (Fault, FaultContext, FaultRun, leader_and_isr, now_ms,
+                              wait_committed_past, wait_for)
 from demo.workload import ConsumerSpec, ProducerSpec
 
 # Brokers settings this fault needs (LocalCluster extra_broker_config): KRaft's controller
@@ -88,21 +89,8 @@ class UncleanElection(Fault):
         run.notes["follower_end"] = follower_end
         ctx.say(f"waiting for '{self.group}' to commit past offset {target:,} (the stopped "
                 f"follower ends at {follower_end:,})")
-        # The group's committed offset through a consumer that never joins the group, not
-        # AdminClient.list_consumer_group_offsets: with brokers stopping, that call's
-        # coordinator requests aborted the demo process inside librdkafka 2.16.0
-        # (rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed).
-        from confluent_kafka import Consumer, TopicPartition
-
-        reader = Consumer({"bootstrap.servers": others_than_follower, "group.id": self.group,
-                           "enable.auto.commit": False})
-        try:
-            run.notes["readers_past_follower_end"] = wait_for(
-                f"{self.group} committed past offset {target}",
-                lambda: reader.committed([TopicPartition(*tp)], timeout=5)[0].offset >= target,
-                120, ctx)
-        finally:
-            reader.close()
+        run.notes["readers_past_follower_end"] = wait_committed_past(
+            ctx, others_than_follower, self.group, self.topic, target)
         ctx.say(f"stopping leader {self.leader}; restarting the stale follower "
                 f"{self.follower}")
         cl.stop_node(self.leader)

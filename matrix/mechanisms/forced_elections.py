@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import re
 
-from demo.faults.base import FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
+from demo.faults.base import (FaultContext, FaultRun, leader_and_isr, now_ms,
+                              wait_committed_past, wait_for)
 from demo.workload import ConsumerSpec, ProducerSpec
 from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED, MatrixFault
 from matrix.mechanisms.compaction import stop_producer
@@ -107,16 +108,8 @@ class OfflinePartitionRecovery(MatrixFault):
         run.notes.update(topic=self.topic, follower_end=follower_end)
         ctx.say(f"waiting for '{self.group}' to commit past {target:,} (the follower ends at "
                 f"{follower_end:,})")
-        from confluent_kafka import Consumer
-
-        reader = Consumer({"bootstrap.servers": up, "group.id": self.group,
-                           "enable.auto.commit": False})
-        try:
-            run.notes["readers_past_follower_end"] = wait_for(
-                f"{self.group} committed past {target}",
-                lambda: reader.committed([self.tp], timeout=5)[0].offset >= target, 120, ctx)
-        finally:
-            reader.close()
+        run.notes["readers_past_follower_end"] = wait_committed_past(
+            ctx, up, self.group, self.topic, target)
         self.collateral = run.notes["collateral"] = collateral_partitions(
             ctx, {self.leader, self.follower}, self.topic)
         run.notes["leader_end"] = end_offset(up, self.topic)

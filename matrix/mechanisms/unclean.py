@@ -57,7 +57,8 @@ from __future__ import annotations
 
 import re
 
-from demo.faults.base import FaultContext, FaultRun, leader_and_isr, now_ms, wait_for
+from demo.faults.base import (FaultContext, FaultRun, leader_and_isr, now_ms,
+                              wait_committed_past, wait_for)
 from demo.workload import ConsumerSpec, ProducerSpec
 from matrix.fault import COMMITS_RETRIED, PARTNERS_LOADED, MatrixFault
 from matrix.mechanisms.cluster_ops import wait_healthy
@@ -202,17 +203,8 @@ class UncleanElection(MatrixFault):
         run.notes["stale_end"] = stale_end
         ctx.say(f"waiting for '{self.group}' to commit past {target:,} (replica {self.stale} "
                 f"ends at {stale_end:,})")
-        from confluent_kafka import Consumer, TopicPartition
-
-        reader = Consumer({"bootstrap.servers": up, "group.id": self.group,
-                           "enable.auto.commit": False})
-        try:
-            run.notes["readers_past_stale_end"] = wait_for(
-                f"{self.group} committed past {target}",
-                lambda: reader.committed([TopicPartition(self.topic, 0)], timeout=5)[0].offset
-                >= target, 120, ctx)
-        finally:
-            reader.close()
+        run.notes["readers_past_stale_end"] = wait_committed_past(
+            ctx, up, self.group, self.topic, target)
         self.collateral = run.notes["collateral"] = collateral_partitions(
             ctx, {self.leader, self.insync}, self.topic)
         ctx.say(f"stopping {self.insync} and leader {self.leader}; restarting the stale "
