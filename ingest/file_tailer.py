@@ -19,17 +19,20 @@ When the tailer cannot read on from where it was, it says so with a `Gap` (to it
 - ``truncated``: the file is shorter than the position (truncated in place, at start or
   while being read); it is read again from its start.
 
-A limit: a position names a file by its inode, and ext4 gives a freed inode to the next
-file created. A saved file deleted while the agent was down can thus come back as a newer
-file with the same inode, which the tailer takes for the saved one (a ``truncated`` gap if
-it is shorter than the saved offset, else read from that offset on).
+A position names a file by its inode, and ext4 gives a freed inode to the next file
+created: a saved file deleted while the agent was down can come back as a newer file with
+the same inode. So a saved position also keeps the file's head mark (the length and CRC-32
+of its first `HEAD_BYTES` bytes, `head_mark`); a file with the saved inode but another head
+is not the saved file, which is then ``rotated_away`` like any file gone. (A file shorter
+than the saved offset is ``truncated`` whatever its head: it lost what was read either way.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
+import zlib
 from collections import deque
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -37,6 +40,7 @@ from typing import Callable, NamedTuple
 log = logging.getLogger(__name__)
 
 MAX_ROTATED = 20
+HEAD_BYTES = 64         # a file's head mark covers this much of its start (at most)
 
 
 class Position(NamedTuple):
@@ -78,12 +82,33 @@ def _inode(path: Path) -> int | None:
         return None
 
 
+def head_mark(data: bytes) -> str:
+    """A file's identity beside its inode, from its first bytes: ``<length>:<crc32>``."""
+    return f"{len(data)}:{zlib.crc32(data):08x}"
+
+
+def _is_same_file(path: Path, pos: Position, mark: str | None) -> bool:
+    """Whether `path`, which has the saved inode, is the file `pos` was saved in: its head
+    mark matches, or nothing can tell otherwise (no mark or an unreadable one, nothing read
+    yet), or it is shorter than the saved offset (truncated: reported as such)."""
+    length = mark.split(":", 1)[0] if mark else ""
+    if not length.isdigit() or pos.offset == 0:
+        return True
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < pos.offset:
+                return True
+            return head_mark(f.read(int(length))) == mark
+    except FileNotFoundError:
+        return False
+
+
 class FileTailer:
     """Reads complete new lines of one log file, following rotation."""
 
     def __init__(self, path: str | Path, position: Position | None = None,
                  start_at_end: bool = False, chunk_bytes: int = 1 << 20,
-                 on_gap: Callable[[Gap], None] | None = None):
+                 on_gap: Callable[[Gap], None] | None = None, head: str | None = None):
         self.path = Path(path)
         self.chunk_bytes = chunk_bytes
         self.on_gap = on_gap
@@ -99,8 +124,11 @@ class FileTailer:
         self._offset = 0
         self._pending = b""
         self._ready: deque[TailedLine] = deque()  # read but not yet handed out
+        # The first bytes of the files read before the current one, newest last: their
+        # head marks, for a position saved in one of them (`head_of`).
+        self._heads: dict[int, bytes] = {}
         if position is not None:
-            self._open_saved(position)
+            self._open_saved(position, head)
         elif start_at_end and self.path.exists():
             self._open(self.path, seek_end=True)
 
@@ -124,6 +152,9 @@ class FileTailer:
         except FileNotFoundError:
             return False
         if self._fh:
+            self._heads[self._inode] = os.pread(self._fh.fileno(), HEAD_BYTES, 0)
+            while len(self._heads) > 4:
+                del self._heads[next(iter(self._heads))]
             self._fh.close()
         self._fh = fh
         self._inode = os.fstat(fh.fileno()).st_ino
@@ -158,11 +189,21 @@ class FileTailer:
         self._gaps.append(Gap(cause, lost_from, None if lost_path is None else str(lost_path),
                               Position(self._inode, self._offset), str(self._opened_as)))
 
-    def _open_saved(self, pos: Position) -> None:
+    def head_of(self, inode: int) -> str | None:
+        """The head mark of the file with `inode`, the current one or one read before it
+        (None: not known)."""
+        if inode == self._inode and self._fh is not None:
+            return head_mark(os.pread(self._fh.fileno(), HEAD_BYTES, 0))
+        data = self._heads.get(inode)
+        return None if data is None else head_mark(data)
+
+    def _open_saved(self, pos: Position, head: str | None) -> None:
         for p in self._candidates():
             if _inode(p) == pos.inode:
-                self._open(p, pos.offset)
-                return
+                if _is_same_file(p, pos, head):
+                    self._open(p, pos.offset)
+                    return
+                break       # its inode reused by a newer file: the saved file is gone
         # The saved file rotated out of reach: start with the oldest file still there (or the
         # first one to appear), and report the gap once that file is open.
         self._lost_since = pos
@@ -257,8 +298,8 @@ class FileTailer:
 
 class PositionStore:
     """Saved positions of one agent, one JSON file, replaced atomically. A source may save
-    a state beside its position (an aggregator's checkpoint), saved and replaced with it:
-    ``{name: {"inode", "offset"[, "state"]}}``."""
+    its file's head mark and a state (an aggregator's checkpoint) beside its position,
+    saved and replaced with it: ``{name: {"inode", "offset"[, "head"][, "state"]}}``."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -272,13 +313,18 @@ class PositionStore:
     def load(self) -> dict[str, Position]:
         return {k: Position(v["inode"], v["offset"]) for k, v in self._raw().items()}
 
+    def load_heads(self) -> dict[str, str]:
+        """The head marks saved beside the positions (`head_mark`)."""
+        return {k: v["head"] for k, v in self._raw().items() if v.get("head") is not None}
+
     def load_states(self) -> dict[str, dict]:
         """The states saved beside the positions (sources that saved none are absent)."""
         return {k: v["state"] for k, v in self._raw().items() if v.get("state") is not None}
 
     def save(self, positions: dict[str, Position],
-             states: dict[str, dict] | None = None) -> None:
-        states = states or {}
+             states: dict[str, dict] | None = None,
+             heads: dict[str, str] | None = None) -> None:
+        states, heads = states or {}, heads or {}
         unplaced = set(states) - set(positions)
         if unplaced:
             raise ValueError(f"states without a position: {sorted(unplaced)}")
@@ -287,6 +333,8 @@ class PositionStore:
         out = {}
         for k, pos in positions.items():
             out[k] = pos.to_json()
+            if heads.get(k) is not None:
+                out[k]["head"] = heads[k]
             if states.get(k) is not None:
                 out[k]["state"] = states[k]
         tmp.write_text(json.dumps(out))

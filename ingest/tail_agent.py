@@ -106,6 +106,9 @@ class TailAgent(Generic[S]):
         self._conditions = RepeatedCondition(log)
         saved = positions.load()
         self._saved: dict[str, Position] = dict(saved)
+        # Head marks of the saved positions' files (ingest/file_tailer.py): a file that
+        # took a saved file's inode is not read from the saved offset.
+        self._saved_heads: dict[str, str] = positions.load_heads()
         # States saved beside the positions (`_state`), as of the last save.
         self._saved_states: dict[str, dict] = positions.load_states()
         self._tailers: dict[str, FileTailer] = {}
@@ -114,7 +117,8 @@ class TailAgent(Generic[S]):
         self._start: dict[str, Position | None] = {}
         for s in sources:
             tailer = self._new_tailer(s, saved.get(s.name),
-                                      start_at_end=start_at_end and s.name not in saved)
+                                      start_at_end=start_at_end and s.name not in saved,
+                                      head=self._saved_heads.get(s.name))
             self._tailers[s.name] = tailer
             self._start[s.name] = None if s.name in saved else tailer.position
         self._sent = 0
@@ -249,7 +253,13 @@ class TailAgent(Generic[S]):
         if not moved and states == self._saved_states:
             return
         self._saved.update(moved)
-        self.positions.save(self._saved, states)
+        for name, pos in moved.items():
+            mark = self._tailers[name].head_of(pos.inode)
+            if mark is not None:
+                self._saved_heads[name] = mark
+            else:
+                self._saved_heads.pop(name, None)
+        self.positions.save(self._saved, states, self._saved_heads)
         self._saved_states = states
 
     def _rewind(self) -> None:
@@ -258,13 +268,14 @@ class TailAgent(Generic[S]):
         for src in self.sources:
             self._tailers[src.name].close()
             self._tailers[src.name] = self._new_tailer(
-                src, self._saved.get(src.name) or self._start[src.name])
+                src, self._saved.get(src.name) or self._start[src.name],
+                head=self._saved_heads.get(src.name))
             self._forget(src)
 
-    def _new_tailer(self, src: S, position: Position | None,
-                    start_at_end: bool = False) -> FileTailer:
+    def _new_tailer(self, src: S, position: Position | None, start_at_end: bool = False,
+                    head: str | None = None) -> FileTailer:
         return FileTailer(src.path, position, start_at_end=start_at_end,
-                          on_gap=lambda gap: self._lost_span(src, gap))
+                          on_gap=lambda gap: self._lost_span(src, gap), head=head)
 
     def _lost_span(self, src: S, gap: Gap) -> None:
         """Quarantine a span the tailer skipped (module docstring), count and log it once.

@@ -245,3 +245,24 @@ def test_file_truncated_while_read_is_a_lost_span_and_reading_goes_on(tmp_path):
     assert row["reason"] == "lost_span:truncated"
     assert dropped(registry, "truncated") == 1
     assert PositionStore(tmp_path / "pos.json").load()["c/1"].offset == len(REQUEST_LINES[1]) + 1
+
+
+def test_a_newer_file_that_took_the_saved_inode_is_a_lost_span_not_a_resume(tmp_path):
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n")
+    sink = RecordingSink()
+    agent = request_agent(tmp_path, sink)
+    agent.poll_once()
+    agent.close()
+    saved = PositionStore(tmp_path / "pos.json").load()["c/1"]
+    assert PositionStore(tmp_path / "pos.json").load_heads()["c/1"].startswith("64:")
+    # While down, the file was rolled away and deleted, and a newer file got its inode
+    # (as ext4 does); shown here by rewriting it in place: same inode, other lines.
+    with open(log, "r+b") as f:
+        f.truncate(0)
+        f.write(("\n".join(REQUEST_LINES[1:4]) + "\n").encode())
+    agent = request_agent(tmp_path, sink)
+    assert agent.poll_once() == 3                   # every line of the newer file
+    [row] = lost_rows(sink)
+    assert row["reason"] == "lost_span:rotated_away"
+    assert row["record_id"] == f"request_stages:c/1:lost_span:{saved.inode}:{saved.offset}"
