@@ -92,6 +92,18 @@ class Routes:
     replication: dict[int, int] = field(default_factory=dict)   # node -> REPLICATION port
     client_link: dict[int, int] = field(default_factory=dict)   # node -> CLIENTLINK port
 
+    def claim(self, kind: str, node: int, port: int) -> int:
+        """`node`'s `kind` route (advertised, replication, client_link) set to `port`, and
+        `port`. A route is set once per cluster: a second fault routing the same path would
+        silently take it over from the first, whose proxy then sees no traffic."""
+        routes = getattr(self, kind)
+        if node in routes:
+            raise ValueError(f"node {node}'s {kind} route is already taken (port "
+                             f"{routes[node]}): two faults on one cluster route the same "
+                             "path; give one of them a topology of its own")
+        routes[node] = port
+        return port
+
     @property
     def needs_replication_listener(self) -> bool:
         return bool(self.advertised) and bool(self.replication)

@@ -85,6 +85,7 @@ class MatrixSession(LiveDemo):
         self.failed_dir = failed_dir
         self.results: list[ScenarioResult] = []
         self.healed_ms = 0
+        self.unhealed: str | None = None     # why the last heal failed, if it did
 
     def cluster_step(self) -> str:
         return f"starting a real Kafka cluster (KRaft): {self.topology.describe()}"
@@ -133,6 +134,12 @@ class MatrixSession(LiveDemo):
                         on_result(r)
                     self.p.note(f"{s.name}: {'PASS' if r.score.passed else 'FAIL'}"
                                 + "".join(f"\n        {x}" for x in r.score.failures()))
+                    if self.unhealed:
+                        # The cluster may still carry the fault: the next scenario would be
+                        # judged on it. A --resume runs the rest on a fresh cluster.
+                        self.p.note(f"{s.name} could not be healed ({self.unhealed}); "
+                                    "stopping here, --resume runs the rest")
+                        break
             return self.results
         finally:
             self.tear_down()
@@ -165,7 +172,12 @@ class MatrixSession(LiveDemo):
             # config its recording needs (which topics are compacted, for the replay).
             keeps = self.corpus is not None or self.failed_dir is not None
             configs = self.compacted_configs() if keeps else []
-            fault.heal(self.ctx)
+            try:
+                fault.heal(self.ctx)
+            except Exception as e:  # noqa: BLE001 - scored; the run stops after it
+                log.exception("scenario %s could not be healed", s.name)
+                self.unhealed = f"{type(e).__name__}: {e}"
+                run.notes["heal_error"] = self.unhealed
         self.healed_ms = int(time.time() * 1000)
         self.stop.wait(st.settle_s)
         ended = int(time.time() * 1000)

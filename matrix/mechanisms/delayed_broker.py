@@ -57,11 +57,12 @@ class DelayedBroker(MatrixFault):
             return
         proxy = DelayProxy()
         ids = range(1, cluster.size + 1)       # brokers are 1..size (controllers after)
-        cluster.routes.advertised[self.broker] = proxy.add_route(self._port_of(cluster, self.broker))
+        cluster.routes.claim("advertised", self.broker,
+                             proxy.add_route(self._port_of(cluster, self.broker)))
         for other in ids:
             if other != self.broker:
-                cluster.routes.replication[other] = proxy.add_route(
-                    self._port_of(cluster, other, replication=True))
+                cluster.routes.claim("replication", other, proxy.add_route(
+                    self._port_of(cluster, other, replication=True)))
         self.proxy = proxy.start()
         self.replication_routed = True
 

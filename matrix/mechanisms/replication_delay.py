@@ -47,11 +47,12 @@ class DelayedFollowerFetches(MatrixFault):
             return
         port_of = DelayedBroker._port_of
         inbound, outbound = DelayProxy(), DelayProxy()
-        cluster.routes.advertised[self.broker] = inbound.add_route(port_of(cluster, self.broker))
+        cluster.routes.claim("advertised", self.broker,
+                             inbound.add_route(port_of(cluster, self.broker)))
         for other in range(1, cluster.size + 1):    # brokers are 1..size
             if other != self.broker:
-                cluster.routes.replication[other] = outbound.add_route(
-                    port_of(cluster, other, replication=True))
+                cluster.routes.claim("replication", other, outbound.add_route(
+                    port_of(cluster, other, replication=True)))
         self.inbound, self.proxy = inbound.start(), outbound.start()
 
     def uninstall(self) -> None:

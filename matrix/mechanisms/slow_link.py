@@ -51,7 +51,7 @@ class SlowProducerLink(MatrixFault):
             return
         proxy = DelayProxy()
         for b in range(1, cluster.size + 1):       # brokers are 1..size (controllers after)
-            cluster.routes.client_link[b] = proxy.add_route(self._port_of(cluster, b))
+            cluster.routes.claim("client_link", b, proxy.add_route(self._port_of(cluster, b)))
         self.proxy = proxy.start()
 
     def uninstall(self) -> None:

@@ -206,3 +206,15 @@ def test_node_config_reaches_only_its_node_over_every_brokers_and_again_at_resta
     assert _properties(cluster.node(2).server_properties)["log.cleaner.enable"] == "true"
     built = LocalCluster(cluster.config, name="layout", node_config={"3": {"a.b": 1}})
     assert built.node_config == {3: {"a.b": "1"}}
+
+
+def test_a_route_is_claimed_once_per_cluster():
+    from infra.cluster_layout import Routes
+
+    routes = Routes()
+    assert routes.claim("replication", 2, 40001) == 40001
+    routes.claim("replication", 3, 40002)
+    routes.claim("advertised", 2, 40003)        # another kind of path: its own table
+    with pytest.raises(ValueError, match="node 2's replication route is already taken"):
+        routes.claim("replication", 2, 40004)
+    assert routes.replication == {2: 40001, 3: 40002}
