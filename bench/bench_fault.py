@@ -75,11 +75,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench.exporter_scrape import scrape, series
 from bench.result_file import machine_header, save
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,10 +87,6 @@ CLUSTER = "faultrun"
 SAMPLE_EVERY_S = 10.0
 PAGES = ("high", "critical")
 STAMP = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
-SERIES = re.compile(r"^(kmon_pipeline_source_clock_lead_seconds|kmon_findings_open|"
-                    r"kmon_pipeline_query_up|kmon_agent_flush_failures_total)\{(.*)\} (\S+)$",
-                    re.M)
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def now_ms() -> int:
@@ -118,32 +114,30 @@ def faketime_env(offset_file: Path) -> dict[str, str]:
 
 # ---- what an operator sees ----------------------------------------------------------------
 
-def scrape(port: int) -> dict:
+def operator_view(port: int) -> dict:
     """From the exporter: the open findings, the queries down, the agents' failed flushes
     and the clock lead per source and stream."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError as e:
-        return {"error": str(e)}
+    got = scrape(port, ("kmon_pipeline_source_clock_lead_seconds", "kmon_findings_open",
+                        "kmon_pipeline_query_up", "kmon_agent_flush_failures_total"))
+    if isinstance(got, str):
+        return {"error": got}
     lead, findings, down, flush_failures = {}, [], [], {}
-    for name, labels, value in SERIES.findall(text):
-        lab = dict(LABEL.findall(labels))
+    for name, lab, value in got:
         if name == "kmon_findings_open":
-            if float(value) > 0:
+            if value > 0:
                 findings.append({k: lab.get(k) for k in ("type", "severity", "entity", "cause")})
         elif name == "kmon_pipeline_query_up":
-            if float(value) == 0:
+            if value == 0:
                 down.append(lab.get("query"))
         elif name == "kmon_agent_flush_failures_total":
-            flush_failures[lab.get("agent")] = int(float(value))
+            flush_failures[lab.get("agent")] = int(value)
         else:
             # one series per source and stream: a broker's clock stamps its logs and
             # windows, its agent's the JMX scrapes
-            key = lab.get("source", labels)
+            key = lab.get("source", series(name, lab))
             if lab.get("stream"):
                 key = f"{key} {lab['stream']}"
-            lead[key] = round(float(value), 1)
+            lead[key] = round(value, 1)
     return {"clock_lead_s": lead, "findings_open": findings, "queries_down": sorted(down),
             "agent_flush_failures": flush_failures}
 
@@ -394,7 +388,7 @@ def run(fault, warmup_s: float, hold_s: float, recover_s: float, rate: float,
                 b["min_behind_s"] = min(behind, b["min_behind_s"] or behind)
             s = {"phase": phase["name"], "t_ms": t,
                  "since_phase_s": round((t - phase["started_ms"]) / 1000),
-                 "probe": fault.probe(t), **scrape(port),
+                 "probe": fault.probe(t), **operator_view(port),
                  "silver_windows_new": {str(k): v for k, v in sorted(per_broker.items())},
                  "quarantine_new": dict(Counter(f"{q['source']}/{q['reason']}/{q['broker']}"
                                                 for q in q_new)),

@@ -76,9 +76,9 @@ import tempfile
 import threading
 import time
 import tomllib
-import urllib.request
 from pathlib import Path
 
+from bench.exporter_scrape import scrape, series
 from bench.result_file import machine_header, save
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,14 +272,14 @@ def metrics_back(port: int, started: float, timeout_s: float = 600) -> dict:
     answer held the open-findings count series."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                text = r.read().decode()
-            return {"seconds": round(time.monotonic() - started, 1),
-                    "findings_series": "kmon_findings_open_count{" in text,
-                    "open_findings": text.count("kmon_findings_open{")}
-        except OSError:
+        got = scrape(port, ("kmon_findings_open", "kmon_findings_open_count"))
+        if isinstance(got, str):
             time.sleep(0.25)
+            continue
+        names = [name for name, _, _ in got]
+        return {"seconds": round(time.monotonic() - started, 1),
+                "findings_series": "kmon_findings_open_count" in names,
+                "open_findings": names.count("kmon_findings_open")}
     return {"seconds": None}
 
 
@@ -449,19 +449,10 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
         monitoring.destroy()
 
 
-def scrape(port: int, names: tuple[str, ...]) -> dict[str, float] | str:
-    """The series of `names` at 127.0.0.1:`port`/metrics, by their text, or the error."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError as e:
-        return f"{type(e).__name__}: {e}"
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(names):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+def series_values(port: int, names: tuple[str, ...]) -> dict[str, float] | str:
+    """The samples of `names` at 127.0.0.1:`port`/metrics, by series, or the error."""
+    got = scrape(port, names)
+    return got if isinstance(got, str) else {series(n, lab): v for n, lab, v in got}
 
 
 def monitoring_outage(monitoring, outage_s: float, recover_s: float, port: int,
@@ -474,12 +465,12 @@ def monitoring_outage(monitoring, outage_s: float, recover_s: float, port: int,
     t_down = now_ms()
 
     def sample(phase: str) -> None:
-        run_view = scrape(port, ("kmon_pipeline_query_up", "kmon_pipeline_query_lag_seconds",
-                                 "kmon_findings_open{"))
+        run_view = series_values(port, ("kmon_pipeline_query_up",
+                                        "kmon_pipeline_query_lag_seconds", "kmon_findings_open"))
         agents = {}
         for name, p in agent_ports.items():
-            got = scrape(p, ("kmon_agent_flush_failures_total",
-                             "kmon_agent_last_successful_flush_timestamp_seconds"))
+            got = series_values(p, ("kmon_agent_flush_failures_total",
+                                    "kmon_agent_last_successful_flush_timestamp_seconds"))
             if isinstance(got, dict):
                 last = [v for k, v in got.items() if "last_successful_flush" in k]
                 got = {"flush_failures": sum(v for k, v in got.items() if "failures" in k),
