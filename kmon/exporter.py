@@ -61,7 +61,9 @@ Pipeline health (`update_query`, called with each Spark `StreamingQuery.lastProg
   delay; above zero the clock that stamped it runs ahead (past ``[pipeline]
   max_event_ahead_s`` its rows are quarantined as future_event_time); far below the same
   stream of its peers, a clock behind or a delivery stuck. Per stream because a broker's
-  own clock stamps its logs and request windows, its agent's the JMX scrapes.
+  own clock stamps its logs and request windows, its agent's the JMX scrapes. A series
+  not updated for `LEAD_STALE_S` (a source that stopped sending, or was removed) goes, so
+  a lead from before never stands for a clock now.
 
 Agent health (``kmon_agent_*``) comes from ingest/agent_metrics.py on the same registry.
 """
@@ -90,6 +92,7 @@ log = logging.getLogger(__name__)
 NAMESPACE = "kmon"
 STATE_VERSION = 1
 RESTORE_WITHIN_S = 600.0
+LEAD_STALE_S = 600.0    # a clock-lead series not updated this long is dropped
 
 
 def wall_clock_ms() -> int:
@@ -206,6 +209,7 @@ class KmonExporter:
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
         self._last_progress_s: dict[str, float] = {}
         self._sources: dict[str, set[str]] = {}
+        self._lead_set_ms: dict[tuple[str, str], int] = {}    # (source, stream) -> last set
 
         self._findings = _FindingsCollector()
         self._findings.snapshot = _Snapshot(counts=self._counts(()))
@@ -391,8 +395,14 @@ class KmonExporter:
 
     def source_leads(self, stream: str, leads_ms: Mapping[str, int]) -> None:
         """The lead (ms) of each source with rows of `stream` in a silver batch."""
+        now = self.clock()
         for source, lead in leads_ms.items():
             self.clock_lead.labels(source, stream).set(lead / 1000.0)
+            self._lead_set_ms[(source, stream)] = now
+        for key, at in list(self._lead_set_ms.items()):
+            if now - at > LEAD_STALE_S * 1000:
+                del self._lead_set_ms[key]
+                _remove(self.clock_lead, *key)
 
     # --- serving -------------------------------------------------------------------------
 

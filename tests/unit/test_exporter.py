@@ -414,3 +414,19 @@ def test_each_sources_clock_lead_is_a_series_per_stream(exporter, registry):
                                          {"source": source, "stream": stream})
     assert (lead("c/1", "request_windows"), lead("c/2", "request_windows"),
             lead("c/2", "broker_metrics")) == (-11.0, -312.0, -2.0)
+
+
+def test_a_clock_lead_not_updated_for_ten_minutes_goes(registry):
+    now = [1_000_000]
+    exporter = KmonExporter(registry, clock=lambda: now[0])
+    exporter.source_leads("request_windows", {"c/1": -2_000, "c/2": 40_000})
+
+    def lead(source):
+        return registry.get_sample_value("kmon_pipeline_source_clock_lead_seconds",
+                                         {"source": source, "stream": "request_windows"})
+    now[0] += 599_000
+    exporter.source_leads("request_windows", {"c/1": -3_000})   # c/2 stopped sending
+    assert (lead("c/1"), lead("c/2")) == (-3.0, 40.0)
+    now[0] += 2_000
+    exporter.source_leads("request_windows", {"c/1": -1_000})
+    assert (lead("c/1"), lead("c/2")) == (-1.0, None)
