@@ -25,9 +25,9 @@ algorithm:
      its log held nothing the new leader lacked, acknowledged or not, so nothing was lost
      (its high watermark in the same line is a checkpoint up to 5 s old, so it is not used
      as a bound); else the last end offset observed before the election (the high
-     watermark consumers could reach). Seen live (unclean-noloss-3b): 500 records written
-     between two 10 s samples of the end offsets, the last sample before the election
-     said 0; the two brokers' start lines said 500 and 500.
+     watermark consumers could reach). The start lines come first because the sampled
+     end offsets lag: records written since the last sample before the election are in
+     the old leader's start line, not in that sample.
    - The elected replica was the partition's last in-sync one (`elected_in_sync_source`:
      the controller's line names it in the last known ELR, or it is the last leader the
      brokers' start lines name): a sole replica back after its broker went down, which a

@@ -348,10 +348,8 @@ def queued_across_move(r: Rewind, loads: Sequence[CoordinatorLoad]) -> Coordinat
     rewind and before the rewind itself. The commit sent to the old
     coordinator got no answer; the client sent it again to the new one after a newer
     position. Unlike `sent_between_and_recommitted`, the next commit may be past the old
-    position: a busy partition's consumer has read on by then (unclean-rf2-3b live: group
-    billing committed 2082 to broker 2, broker 1 loaded the group's partition 0.7 s later,
-    then 2098 landed, then 2090 0.2 s after it, then 2114; librdkafka's correlation ids
-    show 2090 sent after 2098, the commits to the stopped broker 2 left no line)."""
+    position: a busy partition's consumer has read on by then (the commit sent to the
+    stopped coordinator left no line)."""
     b, c = r.before_previous, r.rewind_commit
     if c.source_partition is None or not passed_and_undone(r):
         return None
@@ -374,10 +372,9 @@ def reorder_pending(a: RewindAssessment, newest_commit_ms: int, now_ms: int,
     not undone yet; its offset lies between the member's last two positions (a commit
     sent then may have landed late: `passed_and_undone`'s first half) or it retries a
     failed commit of the member (`Committer.retried`); the partition's commits reach less
-    than REORDER_WINDOW_MS past it; and it is younger than reorder_wait_s. Seen in the
-    corpus (cpu-starved-3b, replayed): five partitions' rewinds were handed over as
-    member_commit warnings, and one evaluation later, with the commit that undid each
-    within 10 s, as the commit_reordered they were."""
+    than REORDER_WINDOW_MS past it; and it is younger than reorder_wait_s. Judged before
+    the commit that undoes it is in, such a rewind would be handed over as a
+    member_commit warning and, one evaluation later, as the commit_reordered it was."""
     r = a.rewind
     if a.cause in _SETTLED_BEFORE_REORDER or not r.active or config.reorder_wait_s <= 0:
         return False

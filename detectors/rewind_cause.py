@@ -37,11 +37,10 @@ the lines of the group before it say:
 - `retried`: the member's own earlier line with the rewind's very offset, answered with an
   error: the client sent that commit again. With `undone_at_once` (the rewind dropped once
   and the next commit, within REORDER_WINDOW_MS, is back at the old position) the retry
-  landed after a newer commit. Seen in the matrix: a partition leader died, the group
-  coordinator's append of a commit waited for the dead follower until
-  offsets.commit.timeout.ms (5 s) and answered COORDINATOR_NOT_AVAILABLE (total 5,006 ms),
-  the member meanwhile committed a newer offset and then retried the old one, which was
-  appended after it; the committed offset dipped for 5 ms to 4 s and came back with
+  landed after a newer commit: the coordinator's append of a commit waited on a dead
+  __consumer_offsets follower until offsets.commit.timeout.ms and failed, the member
+  meanwhile committed a newer offset and then retried the old one, which was appended
+  after it; the committed offset dips for milliseconds to seconds and comes back with
   nothing re-read. Cause commit_reordered (info): the group's position never moved back.
   (A commit of an offset the member had committed successfully before is no retry: an
   application that seeks back 100 messages, at 100 messages a second, lands on one.)
@@ -49,25 +48,18 @@ the lines of the group before it say:
   (its append waiting on a slow or lost __consumer_offsets follower) and it was received
   within REORDER_WINDOW_MS before the rewind. A client that waits that long for an answer
   sends the position again, on its other connection to the coordinator too (librdkafka
-  keeps one for the group), and the two race. Seen live (cpu-starved-3b, a follower held
-  to 5% of a core): the member's commit of 8509 took 2,992 ms and then 1,043 ms, 8521
-  landed 8 ms after the second, then 8509 once more 1.4 s later, then 8513, 8517 and
-  8521 within 225 ms; the member was 530 messages behind and read nothing again. A seek
-  commits at the coordinator's usual pace (milliseconds).
+  keeps one for the group), and the two race: the old position lands after a newer one,
+  and the member, behind, reads nothing again. A seek commits at the coordinator's usual
+  pace (milliseconds).
 - `in_flight` (no line needed): the rewind's offset lies strictly between the last two
   positions committed before it (an idle consumer commits one position many times: the
   one before those), and the next commit, within REORDER_WINDOW_MS, is the old position
   itself, unchanged. The consumer passed that offset between the two positions, so a
   commit of it was sent then and landed after the newer one; and a consumer that had
   gone back to it would commit the old position again only by re-reading exactly to it
-  with nothing new since. Seen in the matrix (rolling-restart-3b): when the group's
-  coordinator moved, librdkafka sent the member's queued commits to the new coordinator
-  out of order (17160, then 17152 71 ms later, then 17160 again 0.4 s after, the commit
-  before being 17144); the commit to the old coordinator left no line. And
-  (unclean-rf3-dc) with its coordinator down for 28 s, an idle member committed 1249
-  eight times after 1225, then 1241 (sent while the coordinator was down), then 1249
-  again 25 ms later. A seek lands on a commit it passed or
-  further back, and reads on from there (app-seek-3b: 5000, 5100, 5000, 5110). Cause
+  with nothing new since. A client sends its queued commits out of order when the
+  group's coordinator moves or comes back (the commit to the old one leaves no line).
+  A seek lands on a commit it passed or further back, and reads on from there. Cause
   commit_reordered. On a busy partition the next commit is past the old position (the
   consumer read on), so there the coordinator move between the older of the two commits
   and the rewind is the evidence instead (offset_rewind.queued_across_move).
@@ -274,9 +266,8 @@ def classify_rewind(admin_commit: bool, seek: object | None, reset_event: object
                                           and committer.retried is not None):
         # Before the coordinator move: a member that resumed from a stale offset reads on
         # from it; one whose next commit is back at once re-read nothing. A retried commit
-        # may land in a burst of the member's queued ones (seen on throttled-cleaner-3b's
-        # coordinator move: 37355, then the retry of 36820 and six more older ones within
-        # 0.9 s, then 37455): each was sent before the newer one, none re-read anything.
+        # may land in a burst of the member's queued ones after a coordinator move: each
+        # was sent before the newer one, none re-read anything.
         return RewindCause.COMMIT_REORDERED
     if coordinator_move is not None:
         return RewindCause.STALE_OFFSET_AFTER_COORDINATOR_MOVE

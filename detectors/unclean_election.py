@@ -24,8 +24,8 @@ Algorithm, per logged election:
 
 0. A re-logged election is not a new one. A KRaft controller logs "UNCLEAN partition
    change" whenever it applies the record, also when a restarted controller replays the
-   metadata log written since its last snapshot (seen in the matrix: a rolling restart
-   re-logged an election made minutes earlier, leaderEpoch 1 -> 2). Leader epochs only
+   metadata log written since its last snapshot (a rolling restart re-logs an election
+   made minutes earlier). Leader epochs only
    grow, so a line electing leader epoch b is a replay when the partition was seen before
    it (by more than the clock skew) at an epoch above b, or at b itself more than a
    minute before (`ELECTION_MERGE_MS`, the span of one election's lines: that election
@@ -71,8 +71,8 @@ Config keys ([unclean_election] section, `UncleanElectionSection`):
 - in_sync_wait_s = 30: an election of the partition's last in-sync replica (named in the
   controller's last known ELR) whose range is not settled yet waits up to this long for the
   elected broker's start line (`waits_for_in_sync_evidence`): the controller's log and the
-  broker's reach the lake separately, and judging between them paged a critical "not
-  known yet" the next evaluation took back (crash-rf1-dc live).
+  broker's reach the lake separately, and judging between them would page a critical
+  "not known yet" that the next evaluation takes back.
 
 Output: `Detection`s of types unclean_election (entity "<topic>-<p>", or
 "cluster:<name>" for meter-only) and log_truncation (entity "<topic>-<p>"); evidence
@@ -234,11 +234,10 @@ def waits_for_in_sync_evidence(e: UncleanElection, r: LostRange,
                                config: UncleanElectionSection, now_ms: int | None) -> bool:
     """Hold back, for now, the finding of an election of the partition's last in-sync
     replica whose range is not settled yet: the elected broker's start line (its exact log
-    end) has not reached the lake, and the election is younger than in_sync_wait_s. Seen
-    live (crash-rf1-dc): one evaluation paged a critical "the lost range is not known yet"
-    for solo-1, whose controller line names broker 2 in the last known ELR, and the next
-    one, with broker 2's start line in, the warning it was (only that line settles the
-    range of such an election, lost_range.lost_range_end). An out-of-sync replica's
+    end) has not reached the lake, and the election is younger than in_sync_wait_s. Only
+    that line settles the range of such an election (lost_range.lost_range_end): judged
+    without it, a critical "the lost range is not known yet" would page, and the next
+    evaluation, with the line in, take it back to a warning. An out-of-sync replica's
     election is never held (its loss is likely, and a page should not wait)."""
     if now_ms is None or config.in_sync_wait_s <= 0:
         return False

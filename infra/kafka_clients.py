@@ -50,9 +50,9 @@ class WatchSection:
 # kmon asks the watched cluster for metadata, also of topics that may since have been
 # deleted; a librdkafka AdminClient or Producer asks with allowAutoTopicCreation on by
 # default, and a broker with auto.create.topics.enable (Kafka's default) then creates the
-# topic again, with its default partitions and replication. Seen in the matrix: a kept
-# AdminClient re-created five deleted topics at its next metadata refresh, with one replica
-# each. A monitor must never create topics on the cluster it watches.
+# topic again, with its default partitions and replication (a kept AdminClient does so at
+# its next metadata refresh for every deleted topic it knew). A monitor must never create
+# topics on the cluster it watches.
 WATCH_DEFAULTS = {"allow.auto.create.topics": "false"}
 
 SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password")

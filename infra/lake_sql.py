@@ -2,9 +2,9 @@
 
 The live detector reads a few hundred small rows of a dozen tables every 10 s. Through
 Spark each such read is a Delta log update, a plan and a few jobs on a JVM that also runs
-the silver and gold streams: 2-5 s a read on a loaded 2-core host in the live matrix, and
-evaluations of 9-24 s, most of a finding's 60-s budget after its windows closed. The same
-reads of the same lake took 0.1-0.9 s here (issue 23, session 47's measurement).
+the silver and gold streams: seconds a read on a loaded host, most of a finding's 60-s
+budget after its windows closed. Read here, in-process, the same reads take a fraction
+of a second (docs/architecture.md).
 
 Two libraries, pinned in pyproject.toml:
 

@@ -20,12 +20,10 @@ per id, so a replay's repeats are dropped):
   ``<cluster>:<broker>:<inode>:<byte offset>`` (a line is counted in one emission only).
 
 A histogram is two parallel arrays, ``<stage>_buckets`` (ids ascending, see
-core/latency_histogram.py) and ``<stage>_counts``. Measured on the bursty-3b corpus's
-broker 1 (bench/results/edge-aggregation-20261127T081751Z.json: 29,685 lines, 403 s, 5.5
-request keys a window): a request window record is 3.3 KB of compact JSON (median; 1.2 KB
-for a key of one request, 5.6 KB at most), its eight histograms holding 45 buckets each
-(median); per broker and 10-s window ~17 KB of request windows, ~5 KB of client sends,
-~1.3 KB of follower fetches, against 1 MB of raw log lines.
+core/latency_histogram.py) and ``<stage>_counts``. A request window record is a few KB of
+compact JSON, its eight histograms holding some tens of buckets each: per broker and 10-s
+window tens of KB of windows against about a MB of raw log lines (measured:
+docs/edge-aggregation.md).
 """
 
 from __future__ import annotations

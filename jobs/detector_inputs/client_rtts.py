@@ -9,12 +9,9 @@ the window, and the rtt p50 of the latest of them (scope broker; librdkafka's rt
 covers the statistics interval before the document, and a window of no requests has p99
 0: left out here). The median is the latest one, not the highest, because a slow path is
 a state and a backlog is an episode: a path that delays every round trip still does at
-the window's end (in slow-link-3b every document's p50 at every broker was 606-618 ms
-from the first one after the proxy started), while a burst of requests queued behind each
-other on a connection raises one document's median and is gone by the next. In the live
-matrix at a3613e9 (crash-restart-3b, controller-failover-5b) a producer's rtt p50 rose to
-0.7-2 s at every broker in one 5-s document of a window and fell to 8-90 ms in the next,
-in two windows of three, and the highest median made that a slow link.
+the window's end, while a burst of requests queued behind each other on a connection
+(a broker restarting, a controller moving) raises one document's median and is gone by
+the next; the highest median would call that burst a slow link.
 Consumers are not read: the rule does not judge them by rtt
 (detectors/slow_broker/client_links.py). The windows are the stage windows' epoch-aligned
 grid, so a client's row meets its brokers' Produce rows. Few rows: one per producer and
