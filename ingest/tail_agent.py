@@ -237,6 +237,7 @@ class TailAgent(Generic[S]):
                 self.metrics.flush_failures.labels(self.metrics.agent).inc()
                 self._conditions.occurred("flush", "%s: %s", self.metrics.agent, e)
                 self._rewind()
+                self._report_lag()      # from the saved positions: it grows while this lasts
                 return 0
             self._conditions.ended("flush")
             self._sent = 0

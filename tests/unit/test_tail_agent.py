@@ -266,3 +266,27 @@ def test_a_newer_file_that_took_the_saved_inode_is_a_lost_span_not_a_resume(tmp_
     [row] = lost_rows(sink)
     assert row["reason"] == "lost_span:rotated_away"
     assert row["record_id"] == f"request_stages:c/1:lost_span:{saved.inode}:{saved.offset}"
+
+
+def test_the_lag_grows_while_flushes_fail(tmp_path):
+    """What an operator watches during a sink outage: the bytes not yet delivered, from the
+    saved position, not the figure of the last good flush."""
+    log = tmp_path / "kafka-request.log"
+    append(log, REQUEST_LINES[0] + "\n")
+    sink, registry = RecordingSink(), CollectorRegistry()
+    agent = request_agent(tmp_path, sink, registry)
+
+    def lag():
+        return registry.get_sample_value("kmon_agent_source_lag_bytes",
+                                         {"agent": "request-log-agent", "source": "c/1"})
+    agent.poll_once()
+    assert lag() == 0
+    sink.fail_flushes = 2
+    append(log, REQUEST_LINES[1] + "\n")
+    assert agent.poll_once() == 0
+    assert lag() == len(REQUEST_LINES[1]) + 1
+    append(log, REQUEST_LINES[2] + "\n")
+    agent.poll_once()
+    assert lag() == len(REQUEST_LINES[1]) + len(REQUEST_LINES[2]) + 2
+    agent.poll_once()                               # the sink is back
+    assert lag() == 0
