@@ -95,7 +95,7 @@ NO_CLIENT = "(none)"
 FETCH_CONSUMER, FETCH_FOLLOWER = "Fetch:consumer", "Fetch:follower"
 # APIs that wait in Remote time on purpose (fetch.max.wait.ms, rebalances): their
 # exemplars are judged by the time outside Remote, as the slow-broker rule judges them
-# (slow_broker.purgatory_apis; the agent passes that list).
+# (detectors.slow_broker.latency.PURGATORY_APIS; the agent passes that list).
 PURGATORY_APIS = frozenset({"Fetch", "JoinGroup", "SyncGroup"})
 PRODUCE_KEYS = {a: f"Produce:acks={a}" for a in (-1, 0, 1)}
 CHECKPOINT_VERSION = 1

@@ -65,6 +65,7 @@ from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from detectors.correlation import correlate
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
+from detectors.slow_broker.latency import PURGATORY_APIS
 from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, skipping_properties
 from infra.lake_sql import LakeSql, delta_uri
@@ -80,7 +81,7 @@ log = logging.getLogger(__name__)
 ANOMALIES_TABLE = "anomalies"
 QUERY_NAME = "detect_anomalies"
 # What one evaluation reads. It must hold slow_broker.persistence_lookback_windows closed
-# windows after gold's watermark delay (and min_history_windows more when there is no
+# windows after gold's watermark delay (and MIN_HISTORY_WINDOWS more when there is no
 # hour of gold.request_stages_1m yet), and the evidence windows of the other detectors.
 DEFAULT_LOOKBACK_S = 300.0
 DEFAULT_TRIGGER = {"processingTime": "10 seconds"}
@@ -319,7 +320,7 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
         detections = attach_slow_requests(
             sql, run_detectors(inputs, config, now_ms),
             windows_mode=config.request_log.mode == "windows",
-            purgatory_apis=config.slow_broker.purgatory_apis)
+            purgatory_apis=PURGATORY_APIS)
     finally:
         if own_sql:
             sql.close()

@@ -38,7 +38,7 @@ from matrix.truth import GroundTruth
 log = logging.getLogger(__name__)
 
 HISTORY_S = 120        # healthy telemetry kept before a fault (the detectors' baselines:
-                       # slow_broker needs min_history_windows, 60 s, of healthy windows)
+                       # slow_broker needs MIN_HISTORY_WINDOWS, 60 s, of healthy windows)
 HISTORY_GAP_S = 20     # ... starting at least this long after the previous scenario healed
 
 

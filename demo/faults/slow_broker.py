@@ -2,7 +2,7 @@
 
 Requests caught inside the broker during a freeze wait it out, so its request TP99 climbs
 well above 300 ms; the other leaders wait for it as a follower (no fetch from it for
-longer than slow_broker.follower_holdback_floor_ms), so their acks=all Produce requests
+longer than the slow-broker rules' LATE_FLOOR_MS, 1 s), so their acks=all Produce requests
 spend that time in Remote and the detector attributes it to this follower. Expected: a
 slow_broker finding naming the frozen broker, not a cluster-wide event. Shorter freezes
 (0.7 s of every 1 s, tried) leave the follower gaps under the 1 s floor: every broker

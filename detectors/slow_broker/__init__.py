@@ -42,28 +42,27 @@ Adapter (Spark -> these dataclasses):
 - IsrShrink <- silver.log_events kind = isr_shrink (leader = broker).
 
 Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in order):
-1. enough_traffic: requests >= min_requests_per_minute scaled to the window, and >=
-   min_requests_per_window (100). Few requests make a p99 of one or two samples; a
-   broker serving almost nothing must never be "slow" (cruise-control #1142:
-   negligible-traffic brokers were its main false positive). Below 100 requests the p99
-   is the slowest request alone: 20 commits a window at 104 ms, one of them at 377 ms
-   in two windows of three, is one slow commit each time, not a slow broker (scenario
-   one_slow_request_among_twenty_is_not_a_slow_broker in
+1. enough_traffic: requests >= min_requests_per_window (100). Few requests make a p99 of
+   one or two samples; a broker serving almost nothing must never be "slow"
+   (cruise-control #1142: negligible-traffic brokers were its main false positive). Below
+   100 requests the p99 is the slowest request alone: 20 commits a window at 104 ms, one
+   of them at 377 ms in two windows of three, is one slow commit each time, not a slow
+   broker (scenario one_slow_request_among_twenty_is_not_a_slow_broker in
    tests/unit/test_detector_slow_broker.py). But clients wait for their answers, so a
    slow broker cuts its own request rate: a window too quiet alone, over the threshold,
-   is judged with the consecutive windows before it that were over the threshold too
-   (at most low_traffic_pool_windows), once they hold enough requests together, at the
-   least of their TP99s (a lower bound of the pooled TP99: latency.pooled_traffic;
-   scenario delayed_follower_that_starves_its_leaders_traffic_is_named).
+   is judged with the consecutive windows before it that were over the threshold too (at
+   most POOL_WINDOWS, 6), once they hold enough requests together, at the least of their
+   TP99s (a lower bound of the pooled TP99: latency.pooled_traffic; scenario
+   delayed_follower_that_starves_its_leaders_traffic_is_named).
    1b. An acks=all write (Produce, OffsetCommit) too quiet for that, with Remote its
    dominant stage, whose leader waits on a follower that is late at the other leaders it
    follows too (the follower's fetches are the evidence, see 4b), is judged once it,
-   pooled the same way, holds corroborated_min_requests (20), if its latency is at least
-   corroborated_history_ratio x its baseline (attribution.corroborated_by_follower):
+   pooled the same way, holds CORROBORATED_MIN_REQUESTS (20), if its latency is at least
+   CORROBORATED_HISTORY_RATIO x its baseline (attribution.corroborated_by_follower):
    leaders held back by a follower frozen in short bursts served ~26 Produce requests a
    window (freeze-short-5b live) and pooled 100 only after four windows.
 2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
-   (`purgatory_apis`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
+   (`PURGATORY_APIS`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
    (replica.fetch.wait.max.ms for followers) runs out, 500 ms by default: on a quiet,
    healthy cluster Fetch TotalTime sits near 500 ms. That wait measures the absence of
@@ -81,18 +80,18 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    #1185 added the same floor after false positives).
 4. slow_vs_history: latency >= history_ratio (3) x the broker's own baseline for the API.
    Without an external baseline, the baseline is the median of the broker/API's earlier
-   non-suspect windows with enough traffic (min_history_windows of them); a broker too
+   non-suspect windows with enough traffic (MIN_HISTORY_WINDOWS, 6, of them); a broker too
    quiet to have those has its quiet windows instead (as many, holding
    min_requests_per_window requests together): each one's TP99 is about its slowest
    request, so that baseline is high and the rule only harder to meet. Without it, a
    quiet broker's pooled slow windows (rule 1) had nothing to be compared with, its peers
    being as quiet: a broker frozen on a quiet cluster was never named.
 5. slow_vs_peers: latency >= peer_ratio (3) x the median of the other brokers' latency
-   for the same API in the same window (at least min_peers of them with traffic).
+   for the same API in the same window (at least MIN_PEERS, 2, of them with traffic).
    4b. follower_corroborated: an acks=all write (Produce, OffsetCommit, TxnOffsetCommit)
    with Remote its dominant stage whose leader waits on a follower that is late at the
    other leaders it follows too (attribution.corroborated_by_follower), and latency >=
-   corroborated_history_ratio (1.5) x its baseline. When the culprit is a follower of
+   CORROBORATED_HISTORY_RATIO (1.5) x its baseline. When the culprit is a follower of
    most leaders, the peers wait on it as well, and its earlier lags raised the leaders'
    baselines: the other leaders' fetch data is a second sign, so the history bar is lower.
    suspect = 1 and 3 and (4 or 4b or 5). History catches a fleet-wide rise (every broker
@@ -112,8 +111,8 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
      cause when it is slow itself; held_back_leaders lists the leaders).
    - remote on another non-purgatory API -> remote_wait, unattributed, page_human.
    - send -> the clients: when the slow clients (ResponseSend p99 >= the API's threshold)
-     are at most slow_client_share of the broker's clients, client_slow_read naming them
-     (max_named_clients), role client: not a broker finding, the clients are judged on
+     are at most shared_cause_share of the broker's clients, client_slow_read naming them
+     (MAX_NAMED), role client: not a broker finding, the clients are judged on
      their own (below); when most are slow, network_send_slow (the broker's network
      path), page_human; without client data response_send_slow, page_human.
    - throttle -> quota_throttled, info, action none: quotas doing their job.
@@ -126,8 +125,8 @@ Slow clients (clients.py; its docstring has the rule and why): a client is judge
 own requests, not by a broker's percentile: a slow reader that is 1% of a broker's
 traffic is still a slow reader, and the broker is not slow. Per window, client and API,
 over every broker it talks to (replica fetches and brokers that sent late to most of
-their clients left out): at least client_min_slow_requests (2) of its requests slow to
-send, and at least client_slow_request_share (0.5) of them. Finding: slow_client on
+their clients left out): at least CLIENT_MIN_SLOW (2) of its requests slow to
+send, and at least CLIENT_SLOW_SHARE (0.5) of them. Finding: slow_client on
 "client:<client_id>", cause client_slow_read, severity warning, action none, with the
 brokers, its requests, the slow ones, its send p99 and its share of each broker's
 requests.
@@ -146,7 +145,7 @@ the follower's "holdback" at a leader is max(max_fetch_gap_ms, send_p99_ms): how
 leader waited on it outside purgatory. A follower L had fetching in earlier windows that
 sends nothing in this one (while L logs other requests) stopped fetching entirely: its
 holdback is the whole window. A follower is late at a leader when its holdback there is
->= follower_holdback_floor_ms, or >= threshold_ms while it stands out (follower_ratio x
+>= LATE_FLOOR_MS (1,000), or >= threshold_ms while it stands out (peer_ratio x
 the median of that leader's other followers): a broker frozen in short bursts keeps its
 gaps under the floor but is still the one follower every leader waits on, and without
 the relative half every leader looked slow at once and the window was called
@@ -154,14 +153,14 @@ cluster-wide with no broker named. Candidates are the followers named by L's ISR
 in the window and those late at L. A candidate F is confirmed when it is slow
 everywhere: its median holdback at the other leaders it follows is above the floor, or
 it is late at most of them, or at every leader it follows (two at least) it held the
-leader back past threshold_ms and follower_worst_min_ms (500) and follower_worst_ratio
+leader back past threshold_ms and WORST_MIN_MS (500) and WORST_MARGIN
 (1.5) x longer than any other follower there (`follower_blame.worst_everywhere`: on three
 brokers a leader has one other follower to compare with, and a loaded host lifts it now
 and then); or when F is slow to serve its own followers (below: a
 broker whose own network is slow is late at some leaders and waited on by its
 followers); and refuted otherwise (F fetches fine elsewhere). When no
 other leader sees F, F is confirmed if L's ISR shrink named it but not all of L's
-followers, or if its holdback is follower_ratio (3) x the median of L's other followers.
+followers, or if its holdback is peer_ratio (3) x the median of L's other followers.
 The confirmed candidate with the largest holdback is blamed. If every
 follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
 replication (a paused or overloaded leader makes all its followers look late, and on
@@ -177,17 +176,17 @@ finding, with its own stage cause when its own requests were slow.
 
 Cluster-wide: in each window, the blamed brokers are the culprits (self or as followers)
 and the unattributed; victims, slow clients and quotas are not blamed. If more than
-cluster_wide_share (0.5) of the brokers with traffic are blamed, and at least
-cluster_wide_min_brokers (2), the window yields one cluster_wide_slowness verdict
+shared_cause_share (0.5) of the brokers with traffic are blamed, and at least
+MIN_SHARED (2), the window yields one cluster_wide_slowness verdict
 instead of any broker verdict: a fleet-wide signal is not a broker's fault (and the
 remediation step must not move leadership off half the fleet). A broker too quiet to be
 judged in the window (under min_requests_per_window, not pooled) counts as slow here when
-it served at least quiet_slow_min_requests (50) requests over its threshold, at
+it served at least QUIET_SLOW_MIN_REQUESTS (50) requests over its threshold, at
 history_ratio x its own baseline, slow in its own stages (a queue or Local): a stall of
 the host or the cluster slows every broker and cuts the quieter ones' traffic below the
 floor, and the busiest broker was otherwise blamed alone (throttled-cleaner-3b live,
 while the only controller restarted on a starved host). It is detected when
-cluster_wide_persistence_windows (3) of the last persistence_lookback_windows hold it: it
+all of the last persistence_lookback_windows (3) hold it: it
 names no culprit and suggests no action, and two slow windows on every broker were a
 host's stall in the matrix's healthy runs (rolling-restart-3b: the restarted JVMs warming
 up on a 2-core host shared with the pipeline), not an event to page on.
@@ -195,7 +194,7 @@ up on a 2-core host shared with the pipeline), not an event to page on.
 Persistence and decay: a broker (or the cluster, or a client) is detected when it has a
 verdict in at least persistence_windows (2) of the last persistence_lookback_windows (3)
 windows; a broker's verdict on quiet windows pooled together (rule 1) at least
-pooled_persistence_ratio (2) x its threshold holds for each of them, and a follower
+POOLED_STRONG_RATIO (2) x its threshold holds for each of them, and a follower
 blamed only by its leaders takes the longest such pool among them. The finding reports
 the verdict of the strongest role among those windows (culprit before unattributed), the
 newest of them: a culprit named 20 s ago is not replaced by a window that can only say
@@ -206,7 +205,7 @@ hold a verdict (at most two more windows), and the finding resolves resolve_afte
 (findings.py). Detection-time budget, the acceptance target being under 60 s from fault
 start: the first faulty window closes within window_s of the fault, the second one
 window_s later, so the evidence is complete 2 x window_s = 20 s after the fault; the
-time for a window to count as closed (window_close_slack_s once every broker's rows are
+time for a window to count as closed (WINDOW_CLOSE_SLACK_MS once every broker's rows are
 past it, gold's watermark delay at the latest: jobs/detector_inputs/), the pipeline's
 latency and the detector's trigger interval come on top. With 1-minute windows the same
 rule would need 2-3 minutes: window_s is a parameter, and its default is 10 s for that
@@ -218,42 +217,30 @@ unattributed slowness, a slow follower seen only through the leaders it holds ba
 catch up or drop out of the ISR), and a broker whose clients' network is slow.
 
 Config keys ([slow_broker] section, `SlowBrokerSection`), defaults:
-window_s = 10, min_requests_per_minute = 50, min_requests_per_window = 100,
-low_traffic_pool_windows = 6, corroborated_min_requests = 20,
-threshold_ms = 300, api_threshold_ms = {},
+window_s = 10, min_requests_per_window = 100, threshold_ms = 300, api_threshold_ms = {},
 watched_apis = [Produce, Fetch, FetchConsumer, FetchFollower, Metadata, OffsetCommit,
-OffsetFetch, ListOffsets], purgatory_apis = [Fetch, FetchConsumer, FetchFollower,
-JoinGroup, SyncGroup], history_ratio = 3.0, corroborated_history_ratio = 1.5,
-min_history_windows = 6, peer_ratio = 3.0,
-min_peers = 2, persistence_windows = 2, persistence_lookback_windows = 3,
-pooled_persistence_ratio = 2.0,
-cluster_wide_share = 0.5, cluster_wide_persistence_windows = 3, cluster_wide_min_brokers = 2,
-quiet_slow_min_requests = 50,
-follower_holdback_floor_ms = 1000,
-follower_ratio = 3.0, follower_worst_ratio = 1.5, follower_worst_min_ms = 500,
-slow_client_share = 0.5,
-max_named_clients = 5,
-client_min_slow_requests = 2, client_slow_request_share = 0.5,
-broker_session_timeout_s = 9, outage_grace_s = 60, restart_warmup_s = 180,
-leadership_grace_s = 30.
+OffsetFetch, ListOffsets], history_ratio = 3.0, peer_ratio = 3.0,
+persistence_windows = 2, persistence_lookback_windows = 3, shared_cause_share = 0.5,
+broker_session_timeout_s = 9, disruption_grace_s = 60. The rules' other numbers are
+constants in the module of the rule that uses them, each with its reason.
 
 A broker that was out (crashed, hung past its session, shut down, restarting) is not
 slow: in the windows of its outage, its own verdict, those that blame it and its leaders'
 Remote waits that name no follower are set aside (outages.py, from the controller's
-fencing, registration and unfencing lines), until outage_grace_s (60) after its unfence;
-its own-stage verdicts (request queue, Local, response queue: a fresh JVM warming up) until
-restart_warmup_s (180) after it. In that warm-up it is named a slow follower only when it
-stands out (past the holdback floor, or follower_ratio later than the others), not by
-follower_worst_ratio's margin, and its leaders' Remote waits that name no follower are set
-aside. A broker that has just become leader of a
-partition waits in Remote for its new followers to find it: for leadership_grace_s (30)
-after its "Leader ... starts" line, its Remote waits that name no follower are set aside
-too, and its own-stage verdicts (the clients and followers that moved to it) are warning
-victims of the handover with no action, unless it was blamed in the window before
-(handovers.py).
+fencing, registration and unfencing lines), until disruption_grace_s (60) after its
+unfence; its own-stage verdicts (request queue, Local, response queue: a fresh JVM
+warming up) until WARMUP_GRACES (3) x disruption_grace_s (180 s) after it. In that
+warm-up it is named a slow follower only when it stands out (past the holdback floor, or
+peer_ratio later than the others), not by WORST_MARGIN, and its leaders' Remote waits
+that name no follower are set aside. A broker that has just become leader of a partition
+waits in Remote for its new followers to find it: for HANDOVER_GRACES (0.5) x
+disruption_grace_s (30 s) after its "Leader ... starts" line, its Remote waits that name
+no follower are set aside too, and its own-stage verdicts (the clients and followers that
+moved to it) are warning victims of the handover with no action, unless it was blamed in
+the window before (handovers.py).
 
 Input: pass closed windows only (an open window's p99 is of a partial population), at
-least persistence_lookback_windows of them, and min_history_windows more when no
+least persistence_lookback_windows of them, and MIN_HISTORY_WINDOWS more when no
 `LatencyBaseline` is given. Output: `Detection`s of type slow_broker (entity
 "broker:<id>"), cluster_wide_slowness (entity "cluster:<name>") and slow_client (entity
 "client:<client_id>").

@@ -16,6 +16,16 @@ from detectors.slow_broker.latency import (MIN_REFERENCE_MS, is_slow_vs_history,
                                           is_slow_vs_peers, norm_api)
 from detectors.slow_broker.verdicts import ApiVerdict, Attribution, Role, SlowBrokerCause
 
+# Slow clients named in a client_slow_read attribution (display only).
+MAX_NAMED = 5
+# Rules 4b and 1b: half the history bar when the follower's fetches are a second sign.
+CORROBORATED_HISTORY_RATIO = 1.5
+# Fewest blamed brokers that can make a cluster-wide event: one party is never "most".
+MIN_SHARED = 2
+# A quiet broker counts toward cluster-wide from half the traffic floor: counting it can
+# only take blame off a single broker, never blame this one.
+QUIET_SLOW_MIN_REQUESTS = 50
+
 
 def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[list, int]:
     """The broker's clients whose ResponseSend p99 is over the threshold (slowest first),
@@ -86,14 +96,14 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
     broker's network path; without per-client data we cannot tell."""
     slow, seen = slow_clients(sends, v.threshold_ms)
     named = [{"client_id": c, "send_p99_ms": round(ms, 3)}
-             for c, ms in slow[:config.max_named_clients]]
+             for c, ms in slow[:MAX_NAMED]]
     if not seen:
         return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.RESPONSE_SEND_SLOW, None,
                            ActionKind.PAGE_HUMAN, Severity.WARNING,
                            "responses are slow to send (no per-client data to tell a slow "
                            "client from the broker's network)")
-    if slow and (len(slow) <= config.slow_client_share * seen or seen == 1):
-        names = ", ".join(c for c, _ in slow[:config.max_named_clients])
+    if slow and (len(slow) <= config.shared_cause_share * seen or seen == 1):
+        names = ", ".join(c for c, _ in slow[:MAX_NAMED])
         return Attribution(Role.CLIENT, SlowBrokerCause.CLIENT_SLOW_READ, None, ActionKind.NONE,
                            Severity.WARNING,
                            f"clients read their responses slowly ({names}); not a broker fault",
@@ -134,7 +144,7 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
     """Rule 4b: an acks=all write over the threshold (enough traffic, Remote its dominant
     stage) that is slow neither against its history nor its peers is still a suspect when
     the follower it waits on is late at the other leaders it follows too, and its latency
-    is at least corroborated_history_ratio (1.5) x its baseline.
+    is at least CORROBORATED_HISTORY_RATIO (1.5) x its baseline.
 
     The history and peer tests ask "is this unusual?", and both fail when the culprit is a
     follower of most leaders: the peers wait on it too, and the follower's lags before the
@@ -148,7 +158,7 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
     replay were flagged.
 
     Rule 1b: a row too quiet to judge even pooled (rule 1) is judged on its
-    `quiet_pool` (corroborated_min_requests, pooled the same way) when the same holds of
+    `quiet_pool` (detect.CORROBORATED_MIN_REQUESTS, pooled the same way) when the same holds of
     it: its follower's lateness at the other leaders is the evidence, and its own few
     requests only show that its writes waited (freeze-short-5b live: leaders 1 and 5
     served 6-43 Produce requests a window during the freeze, 13-38 % of them at 300 ms or
@@ -168,12 +178,12 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], view: FollowerView,
 def _waits_on_corroborated_follower(v: ApiVerdict, latency: float, view: FollowerView,
                                     config: SlowBrokerSection) -> bool:
     """Rules 4b and 1b's common test: an acks=all write with Remote its dominant stage,
-    `latency` at least corroborated_history_ratio x its baseline, whose leader waits on a
+    `latency` at least CORROBORATED_HISTORY_RATIO x its baseline, whose leader waits on a
     follower that is late at the other leaders it follows too."""
     if not (v.dominant_stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS
             and v.baseline_ms is not None
-            and latency >= config.corroborated_history_ratio * max(v.baseline_ms,
-                                                                   MIN_REFERENCE_MS)):
+            and latency >= CORROBORATED_HISTORY_RATIO * max(v.baseline_ms,
+                                                            MIN_REFERENCE_MS)):
         return False
     blame = blame_follower(v.row.broker, view, config)
     return blame.follower is not None and bool(
@@ -233,9 +243,9 @@ def slow_follower_attribution(follower: int) -> Attribution:
 
 def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBrokerSection) -> bool:
     """Too many brokers blamed at once to be any one broker's fault."""
-    if not with_traffic or len(blamed) < config.cluster_wide_min_brokers:
+    if not with_traffic or len(blamed) < MIN_SHARED:
         return False
-    return len(blamed) / len(with_traffic) > config.cluster_wide_share
+    return len(blamed) / len(with_traffic) > config.shared_cause_share
 
 
 # A broker's own stages: slow there, the broker (or its host) is slow, not what it waits on.
@@ -245,13 +255,11 @@ OWN_STAGES = ("request_queue", "local", "response_queue")
 def quiet_but_slow(verdicts: Sequence[ApiVerdict], out: AbstractSet[int],
                    config: SlowBrokerSection) -> set[int]:
     """Brokers with a row too quiet to be judged (not even pooled) that was slow all the
-    same: at least quiet_slow_min_requests requests, over the threshold, slow against its
+    same: at least QUIET_SLOW_MIN_REQUESTS requests, over the threshold, slow against its
     own history, its dominant stage one of the broker's own; brokers that were out left
     out. They are blamed for nothing, but count as slow when the cluster-wide judgement
     asks how many brokers were slow at once."""
-    if config.quiet_slow_min_requests <= 0:
-        return set()
     return {v.row.broker for v in verdicts
             if not v.enough_traffic and v.row.broker not in out
-            and v.row.requests >= config.quiet_slow_min_requests
+            and v.row.requests >= QUIET_SLOW_MIN_REQUESTS
             and v.over_threshold and v.slow_vs_history and v.dominant_stage in OWN_STAGES}

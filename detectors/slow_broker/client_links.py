@@ -32,7 +32,7 @@ Rule, per cluster, window and producer (`judge_links`):
    TotalTime TP99) and typically (rtt p50 minus its own requests' TotalTime p50, else
    the p99 above); with no Produce row for the broker in the window (a frozen broker
    logs nothing) the broker is not judged: unknown, not slow; nor where at least
-   link_queued_share of the producer's own requests there had waited in the socket (the
+   BACKLOG_SHARE of the producer's own requests there had waited in the socket (the
    broker read each as soon as it had answered the one before on the connection,
    `ProducerServerWindow.queued_share`): then its median round trip holds that wait too,
    which no TotalTime shows. A producer with requests in flight faster than the broker
@@ -50,7 +50,7 @@ Rule, per cluster, window and producer (`judge_links`):
    live matrix at 6b44e8f (controller-failover-5b, rolling-restart-dc), producers'
    rtt p99 reached 3-4x their own requests' TotalTime p99 (561 against 151 ms, 1,368
    against 430 ms) with no slow path, and were called slow links;
-4. peers: at a broker where more than slow_client_share of the producers seen (more than
+4. peers: at a broker where more than shared_cause_share of the producers seen (more than
    one) are slow at once, it is the broker's side (its network, its host), not theirs:
    left out for every producer there;
 5. the producer's link is slow in the window when it was slow at every broker judged
@@ -76,6 +76,9 @@ from detectors.slow_broker.latency import norm_api, threshold_for
 from detectors.slow_broker.verdicts import SlowBrokerCause
 
 PRODUCE = "Produce"
+# A producer is not judged at a broker where at least this share of its requests waited
+# in the socket behind the one before: its median round trip then holds that wait.
+BACKLOG_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
     own_p50 = {(x.client_id, x.broker): float(x.total_p50_ms) for x in own
                if x.total_p50_ms is not None}
     queued = {(x.client_id, x.broker) for x in own
-              if x.queued_share is not None and x.queued_share >= config.link_queued_share}
+              if x.queued_share is not None and x.queued_share >= BACKLOG_SHARE}
     # Per client and broker the highest rtt p99 of its documents in the window.
     rtt: dict[tuple[str, int], float] = {}
     rtt_p50: dict[tuple[str, int], float] = {}
@@ -158,7 +161,7 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
     excluded: dict[str, list[int]] = defaultdict(list)
     for broker, clients in at_broker.items():
         slow = [c for c, e in clients.items() if e["slow"]]
-        broker_side = len(clients) > 1 and len(slow) > config.slow_client_share * len(clients)
+        broker_side = len(clients) > 1 and len(slow) > config.shared_cause_share * len(clients)
         for client, e in clients.items():
             if broker_side:
                 excluded[client].append(broker)

@@ -18,13 +18,13 @@ had one (so the share below counts all of that broker's clients).
 Rule, per cluster, window, client and watched API (`judge_clients`):
 1. leave out replica fetches (`follower`): a slow follower is the slow-broker rules'
    business (follower_blame), not a client;
-2. leave out the client's requests at a broker/API where more than slow_client_share of
+2. leave out the client's requests at a broker/API where more than shared_cause_share of
    the clients seen (more than one) were slow in the window: that is the broker's send
    path (network_send_slow, a frozen broker sending late to everyone), the rule 6
    judgement of attribute_send;
 3. over what is left, at every broker the client talks to: the client is slow when at
-   least client_min_slow_requests (2) of its requests were slow, and at least
-   client_slow_request_share (0.5) of them. We chose counts over the client's own p99:
+   least CLIENT_MIN_SLOW (2) of its requests were slow, and at least
+   CLIENT_SLOW_SHARE (0.5) of them. We chose counts over the client's own p99:
    with the few requests a slow reader makes (1 MB read at 256 kB/s is ~3 s a fetch,
    ~3 a connection in a 10 s window), a p99 is its slowest request, and one slow request
    is a hiccup (a GC pause, a retransmit), not a slow reader; half of its requests is
@@ -63,6 +63,13 @@ from detectors.slow_broker.inputs import ClientSendWindow, RequestStageWindow
 from detectors.slow_broker.latency import is_watched, norm_api, threshold_for
 from detectors.slow_broker.verdicts import ClientVerdict, SlowBrokerCause
 
+# A client is slow in a window from this many slow sends of one API: one slow request is
+# a hiccup (a pause, a retransmit), not a slow reader.
+CLIENT_MIN_SLOW = 2
+# A client is slow in a window only when at least this share of its requests of the API
+# were slow too: a busy client with two slow fetches among hundreds reads fine.
+CLIENT_SLOW_SHARE = 0.5
+
 
 def slow_count(s: ClientSendWindow, threshold_ms: float) -> int:
     """How many of the row's requests took the threshold or more to send: the adapter's
@@ -78,7 +85,7 @@ def brokers_send_path_slow(sends: Sequence[ClientSendWindow], threshold_ms: floa
                            config: SlowBrokerSection) -> bool:
     """Most of a broker/API's clients slow at once: the broker's send path, not theirs."""
     slow, seen = slow_clients(sends, threshold_ms)
-    return seen > 1 and len(slow) > config.slow_client_share * seen
+    return seen > 1 and len(slow) > config.shared_cause_share * seen
 
 
 def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStageWindow],
@@ -108,8 +115,7 @@ def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStage
         threshold = threshold_for(group[0].api, config)
         requests = sum(s.requests for s in group)
         slow = sum(slow_count(s, threshold) for s in group)
-        if (slow < config.client_min_slow_requests
-                or slow < config.client_slow_request_share * requests):
+        if (slow < CLIENT_MIN_SLOW or slow < CLIENT_SLOW_SHARE * requests):
             continue
         brokers = tuple(_broker_evidence(s, threshold, broker_requests)
                         for s in sorted(group, key=lambda x: x.broker))

@@ -35,6 +35,7 @@ from detectors.slow_broker.inputs import (
     RequestStageWindow,
 )
 from detectors.slow_broker.latency import (
+    POOL_WINDOWS,
     dominant_stage,
     has_enough_traffic,
     is_over_threshold,
@@ -47,9 +48,9 @@ from detectors.slow_broker.latency import (
     pooled_traffic,
     threshold_for,
 )
-from detectors.slow_broker.handovers import LeadershipGain, new_leaders_during
-from detectors.slow_broker.outages import (BrokerOutage, out_during, partners_of,
-                                           warming_during)
+from detectors.slow_broker.handovers import HANDOVER_GRACES, LeadershipGain, new_leaders_during
+from detectors.slow_broker.outages import (WARMUP_GRACES, BrokerOutage, out_during,
+                                           partners_of, warming_during)
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.verdicts import (
     BLAMED_ROLES,
@@ -60,6 +61,14 @@ from detectors.slow_broker.verdicts import (
     SlowBrokerCause,
     WindowAssessment,
 )
+
+
+# Earlier healthy windows needed before the in-input baseline is trusted (one minute of
+# 10-s windows): a median of fewer says little more than one window.
+MIN_HISTORY_WINDOWS = 6
+# Rule 1b's traffic floor: a second, independent sign (the follower's fetches) lowers the
+# floor, and 20 requests still make a wait at the edge unlikely to be one request.
+CORROBORATED_MIN_REQUESTS = 20
 
 
 def _verdict_rank(v: BrokerVerdict) -> tuple:
@@ -93,30 +102,29 @@ class _History:
         newest first (None: no row then), as many as a pool can use."""
         seen = self.windows.get((row.broker, norm_api(row.api)), {})
         return [seen.get(row.window_start_ms - k * config.window_ms)
-                for k in range(1, config.low_traffic_pool_windows)]
+                for k in range(1, POOL_WINDOWS)]
 
     def note(self, row: RequestStageWindow, latency: float, config: SlowBrokerSection) -> None:
         seen = self.windows[(row.broker, norm_api(row.api))]
         seen[row.window_start_ms] = (row.requests, latency)
         for start in [s for s in seen
-                      if s <= row.window_start_ms - config.low_traffic_pool_windows
-                      * config.window_ms]:
+                      if s <= row.window_start_ms - POOL_WINDOWS * config.window_ms]:
             del seen[start]
 
     def baseline(self, broker: int, api: str, external: Mapping[tuple[int, str], float],
                  config: SlowBrokerSection) -> float | None:
         """The external baseline; else the median of the earlier healthy windows, once
-        min_history_windows of them; else, for a broker that had too few of those, the
-        median of its earlier quiet windows, once there are min_history_windows of them
+        MIN_HISTORY_WINDOWS of them; else, for a broker that had too few of those, the
+        median of its earlier quiet windows, once there are MIN_HISTORY_WINDOWS of them
         holding min_requests_per_window requests together."""
         key = (broker, norm_api(api))
         if key in external:
             return external[key]
         past = self.healthy.get(key, [])
-        if len(past) >= config.min_history_windows:
+        if len(past) >= MIN_HISTORY_WINDOWS:
             return statistics.median(past)
         quiet = self.quiet.get(key, [])
-        if (len(quiet) >= config.min_history_windows
+        if (len(quiet) >= MIN_HISTORY_WINDOWS
                 and sum(n for n, _ in quiet) >= config.min_requests_per_window):
             return statistics.median(lat for _, lat in quiet)
         return None
@@ -147,12 +155,12 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
     pooled = {id(r): pool for r in rows if not traffic[id(r)] and (pool := pooled_traffic(
         r.requests, latency[id(r)], threshold_for(r.api, config), history.earlier(r, config),
         config))}
-    # Rule 1b: the same with corroborated_min_requests, used only once the follower the
+    # Rule 1b: the same with CORROBORATED_MIN_REQUESTS, used only once the follower the
     # row waits on is corroborated (attribution.corroborated_by_follower).
     quiet = {id(r): pool for r in rows if not traffic[id(r)] and id(r) not in pooled
-             and config.corroborated_min_requests > 0 and (pool := pooled_traffic(
+             and (pool := pooled_traffic(
                  r.requests, latency[id(r)], threshold_for(r.api, config),
-                 history.earlier(r, config), config, floor=config.corroborated_min_requests))}
+                 history.earlier(r, config), config, floor=CORROBORATED_MIN_REQUESTS))}
     for r in rows:
         history.note(r, latency[id(r)], config)
     by_api: dict[str, list[float]] = defaultdict(list)
@@ -271,7 +279,7 @@ def set_aside_warmup(brokers: dict[int, BrokerVerdict], warming: set[int],
     lags a little behind the others on a loaded host, not enough to name it
     (follower_blame.worst_everywhere), and its leaders' acks=all writes wait on it: the
     live matrix at 1ad524f, crash-restart-3b, 120-130 s after broker 2 was unfenced.
-    A follower that stands out by follower_ratio is still named, and blamed."""
+    A follower that stands out by peer_ratio is still named, and blamed."""
     return _take_out(brokers, lambda b, v: (
         (b in warming and v.attribution.cause in OWN_STAGE_CAUSES)
         or _waits_unnamed_on(v, b, warming, view)))
@@ -438,11 +446,12 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
         warming = warming_during(outages, cluster, start, start + window_ms,
-                                 int(config.restart_warmup_s * 1000))
+                                 int(WARMUP_GRACES * config.disruption_grace_s * 1000))
         view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()), warming)
         gone = out_during(outages, cluster, start, start + window_ms)
         new_leaders = new_leaders_during(leadership_gains, cluster, start, start + window_ms,
-                                         int(config.leadership_grace_s * 1000))
+                                         int(HANDOVER_GRACES * config.disruption_grace_s
+                                             * 1000))
         a = assess_window(cluster, start, window_rows, histories[cluster],
                           external_by_cluster[cluster], view,
                           sends_by_cw.get((cluster, start), []), config, gone, new_leaders,

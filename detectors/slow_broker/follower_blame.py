@@ -14,6 +14,16 @@ from detectors.slow_broker.latency import MIN_REFERENCE_MS
 
 # How many windows a leader remembers a follower that stopped sending fetches.
 FOLLOWER_MEMORY_WINDOWS = 3
+# A follower that leaves its leader waiting this long is late: a healthy fetcher fetches
+# again within milliseconds, and 1 s without one holds every acks=all write past 3x the
+# latency threshold.
+LATE_FLOOR_MS = 1000.0
+# The worst follower at every leader it follows by this margin is late everywhere: on
+# three brokers a leader has one other follower, so a margin, not a median.
+WORST_MARGIN = 1.5
+# The margin names a follower only from this holdback at each leader: under it a loaded
+# host's chance lag looks the same.
+WORST_MIN_MS = 500.0
 
 
 @dataclass(frozen=True)
@@ -103,8 +113,8 @@ def stands_out(follower: int, mine: Mapping[int, float], config: SlowBrokerSecti
     others = [h for g, h in mine.items() if g != follower]
     if follower not in mine or not others:
         return False
-    return mine[follower] >= config.follower_ratio * max(statistics.median(others),
-                                                         MIN_REFERENCE_MS)
+    return mine[follower] >= config.peer_ratio * max(statistics.median(others),
+                                                     MIN_REFERENCE_MS)
 
 
 def late_at(follower: int, mine: Mapping[int, float], config: SlowBrokerSection) -> bool:
@@ -119,18 +129,18 @@ def late_at(follower: int, mine: Mapping[int, float], config: SlowBrokerSection)
     h = mine.get(follower)
     if h is None:
         return False
-    return h >= config.follower_holdback_floor_ms or (
+    return h >= LATE_FLOOR_MS or (
         h >= config.threshold_ms and stands_out(follower, mine, config))
 
 
 def worst_everywhere(view: FollowerView, follower: int, config: SlowBrokerSection) -> bool:
     """At every leader it follows (two at least), the follower held the leader back past
-    threshold_ms and follower_worst_min_ms, and follower_worst_ratio x longer than any
+    threshold_ms and WORST_MIN_MS, and WORST_MARGIN x longer than any
     other follower of that leader: the one follower every leader waits on most, by a
-    margin, under the floor and under follower_ratio. On three brokers a leader has one
+    margin, under the floor and under peer_ratio. On three brokers a leader has one
     other follower to compare with, and a loaded host lifts it now and then
     (freeze-short-3b live: broker 2 at 694 ms against 374 ms at leader 3, 1.9x, and at
-    706 ms against 170 ms at leader 1). The floor under it (follower_worst_min_ms) keeps a
+    706 ms against 170 ms at leader 1). The floor under it (WORST_MIN_MS) keeps a
     loaded host's chance lags out: on the same cluster a healthy follower was now and then
     340-560 ms late at both its leaders, 1.5-8x the other follower there.
 
@@ -140,16 +150,16 @@ def worst_everywhere(view: FollowerView, follower: int, config: SlowBrokerSectio
     restarted broker was unfenced, when its outage grace was over, it was 520-830 ms late
     at both leaders against 180-470 ms for the other followers, 1.5-4.7x, while the host
     slowed every broker's Produce, its own leaderships' too; the other leaders were called
-    its victims. Past the floor, or standing out by follower_ratio at most of its leaders,
+    its victims. Past the floor, or standing out by peer_ratio at most of its leaders,
     it is still named."""
     leaders = view.by_follower.get(follower, {})
-    if config.follower_worst_ratio <= 0 or len(leaders) < 2 or follower in view.warming:
+    if len(leaders) < 2 or follower in view.warming:
         return False
-    least = max(config.threshold_ms, config.follower_worst_min_ms)
+    least = max(config.threshold_ms, WORST_MIN_MS)
     for leader, here in leaders.items():
         others = [h for g, h in view.by_leader.get(leader, {}).items() if g != follower]
         if (not others or here < least
-                or here < config.follower_worst_ratio * max(max(others), MIN_REFERENCE_MS)):
+                or here < WORST_MARGIN * max(max(others), MIN_REFERENCE_MS)):
             return False
     return True
 
@@ -164,7 +174,7 @@ def late_elsewhere(view: FollowerView, follower: int, leader: int,
               for other in view.by_follower.get(follower, {}) if other != leader}
     if not others:
         return None
-    if holdback_elsewhere(view, follower, leader) >= config.follower_holdback_floor_ms:
+    if holdback_elsewhere(view, follower, leader) >= LATE_FLOOR_MS:
         return True
     if worst_everywhere(view, follower, config):
         return True
@@ -199,7 +209,7 @@ def blame_follower(leader: int, view: FollowerView, config: SlowBrokerSection) -
     """The follower that holds back acks=all Produce on `leader` (see the package docstring)."""
     mine = dict(view.by_leader.get(leader, {}))
     named = isr_shrink_names(view.shrinks_by_leader.get(leader, ()), leader)
-    floor = config.follower_holdback_floor_ms
+    floor = LATE_FLOOR_MS
     # Every follower we know of named at once points at the leader, as above.
     all_named = bool(mine) and set(mine) <= set(named)
     candidates = sorted(set(named) | {f for f in mine if late_at(f, mine, config)

@@ -12,10 +12,11 @@ paged "slow broker 3, Remote wait on an unknown follower".
 
 Signal: the broker's own "[Broker id=B] Leader <tp> ... starts at leader epoch E" lines
 (silver.log_events kind leader_change with new_leader = the broker that logged it), as
-`LeadershipGain`. In the windows that overlap [gain, gain + grace_ms), detect.py sets
-aside that broker's verdicts whose cause is a Remote wait naming no follower
-(remote_produce_unknown_follower, remote_wait). A verdict that names a follower stands,
-and a broker still slow in Remote after the grace is judged as usual.
+`LeadershipGain`. In the windows that overlap [gain, gain + grace_ms) (HANDOVER_GRACES x
+slow_broker.disruption_grace_s), detect.py sets aside that broker's verdicts whose cause
+is a Remote wait naming no follower (remote_produce_unknown_follower, remote_wait). A
+verdict that names a follower stands, and a broker still slow in Remote after the grace
+is judged as usual.
 
 The new leader also takes over the partitions' clients and their load: its own stages
 (request queue, Local, response queue) can slow down in the first seconds on a loaded
@@ -34,6 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
+# A new leader's unnamed Remote waits and own-stage load are set aside this many
+# disruption graces: its followers find it within a metadata refresh.
+HANDOVER_GRACES = 0.5
 
 
 @dataclass(frozen=True)

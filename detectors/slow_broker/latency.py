@@ -13,6 +13,15 @@ from detectors.slow_broker.inputs import STAGES, RequestStageWindow
 
 # A baseline or peer median below this is treated as this: ratios to ~0 ms mean nothing.
 MIN_REFERENCE_MS = 1.0
+# APIs that wait in Remote time on purpose (fetch.max.wait.ms, rebalances): Kafka's own
+# deliberate waits, not a site's choice, so their Remote time never counts as slowness.
+PURGATORY_APIS = ("Fetch", "FetchConsumer", "FetchFollower", "JoinGroup", "SyncGroup")
+# A quiet window is pooled with at most this many windows in all (one minute at 10-s
+# windows): an older pool no longer describes now.
+POOL_WINDOWS = 6
+# Other brokers with traffic needed for the peer comparison: a median of one peer is that
+# peer.
+MIN_PEERS = 2
 
 
 @functools.lru_cache(maxsize=1024)
@@ -30,14 +39,14 @@ def is_watched(api: str, config: SlowBrokerSection) -> bool:
     return norm_api(api) in norm_api_set(tuple(config.watched_apis))
 
 
-def waits_in_purgatory(api: str, config: SlowBrokerSection) -> bool:
+def waits_in_purgatory(api: str) -> bool:
     """APIs whose Remote time is a deliberate wait (fetch.max.wait.ms, rebalances)."""
-    return norm_api(api) in norm_api_set(tuple(config.purgatory_apis))
+    return norm_api(api) in norm_api_set(PURGATORY_APIS)
 
 
 def latency_ms(row: RequestStageWindow, config: SlowBrokerSection) -> float:
     """TotalTime TP99, without the purgatory wait for the APIs that wait on purpose."""
-    if not waits_in_purgatory(row.api, config):
+    if not waits_in_purgatory(row.api):
         return row.total_p99_ms
     if row.total_excl_remote_p99_ms is not None:
         return row.total_excl_remote_p99_ms
@@ -46,20 +55,19 @@ def latency_ms(row: RequestStageWindow, config: SlowBrokerSection) -> float:
 
 
 def has_enough_traffic(row: RequestStageWindow, config: SlowBrokerSection) -> bool:
-    """Enough requests in the window for a p99 to mean something: the per-minute rate
-    scaled to the window, and at least min_requests_per_window (with fewer than 100, the
-    TP99 is the window's slowest request)."""
+    """Enough requests in the window for a p99 to mean something: at least
+    min_requests_per_window (with fewer than 100, the TP99 is the window's slowest
+    request)."""
     return enough_requests(row.requests, 1, config)
 
 
 def enough_requests(requests: int, windows: int, config: SlowBrokerSection,
                     floor: int | None = None) -> bool:
     """`has_enough_traffic` for `requests` over `windows` consecutive windows; with
-    `floor`, at least that many requests instead (rule 1b's corroborated_min_requests)."""
+    `floor`, at least that many requests instead (rule 1b's CORROBORATED_MIN_REQUESTS)."""
     if floor is not None:
         return requests >= floor
-    return (requests >= config.min_requests_per_minute * windows * config.window_s / 60.0
-            and requests >= config.min_requests_per_window)
+    return requests >= config.min_requests_per_window
 
 
 def pooled_traffic(requests: int, latency: float, threshold: float,
@@ -70,7 +78,7 @@ def pooled_traffic(requests: int, latency: float, threshold: float,
 
     `earlier`: (requests, latency) of the same broker/API in the windows just before,
     newest first, None where it had no row. Pools this window (over `threshold`) with
-    the consecutive earlier ones over the threshold too, up to low_traffic_pool_windows
+    the consecutive earlier ones over the threshold too, up to POOL_WINDOWS
     in all, until they hold enough requests together; returns (windows, requests, the
     least latency of the pool), or None when they never do.
 
@@ -82,7 +90,7 @@ def pooled_traffic(requests: int, latency: float, threshold: float,
     if latency <= threshold:
         return None
     windows, total, least = 1, requests, latency
-    for prior in earlier[:config.low_traffic_pool_windows - 1]:
+    for prior in earlier[:POOL_WINDOWS - 1]:
         if enough_requests(total, windows, config, floor):
             break
         if prior is None or prior[1] <= threshold:
@@ -117,7 +125,7 @@ def is_slow_vs_peers(latency: float, peer_median: float | None, config: SlowBrok
 
 def dominant_stage(row: RequestStageWindow, config: SlowBrokerSection) -> tuple[str | None, float]:
     """The stage with the largest p99, and its share of the stage p99s considered."""
-    stages = [s for s in STAGES if not (s == "remote" and waits_in_purgatory(row.api, config))]
+    stages = [s for s in STAGES if not (s == "remote" and waits_in_purgatory(row.api))]
     values = {s: row.stage_p99(s) for s in stages}
     total = sum(values.values())
     if total <= 0:
@@ -143,8 +151,8 @@ def median_without(sorted_values: Sequence[float], value: float) -> float | None
 def peer_median(latencies: Sequence[float], own: float | None,
                 config: SlowBrokerSection) -> float | None:
     """Median latency of the other brokers with traffic (sorted `latencies` include this
-    broker's `own` when it has traffic), when there are at least min_peers of them."""
+    broker's `own` when it has traffic), when there are at least MIN_PEERS of them."""
     peers = len(latencies) - (own is not None)
-    if peers < config.min_peers:
+    if peers < MIN_PEERS:
         return None
     return median_without(latencies, own) if own is not None else statistics.median(latencies)

@@ -16,6 +16,10 @@ from detectors.slow_broker.evidence import broker_detection, cluster_wide_detect
 from detectors.slow_broker.verdicts import (ROLE_ORDER, ApiVerdict, BrokerVerdict, Role,
                                            SlowBrokerCause, WindowAssessment)
 
+# A pooled verdict counts for each of its windows from this x its threshold: a pool's
+# least TP99 just over the threshold is one request at the edge.
+POOLED_STRONG_RATIO = 2.0
+
 
 def recent_windows(assessments: Sequence[WindowAssessment], config: SlowBrokerSection
                    ) -> dict[str, list[int]]:
@@ -52,7 +56,7 @@ def covered_windows(a: WindowAssessment, key: Key, config: SlowBrokerSection) ->
     broker as soon as a busy one, instead of one window later (delayed-broker-5b live:
     leaders held back 1 s served 30-40 Produce requests a window, so their first verdict
     pooled three windows and persistence waited 10 s more for the next). Only a pool far
-    over its threshold (pooled_persistence_ratio) counts so: the least TP99 of a few dozen
+    over its threshold (POOLED_STRONG_RATIO) counts so: the least TP99 of a few dozen
     requests a window is one request, and just over the threshold it is weak evidence. A
     follower blamed only through the leaders it holds back (no verdict of its own) speaks
     for the windows of the longest such pool among them: that leader's pooled slowness is
@@ -72,7 +76,7 @@ def covered_windows(a: WindowAssessment, key: Key, config: SlowBrokerSection) ->
 
 def strong_pool(v: ApiVerdict, config: SlowBrokerSection) -> int:
     """The windows a verdict counts for: its pool's, when far enough over the threshold."""
-    if v.pooled_windows > 1 and v.latency_ms >= config.pooled_persistence_ratio * v.threshold_ms:
+    if v.pooled_windows > 1 and v.latency_ms >= POOLED_STRONG_RATIO * v.threshold_ms:
         return v.pooled_windows
     return 1
 
@@ -106,7 +110,7 @@ def detections_from(assessments: Sequence[WindowAssessment],
                     config: SlowBrokerSection) -> list[Detection]:
     """Apply persistence to assessed windows: at least persistence_windows of the last
     persistence_lookback_windows must hold a verdict for the same broker (or client);
-    cluster_wide_persistence_windows for the cluster."""
+    all of them for the cluster (it names no broker and no action)."""
     grid = recent_windows(assessments, config)
     by_cw = {(a.cluster, a.window_start_ms): a for a in assessments}
     detections = []
@@ -122,7 +126,7 @@ def detections_from(assessments: Sequence[WindowAssessment],
                                   if w in in_grid)
         for k, covered in sorted(flagged.items(), key=lambda kv: tuple(map(str, kv[0]))):
             windows = sorted(covered)
-            needed = (config.cluster_wide_persistence_windows if k[0] == "cluster"
+            needed = (config.persistence_lookback_windows if k[0] == "cluster"
                       else config.persistence_windows)
             if len(windows) < needed:
                 continue

@@ -73,7 +73,7 @@ class ApiVerdict:
     # follows too; set after rules 1-5, once every leader's view of its followers is known.
     follower_corroborated: bool = False
     # Rule 1b: the pool (windows, requests, least latency) of a row too quiet for rule 1
-    # that holds corroborated_min_requests; judged only when the follower it waits on is
+    # that holds CORROBORATED_MIN_REQUESTS; judged only when the follower it waits on is
     # corroborated (attribution.corroborated_by_follower).
     quiet_pool: tuple[int, int, float] | None = None
 

@@ -60,7 +60,8 @@ from detectors.slow_broker import (
     RequestStageWindow,
     SlowBrokerSection,
 )
-from detectors.slow_broker.latency import threshold_for
+from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
+from detectors.slow_broker.latency import PURGATORY_APIS, threshold_for
 from infra.lake import Lake
 from infra.lake_sql import NORM_API_SQL as _NORM_API, LakeSql, marks, range_sql
 from jobs.detector_inputs.client_rtts import producer_windows_from
@@ -153,16 +154,18 @@ def _threshold_bucket_sql(config: SlowBrokerSection) -> str:
 def window_latency_column(config: SlowBrokerSection) -> Column:
     """slow_broker.latency_ms over a merged row: the p99 of (total - remote) per request
     for the purgatory APIs, else the total's p99."""
-    return (F.when(_norm_api().isin(_norm_names(config.purgatory_apis)),
+    return (F.when(_norm_api().isin(_norm_names(PURGATORY_APIS)),
                    F.col("total_excl_remote_p99_ms"))
             .otherwise(F.col("total_p99_ms")))
 
 
 def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                          r: TimeRange) -> list[LatencyBaseline]:
+                          r: TimeRange, min_minutes: int = MIN_HISTORY_WINDOWS
+                          ) -> list[LatencyBaseline]:
     """The baselines over BASELINE_HISTORY_S before the range: the minutes that
     gold.request_stages_1m holds already from it (one row per broker, API and minute, with
-    the own-time p99), the newer ones merged from silver.request_windows' histograms."""
+    the own-time p99), the newer ones merged from silver.request_windows' histograms; a
+    baseline needs `min_minutes` minutes (baselines_from_minutes)."""
     history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
     latency = ["cluster", "broker", "api", "minute_ms", "requests", "total_p99_ms",
                OWN_TIME_P99]
@@ -187,7 +190,7 @@ def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSec
     if not parts:
         return []
     minutes = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    return baselines_from_minutes(minutes, window_latency_column(config), config)
+    return baselines_from_minutes(minutes, window_latency_column(config), config, min_minutes)
 
 
 def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,

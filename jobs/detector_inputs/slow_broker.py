@@ -8,7 +8,7 @@ silver.log_events.
   watermark passed it: a trigger or two behind), the windows come from
   silver.request_stages with the same definition (jobs.gold.stage_percentiles). A window
   of a cluster counts once every broker of that cluster has its newest row in silver
-  slow_broker.window_close_slack_s past the window's end (a broker's rows come in time
+  WINDOW_CLOSE_SLACK_MS past the window's end (a broker's rows come in time
   order), and at the latest, as in the streaming query, once the newest row of any broker
   is pipeline.fast_watermark_s past it (`fresh_windows_until`). So the detector sees a
   window as soon as silver has all of it, and with pipeline.fast_stage_table = false (no
@@ -16,10 +16,11 @@ silver.log_events.
 - `LatencyBaseline` <- gold.request_stages_1m over the BASELINE_HISTORY_S before start_ms:
   per broker/API the median of the minutes' latency (`latency_column`,
   slow_broker.latency_ms's definition: Remote left out for purgatory APIs), minutes with
-  enough traffic only, and only when at least slow_broker.min_history_windows minutes
-  exist (else the rule's own in-input baseline is used). The baseline ends at start_ms,
-  so a slowness that lasts longer than half of BASELINE_HISTORY_S becomes the baseline:
-  the peer comparison still catches it. Cached by `BaselineCache`.
+  enough traffic only (BASELINE_MINUTE_MIN_REQUESTS), and only when at least
+  MIN_HISTORY_WINDOWS minutes exist (else the rule's own in-input baseline is used). The
+  baseline ends at start_ms, so a slowness that lasts longer than half of
+  BASELINE_HISTORY_S becomes the baseline: the peer comparison still catches it. Cached by
+  `BaselineCache`.
 - `FollowerFetchWindow` <- silver.request_stages, Fetch with fetch_kind = 'follower'
   outside the controller listener: per connection (leader, follower, remote_addr) in
   time order, gap = arrival (ts_ms - total_ms) minus the previous fetch's completion,
@@ -56,8 +57,11 @@ from detectors.slow_broker import (
     RequestStageWindow,
     SlowBrokerSection,
 )
+from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.outages import BrokerUnreachable, broker_outages, unreachable_outages
+from detectors.slow_broker.latency import PURGATORY_APIS
+from detectors.slow_broker.outages import (UNREACHABLE_GAP_MS, BrokerUnreachable,
+                                           broker_outages, unreachable_outages)
 from infra.lake import Lake
 from jobs.detector_inputs.tables import TimeRange, gold_windows, in_range, silver_range, table
 
@@ -68,6 +72,12 @@ ISR_SEED_S = 600
 # An "ISR updated to" line this soon after a "Shrinking ISR" line to the same ISR confirms
 # that shrink rather than reporting another.
 ISR_CONFIRM_S = 30
+# A window counts as closed once every broker of its cluster has a row this far past its
+# end: a broker logs its requests in time order, and 1 s covers its log's flush.
+WINDOW_CLOSE_SLACK_MS = 1000
+# A minute with fewer requests is too thin to describe a broker's usual latency: left out
+# of the baseline.
+BASELINE_MINUTE_MIN_REQUESTS = 50
 
 # The columns of silver.request_stages that the slow-broker reads use (with the stage
 # timings, jobs.gold.STAGES).
@@ -106,7 +116,7 @@ def latency_column(config: SlowBrokerSection) -> Column:
     """slow_broker.latency_ms as a Spark column over a gold stage-percentile row."""
     own = F.greatest(F.col("total_p99_ms") - F.col("remote_p99_ms"),
                      *[F.col(f"{s}_p99_ms") for s in STAGES if s != "remote"], F.lit(0.0))
-    return (F.when(_norm_api().isin(_norm_names(config.purgatory_apis)), own)
+    return (F.when(_norm_api().isin(_norm_names(PURGATORY_APIS)), own)
             .otherwise(F.col("total_p99_ms")))
 
 
@@ -207,7 +217,7 @@ def _fresh_stage_window_rows(spark: SparkSession, lake: Lake, config: SlowBroker
     newest = {(x["cluster"], x["broker"]): int(x["newest_ms"]) for x in
               df.groupBy("cluster", "broker").agg(F.max("ts_ms").alias("newest_ms")).collect()}
     until = {c: u for c, u in fresh_windows_until(
-        newest, r, settle_ms, int(config.window_close_slack_s * 1000)).items()
+        newest, r, settle_ms, WINDOW_CLOSE_SLACK_MS).items()
         if u - r.start_ms >= config.window_ms}
     if not until:
         return []
@@ -237,15 +247,15 @@ def read_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
         latency_column(config), config)
 
 
-def baselines_from_minutes(minutes: DataFrame, latency: Column,
-                           config: SlowBrokerSection) -> list[LatencyBaseline]:
+def baselines_from_minutes(minutes: DataFrame, latency: Column, config: SlowBrokerSection,
+                           min_minutes: int = MIN_HISTORY_WINDOWS) -> list[LatencyBaseline]:
     """Per broker/API the median of its minutes' `latency`, minutes with enough requests
-    only, when there are slow_broker.min_history_windows of them."""
-    rows = (minutes.where(F.col("requests") >= config.min_requests_per_minute)
+    only (BASELINE_MINUTE_MIN_REQUESTS), when there are `min_minutes` of them."""
+    rows = (minutes.where(F.col("requests") >= BASELINE_MINUTE_MIN_REQUESTS)
             .groupBy("cluster", "broker", "api")
             .agg(F.percentile_approx(latency, 0.5, 10_000).alias("p99_ms"),
                  F.count(F.lit(1)).alias("minutes"))
-            .where(F.col("minutes") >= config.min_history_windows)
+            .where(F.col("minutes") >= min_minutes)
             .collect())
     return [LatencyBaseline(x["cluster"], int(x["broker"]), x["api"], float(x["p99_ms"]))
             for x in rows]
@@ -328,12 +338,11 @@ def outages_from(events: Iterable[Mapping[str, Any]], config: SlowBrokerSection
     sightings = [BrokerUnreachable(e["cluster"], int(e["subject_broker"]), int(e["ts_ms"]),
                                    int(e["broker"]))
                  for e in events if e["kind"] == "broker_unreachable"]
-    grace_ms = int(config.outage_grace_s * 1000)
+    grace_ms = int(config.disruption_grace_s * 1000)
     return (broker_outages(changes,
                            session_timeout_ms=int(config.broker_session_timeout_s * 1000),
                            grace_ms=grace_ms)
-            + unreachable_outages(sightings, gap_ms=int(config.unreachable_gap_s * 1000),
-                                  grace_ms=grace_ms))
+            + unreachable_outages(sightings, gap_ms=UNREACHABLE_GAP_MS, grace_ms=grace_ms))
 
 
 def shrinks_from_isr_events(rows: Iterable[Mapping[str, Any]], since_ms: int,

@@ -55,6 +55,7 @@ from jobs.detector_inputs import (
     read_stage_windows,
     request_stage_rows,
 )
+from jobs.detector_inputs.slow_broker import WINDOW_CLOSE_SLACK_MS
 from jobs.pipeline import Pipeline
 from jobs.silver import release
 from jobs.streams import QUARANTINE, stream
@@ -399,10 +400,10 @@ def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
     # closing record 10 minutes ahead, while nothing after NOW_A is read from silver (a
     # replay sees what a live run saw). There every broker's newest row (a follower fetch)
     # is within a second before NOW_A: a window closes once every broker is
-    # slow_broker.window_close_slack_s (1 s) past its end, so the one ending at NOW_A is
+    # WINDOW_CLOSE_SLACK_MS (1 s) past its end, so the one ending at NOW_A is
     # still open. Under the streaming watermark alone (10 s) the one before it would be too.
-    slack = sb.window_close_slack_s * 1000
-    assert sb.window_close_slack_s < W / 1000 < settle / 1000 + 1
+    slack = WINDOW_CLOSE_SLACK_MS
+    assert WINDOW_CLOSE_SLACK_MS < W < settle + 1000
     closed = [w for w in from_gold if w.window_start_ms + W <= NOW_A - slack]
     assert {w.window_start_ms for w in from_gold} - {w.window_start_ms for w in closed} == {
         T0 + 5 * W}

@@ -6,7 +6,7 @@ number for the same gold row, or a broker is judged against a baseline of anothe
 Each scenario is one gold stage-percentile row; the Python side sees it as the reader
 builds it (`stage_window_from_row`), the Spark side as a DataFrame row, and every scenario
 says what the rule makes of it. The rule branches on: the API being a purgatory API
-(config.purgatory_apis, matched without case or underscores), Remote left out of those
+(PURGATORY_APIS, matched without case or underscores), Remote left out of those
 APIs' total, the largest of the other stages when that is more, and 0 as the floor. Null
 stages stand for 0 ms.
 
@@ -24,16 +24,19 @@ import dataclasses
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
+import detectors.slow_broker.latency as python_rule
+import jobs.detector_inputs.slow_broker as spark_rule
 from detectors.slow_broker import STAGES, SlowBrokerSection, latency_ms
+from detectors.slow_broker.latency import PURGATORY_APIS
 from jobs.detector_inputs import latency_column, stage_window_from_row
 from jobs.gold import stage_percentiles
 from schemas import request_stages
 
 P99 = tuple(f"{s}_p99_ms" for s in ("total", *STAGES))
 DEFAULT = SlowBrokerSection()
-# Other purgatory APIs, spelled as a config might: Produce's Remote (acks=all) left out,
-# plain Fetch judged on its total.
-CUSTOM = dataclasses.replace(DEFAULT, purgatory_apis=["PRODUCE", "Fetch_Consumer"])
+# Other purgatory APIs, spelled differently: Produce's Remote (acks=all) left out, plain
+# Fetch judged on its total.
+CUSTOM = ("PRODUCE", "Fetch_Consumer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Scenario:
     name: str
     api: str
     total: float | None
-    expected: float                 # under DEFAULT
+    expected: float                 # under PURGATORY_APIS
     expected_custom: float          # under CUSTOM
     stages: dict = dataclasses.field(default_factory=dict)   # stage -> p99 ms (default 0)
 
@@ -113,15 +116,18 @@ def test_gold_gives_the_spark_form_everything_the_python_form_reads(spark):
 
 
 def test_the_scenarios_cover_every_purgatory_api_and_own_stage():
-    assert {s.api for s in SCENARIOS} >= {*DEFAULT.purgatory_apis, "Produce", "Metadata"}
+    assert {s.api for s in SCENARIOS} >= {*PURGATORY_APIS, "Produce", "Metadata"}
     answered_by = {stage for s in SCENARIOS for stage, ms in s.stages.items()
                    if stage != "remote" and ms and ms == s.expected
                    and ms > s.total - s.stages.get("remote", 0.0)}
     assert answered_by == set(STAGES) - {"remote"}
 
 
-@pytest.mark.parametrize("config", [DEFAULT, CUSTOM], ids=["default", "custom"])
-def test_spark_and_python_latency_agree_row_by_row(spark, config):
+@pytest.mark.parametrize("purgatory", [PURGATORY_APIS, CUSTOM], ids=["default", "custom"])
+def test_spark_and_python_latency_agree_row_by_row(spark, purgatory, monkeypatch):
+    monkeypatch.setattr(python_rule, "PURGATORY_APIS", purgatory)
+    monkeypatch.setattr(spark_rule, "PURGATORY_APIS", purgatory)
+    config = DEFAULT
     gold = gold_columns(spark)
     schema = StructType([StructField("scenario", StringType()), gold["api"],
                          *[gold[c] for c in P99]])
@@ -134,7 +140,8 @@ def test_spark_and_python_latency_agree_row_by_row(spark, config):
     in_python = [latency_ms(stage_window_from_row(
         {**rows[s.name], "cluster": "c1", "broker": 1, "window_start_ms": 0, "requests": 1000}),
         config) for s in SCENARIOS]
-    expected = [s.expected if config is DEFAULT else s.expected_custom for s in SCENARIOS]
+    expected = [s.expected if purgatory is PURGATORY_APIS else s.expected_custom
+                for s in SCENARIOS]
 
     assert len(rows) == len(SCENARIOS)   # names are unique
     disagree = [(s.name, spark_ms, python_ms)

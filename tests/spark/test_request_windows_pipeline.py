@@ -484,7 +484,7 @@ def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
     from jobs.gold_windows import OWN_TIME_P99
 
     root, _ = lake
-    sb = dataclasses.replace(kmon_config.slow_broker, min_history_windows=2)
+    sb = kmon_config.slow_broker
     gold = [m for m in gold_minutes["request_stages_1m"] if m[OWN_TIME_P99] is not None]
     assert gold and all(m[OWN_TIME_P99] <= m["total_p99_ms"] * 1.02 + 1e-9 for m in gold)
     ts = [r["ts_ms"] for r in _silver(spark, root, "request_windows").select("ts_ms").collect()]
@@ -492,6 +492,6 @@ def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
     silver_only = tmp_path / "silver-only"
     silver_only.mkdir()
     os.symlink(f"{root}/silver", silver_only / "silver")
-    want = read_window_baselines(spark, Lake(str(silver_only)), sb, r)
-    got = read_window_baselines(spark, gold_minutes["lake"], sb, r)
+    want = read_window_baselines(spark, Lake(str(silver_only)), sb, r, min_minutes=2)
+    got = read_window_baselines(spark, gold_minutes["lake"], sb, r, min_minutes=2)
     assert want and sorted(map(repr, got)) == sorted(map(repr, want))

@@ -27,6 +27,7 @@ from detectors.slow_broker import (
     latency_ms,
     median_without,
 )
+from detectors.slow_broker import attribution, detect, follower_blame
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -124,7 +125,7 @@ def rules_of(v):
 
 
 FAULT = {LAST - 1, LAST}
-# A cluster-wide slowdown pages once it holds cluster_wide_persistence_windows (3).
+# A cluster-wide slowdown pages once it holds every window of the lookback (3).
 HELD = {LAST - 2, LAST - 1, LAST}
 SLOW_LOCAL = dict(total=910.0, local=900.0)
 PAUSED_PRODUCE_ON_LEADER = dict(total=2600.0, remote=2580.0)
@@ -733,12 +734,12 @@ def test_a_named_follower_is_not_replaced_by_a_newer_window_that_names_none():
     assert got["broker:1"] == "remote_produce_unknown_follower", got
 
 
-def test_the_follower_every_leader_waits_on_most_is_named_under_follower_ratio():
+def test_the_follower_every_leader_waits_on_most_is_named_under_peer_ratio(monkeypatch):
     # freeze-short-3b live: follower 2, frozen 0.7 s of every second, held its two leaders
     # back ~700 ms while a loaded host lifted their other follower to 170-374 ms: under
-    # follower_ratio (3) at one leader of two, so it was refuted there and the window was
+    # peer_ratio (3) at one leader of two, so it was refuted there and the window was
     # called cluster-wide. It is the worst follower at every leader it follows by
-    # follower_worst_ratio (1.5), past the threshold: named.
+    # WORST_MARGIN (1.5), past the threshold: named.
     rows = healthy()
     for leader in (1, 2):
         rows = replaced(rows, leader, "Produce", FAULT, total=720.0, remote=700.0)
@@ -748,9 +749,11 @@ def test_the_follower_every_leader_waits_on_most_is_named_under_follower_ratio()
                                                           config=CONFIG)}
     assert got == {"broker:1": "remote_produce_slow_follower",
                    "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
-    off = replace(CONFIG, follower_worst_ratio=0)
-    assert "broker:3" not in {d.entity for d in detect_slow_brokers(
-        rows, follower_fetches=fetches, config=off)}
+    # Without the margin rule it is not.
+    with monkeypatch.context() as m:
+        m.setattr(follower_blame, "WORST_MARGIN", float("inf"))
+        assert "broker:3" not in {d.entity for d in detect_slow_brokers(
+            rows, follower_fetches=fetches, config=CONFIG)}
     # A host stall: every follower 400-560 ms late everywhere, none by the margin at
     # every leader it follows: no follower is named.
     stall = {(1, 2): 420.0, (1, 3): 560.0, (2, 1): 450.0, (2, 3): 400.0,
@@ -764,7 +767,7 @@ def test_a_loaded_hosts_chance_lag_at_two_leaders_names_no_follower():
     # The 3-broker live matrix of 20261201T195748Z, just before freeze-long-3b's fault:
     # follower 3 held leader 1 back 373 ms (its other follower 178 ms) and leader 2 399 ms
     # (263 ms), the worst at both by 1.5x and past the threshold, with nothing wrong with
-    # it: paged HIGH as a slow follower. Under follower_worst_min_ms (500) at a leader, the
+    # it: paged HIGH as a slow follower. Under WORST_MIN_MS (500) at a leader, the
     # margin alone names nobody; a frozen follower is 690-1,070 ms late at each.
     rows = healthy()
     for leader in (1, 2):
@@ -797,7 +800,11 @@ def test_detection_within_60_seconds_of_fault_start():
     assert evidence_complete_ms - fault_start + 2 * W <= 60_000
 
 
-def test_a_pooled_verdict_is_persistent_on_its_own():
+# Rule 1b's floor out of reach: no row is judged on its corroborated follower.
+RULE_1B_OFF = 1_000_000_000
+
+
+def test_a_pooled_verdict_is_persistent_on_its_own(monkeypatch):
     # The leaders held back by delayed follower 3 serve 40 Produce requests a window: the
     # first window whose pool holds enough requests (three windows, each over the
     # threshold) already speaks for three windows, so the follower and its victims are
@@ -816,17 +823,18 @@ def test_a_pooled_verdict_is_persistent_on_its_own():
     # Without rule 1b (each 40-request window judged alone on its corroborated follower):
     # the same pool just over the threshold (400 ms: each window's TP99 is about its one
     # slowest request) is weak evidence, it counts for its own window only, as before.
-    pooled_only = replace(CONFIG, corroborated_min_requests=0)
     edge = healthy(windows=range(LAST))
     for leader in (1, 2):
         edge = replaced(edge, leader, "Produce", starving, total=400.0, remote=380.0,
                         requests=40)
-    assert not detect_slow_brokers(edge, follower_fetches=fetches, config=pooled_only)
     # One window fewer over the threshold: the pool never holds enough requests.
     short = [r for r in rows if window_of(r) != LAST - 3 or r.broker not in (1, 2)
              or r.api != "Produce"]
     short += [with_(produce(b, LAST - 3), requests=40) for b in (1, 2)]
-    assert not detect_slow_brokers(short, follower_fetches=fetches, config=pooled_only)
+    with monkeypatch.context() as m:
+        m.setattr(detect, "CORROBORATED_MIN_REQUESTS", RULE_1B_OFF)
+        assert not detect_slow_brokers(edge, follower_fetches=fetches, config=CONFIG)
+        assert not detect_slow_brokers(short, follower_fetches=fetches, config=CONFIG)
     # With it, the windows are judged one by one: the follower, late at both its leaders,
     # is named from the first two.
     got = {d.entity: d.cause for d in detect_slow_brokers(short, follower_fetches=fetches,
@@ -845,7 +853,8 @@ def _quiet_leaders(slow_windows, requests=25):
     return rows
 
 
-def test_quiet_leaders_waiting_on_a_follower_late_everywhere_are_judged_window_by_window():
+def test_quiet_leaders_waiting_on_a_follower_late_everywhere_are_judged_window_by_window(
+        monkeypatch):
     # Rule 1b (freeze-short-5b live: leaders serving ~26 Produce requests a window pooled
     # 100 only after four windows): follower 3 frozen 0.7 s of every second is late at
     # both its leaders, whose few writes wait for it: named from the fault's first two
@@ -858,8 +867,9 @@ def test_quiet_leaders_waiting_on_a_follower_late_everywhere_are_judged_window_b
     assert got == {"broker:1": "remote_produce_slow_follower",
                    "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
     # Without rule 1b, two windows of 25 never pool enough.
-    off = replace(CONFIG, corroborated_min_requests=0)
-    assert not detect_slow_brokers(rows, follower_fetches=fetches, config=off)
+    with monkeypatch.context() as m:
+        m.setattr(detect, "CORROBORATED_MIN_REQUESTS", RULE_1B_OFF)
+        assert not detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
     # The follower's fetches are the evidence: without them, or with a follower late at
     # one leader only (fine at the other it follows), a few slow writes are no verdict.
     assert not detect_slow_brokers(rows, config=CONFIG)
@@ -867,7 +877,7 @@ def test_quiet_leaders_waiting_on_a_follower_late_everywhere_are_judged_window_b
     one = replaced(one, 2, "Produce", fault, total=8.0, remote=3.0, requests=25)
     assert not detect_slow_brokers(one, follower_fetches=follower_fetches(fault, {(1, 3): 700.0}),
                                    config=CONFIG)
-    # Fewer requests than corroborated_min_requests, even pooled over the two windows.
+    # Fewer requests than CORROBORATED_MIN_REQUESTS, even pooled over the two windows.
     few = _quiet_leaders(fault, requests=8)
     assert not detect_slow_brokers(few, follower_fetches=fetches, config=CONFIG)
 
@@ -884,7 +894,7 @@ def test_many_clusters_are_judged_apart():
     ({"persistence_windows": 4}, "persistence_windows (4) must be <= "
                                  "slow_broker.persistence_lookback_windows (3)"),
     ({"api_threshold_ms": {"Metadata": -1}}, "api_threshold_ms.Metadata must be a positive"),
-    ({"cluster_wide_share": 1.5}, "must be <= 1"),
+    ({"shared_cause_share": 1.5}, "must be <= 1"),
 ])
 def test_config_errors_name_the_key(values, message):
     with pytest.raises(ConfigError) as e:
@@ -911,7 +921,7 @@ def test_median_without_one_value_matches_the_obvious_way(values):
     ([(40, 900.0), None, (40, 800.0)], None),
     # Enough already with the first earlier window: the older ones are not looked at.
     ([(70, 350.0), (40, 301.0)], (2, 110, 350.0)),
-    # 10 a window never make 100 within low_traffic_pool_windows (6).
+    # 10 a window never make 100 within POOL_WINDOWS (6).
     ([(10, 900.0)] * 8, None),
 ])
 def test_low_traffic_windows_are_pooled_only_while_each_is_over_the_threshold(earlier, expected):
@@ -939,9 +949,10 @@ def test_a_quiet_broker_as_slow_as_it_usually_is_makes_no_stall():
     assert quiet[LAST - 1].quiet_slow == {2} and quiet[LAST - 1].cluster_wide
 
 
-def test_quiet_slow_min_requests_0_counts_only_judged_brokers():
+def test_without_quiet_brokers_only_judged_brokers_count(monkeypatch):
     rows = _stalled(quiet_requests=65)
-    off = replace(CONFIG, quiet_slow_min_requests=0)
-    found = {d.entity: d.cause for d in detect_slow_brokers(rows, config=off)}
+    with monkeypatch.context() as m:
+        m.setattr(attribution, "QUIET_SLOW_MIN_REQUESTS", 1_000_000_000)
+        found = {d.entity: d.cause for d in detect_slow_brokers(rows, config=CONFIG)}
     assert found == {"broker:1": "network_threads_saturated"}
     assert detect_slow_brokers(rows, config=CONFIG) == []

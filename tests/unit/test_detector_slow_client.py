@@ -10,6 +10,7 @@ import pytest
 
 from core.findings import ActionKind, AnomalyType, EntityKind, Severity
 from detectors.slow_broker import ClientSendWindow, Role, assess_windows, detect_slow_brokers
+from detectors.slow_broker import clients
 from detectors.slow_broker.clients import slow_count
 from tests.unit.test_detector_slow_broker import (
     CONFIG,
@@ -136,11 +137,15 @@ def test_a_broker_with_throttled_clients_and_a_slow_reader_keeps_its_quota_findi
         "client:slow-reader": (AnomalyType.SLOW_CLIENT, "client_slow_read")}
 
 
-def test_thresholds_and_counts_are_config_keys():
+def test_thresholds_and_counts_decide(monkeypatch):
     sends = slow_reader_sends(requests=4, slow=2)
     assert set(found(healthy(), sends)) == {"client:slow-reader"}
-    assert found(healthy(), sends, replace(CONFIG, client_slow_request_share=0.75)) == {}
-    assert found(healthy(), sends, replace(CONFIG, client_min_slow_requests=3)) == {}
+    with monkeypatch.context() as m:
+        m.setattr(clients, "CLIENT_SLOW_SHARE", 0.75)
+        assert found(healthy(), sends) == {}
+    with monkeypatch.context() as m:
+        m.setattr(clients, "CLIENT_MIN_SLOW", 3)
+        assert found(healthy(), sends) == {}
     strict = replace(CONFIG, api_threshold_ms={"FetchConsumer": 5000})
     # The adapter counts against the API's threshold; a p99 under it is no slow reader.
     assert found(healthy(), [replace(x, slow_requests=None) for x in sends], strict) == {}

@@ -243,7 +243,7 @@ def test_a_backlog_at_one_broker_leaves_the_link_judged_by_the_others():
     got = found(healthy(), peers() + rtts, own=mine)
     e = got["client:far-producer"].evidence
     assert (e["brokers"], e["brokers_backlogged"]) == ([1, 2], [3])
-    # Half is enough (link_queued_share 0.5); just under it is judged.
+    # Half is enough (BACKLOG_SHARE 0.5); just under it is judged.
     at_half = own("far-producer", ALL, BROKERS, p99=8.0, p50=4.0, queued=0.5)
     assert found(healthy(), peers() + rtts, own=at_half) == {}
     under = own("far-producer", ALL, BROKERS, p99=8.0, p50=4.0, queued=0.49)

@@ -1,6 +1,6 @@
 """A broker that has just become leader waits on its new followers: its Remote waits that
-name no follower are set aside for leadership_grace_s, and its own stages slowed by the load
-that moved to it are a warning (detectors/slow_broker/handovers.py).
+name no follower are set aside for HANDOVER_GRACES x disruption_grace_s, and its own stages
+slowed by the load that moved to it are a warning (detectors/slow_broker/handovers.py).
 The case is the one the matrix paged on (rolling-restart-3b): the controller's
 preferred-leader election gave broker 3 back 18 partitions and its acks=all Produce TP99
 was 1,548 ms, then 843 ms, all Remote, no follower late enough to name."""

@@ -161,7 +161,7 @@ def test_a_restarted_brokers_own_stages_are_set_aside_while_it_warms_up():
     assert set(last.excused) == {1} and not last.brokers
     # without the warm-up it pages, as it did live
     found = {d.entity: d.cause for d in detect_slow_brokers(
-        rows, outages=out, config=dataclasses.replace(CONFIG, restart_warmup_s=0))}
+        rows, outages=out, config=dataclasses.replace(CONFIG, disruption_grace_s=0))}
     assert found == {"broker:1": "local_disk_or_page_cache"}
 
 
@@ -186,10 +186,10 @@ def test_a_warming_follower_a_little_behind_the_others_is_not_named():
     """crash-restart-3b live at 1ad524f: 120 s after broker 2 was unfenced (its grace long
     over) it held leader 1 back 715 ms against 266 ms for the other follower and leader 3
     646 ms against 345 ms, on a host that slowed every broker's Produce: the worst
-    follower at both by 1.5x, past follower_worst_min_ms, so both leaders were called its
+    follower at both by 1.5x, past WORST_MIN_MS, so both leaders were called its
     victims. A fresh JVM lags like that while it warms up: the margin names nobody then,
     and the leaders' waits that name no follower are set aside. (Standing out by
-    follower_ratio, it is still blamed: the test above.)"""
+    peer_ratio, it is still blamed: the test above.)"""
     _, out = restarted_broker_1()
     rows = healthy()
     for b in (2, 3):
@@ -205,7 +205,7 @@ def test_a_warming_follower_a_little_behind_the_others_is_not_named():
     # Not warming any more (or no warm-up), the same lags name it, as they did live.
     found = {d.entity: d.cause for d in detect_slow_brokers(
         rows, follower_fetches=fetches, outages=out,
-        config=dataclasses.replace(CONFIG, restart_warmup_s=0))}
+        config=dataclasses.replace(CONFIG, disruption_grace_s=0))}
     assert found == {"broker:1": "slow_follower", "broker:2": "remote_produce_slow_follower",
                      "broker:3": "remote_produce_slow_follower"}
 
@@ -256,7 +256,7 @@ def test_a_partner_slow_while_a_restarted_broker_catches_up_is_a_warning_victim(
     assert d.evidence["brokers_back"] == ["broker:2"] and d.evidence["brokers_out"] == []
     # once broker 2's warm-up is over (or with none), the page it is
     [d] = detect_slow_brokers(rows, follower_fetches=fetches, outages=out,
-                              config=dataclasses.replace(CONFIG, restart_warmup_s=0))
+                              config=dataclasses.replace(CONFIG, disruption_grace_s=0))
     assert (d.severity.value, d.suggested_action.value) == ("high", "move_leadership")
 
 
