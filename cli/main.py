@@ -164,6 +164,8 @@ def cmd_matrix(args, config) -> int:
     if args.action == "replay":
         return command.replay(config, names, step_s=args.step, command=line,
                               corpus=args.corpus, results_dir=args.results_dir)
+    if args.action == "rescore":
+        return command.rescore(config, names, corpus=args.corpus)
     return command.doc()
 
 
@@ -419,10 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("matrix", "The fault matrix: scenarios (several ways to cause each kind of fault, on "
                        "several topologies) with ground truth; `run` causes them on real local "
                        "clusters and records each into tests/corpus/, `replay` scores the "
-                       "recordings with no cluster (what CI does), `doc` writes docs/matrix.md",
+                       "recordings with no cluster (what CI does), `rescore` runs only the "
+                       "detectors again over what the last replay read (no Spark, seconds), "
+                       "`doc` writes docs/matrix.md",
              "kmon matrix list   |   kmon matrix run --scenarios freeze-short-3b   |   "
              "kmon matrix replay")
-    sp.add_argument("action", choices=["list", "run", "replay", "doc"])
+    sp.add_argument("action", choices=["list", "run", "replay", "rescore", "doc"])
     sp.add_argument("--scenarios", help="comma-separated subset (default: all; see `list`)")
     sp.add_argument("--no-record", action="store_true",
                     help="`run`: score only, do not overwrite the recordings in tests/corpus/ "

@@ -297,7 +297,8 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
            baseline_cache: BaselineCache | None = None,
            window_cache: WindowReadCache | None = None,
            commit_seed: CommitSeedCache | None = None,
-           sql: LakeSql | None = None) -> Assessment:
+           sql: LakeSql | None = None,
+           on_inputs: Callable[[int, DetectorInputs], None] | None = None) -> Assessment:
     """Steps 1-4 of an evaluation at now_ms over [now - lookback, now): read, detect, the
     lifecycle and correlation. Writes nothing.
 
@@ -307,7 +308,8 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     `window_cache`: its window reads, the older windows kept (jobs/detector_inputs/window_cache.py);
     `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache);
     `sql`: its reader of the lake without the JVM (infra/lake_sql.py; None: one for this
-    evaluation)."""
+    evaluation); `on_inputs(now_ms, inputs)`: called with what was read (a replay keeps
+    them, to run the detectors again without Spark: matrix/corpus.py `rescore`)."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
@@ -317,6 +319,8 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
         inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
                              topic_configs, baseline_cache=baseline_cache,
                              window_cache=window_cache, commit_seed=commit_seed, sql=sql)
+        if on_inputs is not None:
+            on_inputs(now_ms, inputs)
         detections = attach_slow_requests(
             sql, run_detectors(inputs, config, now_ms),
             windows_mode=config.request_log.mode == "windows",

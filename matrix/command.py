@@ -1,4 +1,4 @@
-"""`kmon matrix list | run | replay | doc`: what the command line calls."""
+"""`kmon matrix list | run | replay | rescore | doc`: what the command line calls."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def check_names(action: str, names: list[str] | None, corpus: Path | None = None
 
     if names and action == "run":
         by_name(names)
-    elif names and action == "replay":
+    elif names and action in ("replay", "rescore"):
         recordings(corpus or CORPUS_DIR, names=names)
 
 
@@ -117,7 +117,7 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
     empty_lakes = EmptyLakes(spark, root / "empty-lakes")
     rows, scores, errors = [], [], []
     try:
-        replays = replay_all(spark, config, recs, root, step_s, empty_lakes)
+        replays = replay_all(spark, config, recs, root, step_s, empty_lakes, keep_inputs=True)
         for i, (rec, outcome) in enumerate(replays, 1):
             print(f"[{i}/{len(recs)}] {rec.scenario}: {rec.manifest.get('title', '')}",
                   file=out, flush=True)
@@ -125,13 +125,7 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
                 errors.append(rec.scenario)
                 print(f"      ERROR {type(outcome).__name__}: {outcome}", file=out, flush=True)
                 continue
-            sc, seen = outcome
-            scores.append(sc)
-            rows.append({**sc.to_json(), "topology": rec.manifest["topology"]["name"],
-                         "seen": [f"{(t - rec.truth.fault_ms) / 1000:+.0f}s {d['severity']} "
-                                  f"{d['type']} ({d['cause']}) {d['entity']}" for t, d in seen]})
-            print(f"      {'PASS' if sc.passed else 'FAIL'}"
-                  + "".join(f"\n      {x}" for x in sc.failures()), file=out, flush=True)
+            scores.append(scored_row(rec, outcome, rows, out))
     finally:
         spark.stop()
     print("\n" + results.console_table(scores), file=out)
@@ -140,6 +134,45 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
     print(f"\nresults: {path}", file=out, flush=True)
     if errors:
         print(f"replay failed (not scored): {', '.join(errors)}", file=out, flush=True)
+    return 0 if all(s.passed for s in scores) and not errors else 1
+
+
+def scored_row(rec, outcome: tuple, rows: list, out):
+    """A recording's (score, seen): its row appended to `rows`, its verdict printed; the
+    score."""
+    sc, seen = outcome
+    rows.append({**sc.to_json(), "topology": rec.manifest["topology"]["name"],
+                 "seen": [f"{(t - rec.truth.fault_ms) / 1000:+.0f}s {d['severity']} "
+                          f"{d['type']} ({d['cause']}) {d['entity']}" for t, d in seen]})
+    print(f"      {'PASS' if sc.passed else 'FAIL'}"
+          + "".join(f"\n      {x}" for x in sc.failures()), file=out, flush=True)
+    return sc
+
+
+def rescore(config, names: list[str] | None, *, corpus: Path | None = None,
+            out=sys.stdout) -> int:
+    """The detectors again over the inputs the last `replay` kept, without Spark: a rule
+    change checked on the whole corpus in seconds (matrix/corpus.py `rescore`). Writes no
+    result file: a replay is the record."""
+    from matrix.corpus import CORPUS_DIR, recordings
+    from matrix.corpus import rescore as rescore_one
+
+    recs = recordings(corpus or CORPUS_DIR, names)
+    root = config.work_dir / "matrix-replay"
+    rows, scores, errors = [], [], []
+    for i, rec in enumerate(recs, 1):
+        print(f"[{i}/{len(recs)}] {rec.scenario}: {rec.manifest.get('title', '')}",
+              file=out, flush=True)
+        try:
+            outcome = rescore_one(config, rec, root)
+        except ValueError as e:
+            errors.append(rec.scenario)
+            print(f"      ERROR {e}", file=out, flush=True)
+            continue
+        scores.append(scored_row(rec, outcome, rows, out))
+    print("\n" + results.console_table(scores), file=out)
+    if errors:
+        print(f"not rescored: {', '.join(errors)}", file=out, flush=True)
     return 0 if all(s.passed for s in scores) and not errors else 1
 
 

@@ -285,52 +285,52 @@ def copy_detector_metrics(src: Path, dest: Path) -> int:
     return kept
 
 
-def score_replay(spark, prepared: PreparedReplay, step_s: float
-                 ) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
-    """The detectors evaluated every `step_s` of the recorded time over a prepared lake;
-    its score and what was seen ((first handed over at, finding in its latest state)).
-    Safe beside the preparation of another recording in the same session."""
+INPUTS_FILE = "detector-inputs.pkl.gz"
+
+
+def inputs_fingerprint() -> str:
+    """The shape of what the detectors take: every input type's name and fields. Kept
+    inputs read by a read side of another shape are not run again."""
+    import dataclasses
+    import hashlib
+
+    from jobs.detector_inputs import DetectorInputs
+
+    parts = []
+    for f in dataclasses.fields(DetectorInputs):
+        parts.append(f.name)
+        item = typing_args(DetectorInputs, f.name)
+        if item is not None and dataclasses.is_dataclass(item):
+            parts.append(f"{item.__module__}.{item.__qualname__}(" + ",".join(
+                x.name for x in dataclasses.fields(item)) + ")")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def typing_args(cls, field_name: str):
+    """The item type of `cls`'s list field `field_name` (None when not a list of one)."""
+    import typing
+
+    hint = typing.get_type_hints(cls).get(field_name)
+    args = typing.get_args(hint)
+    return args[0] if typing.get_origin(hint) is list and len(args) == 1 else None
+
+
+def score_evaluations(rec: Recording, evaluations) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
+    """A recording's score from its evaluations ((time, the findings handed over) in
+    order): each finding first handed over open counts at that time, in its latest state."""
     from core.findings import Status
     from demo.outcomes import remember_state
-    from detectors.compaction_lag import CompactedTopicConfig
-    from jobs.detect import DETECT_POOL, assess
-    from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
-    from jobs.detector_inputs.tables import FrozenLake
-    from infra.lake_sql import LakeSql
 
-    rec, config = prepared.rec, prepared.config
-    topic_configs = [CompactedTopicConfig(**c) for c in rec.manifest.get("topic_configs", [])]
-    start, end = rec.manifest["start_ms"], rec.manifest["end_ms"]
-    step = int(step_s * 1000)
+    start = rec.manifest["start_ms"]
     first: dict[str, int] = {}
     latest: dict[str, dict] = {}
     states: dict[str, list] = {}      # every (severity, cause) handed over while open
-    # As the live detector query evaluates: each evaluation starts from the last one's
-    # findings, its slow-broker baselines and its window reads (the older windows from
-    # the last ones), in the detector's own scheduler pool; what it hands over counts
-    # (the live query writes gold.anomalies after handing over, and nothing here reads
-    # the table back).
-    previous: list = []
-    baselines, windows = BaselineCache(), WindowReadCache()
-    # Nothing writes the lake from here on; it holds only the detectors' broker metrics.
-    frozen = FrozenLake(prepared.lake_root, metrics=DETECTOR_METRICS)
-    sql = LakeSql(frozen, refresh_s=math.inf)   # the tables' snapshots loaded once
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
-    try:
-        for t in list(range(start + step, end, step)) + [end]:
-            previous = assess(spark, frozen, config, t, topic_configs=topic_configs,
-                              previous=previous, baseline_cache=baselines,
-                              window_cache=windows, sql=sql).findings
-            for f in previous:
-                latest[f.finding_id] = finding_dict(f)
-                if f.status is Status.OPEN:
-                    first.setdefault(f.finding_id, t)
-                    remember_state(states.setdefault(f.finding_id, []), f)
-    finally:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
-        frozen.release()
-        sql.close()
-        forget_lake(spark, prepared.lake_root)
+    for t, findings in evaluations:
+        for f in findings:
+            latest[f.finding_id] = finding_dict(f)
+            if f.status is Status.OPEN:
+                first.setdefault(f.finding_id, t)
+                remember_state(states.setdefault(f.finding_id, []), f)
     # Commits are kept from STATE_HISTORY_S before the recording (a rewind needs the commit
     # before it): a rewind of an earlier scenario in that history is found again here, but
     # live it was handed over during that scenario. What happened before the recording is
@@ -341,14 +341,103 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float
     return score(rec.truth, seen), seen
 
 
+def evaluation_times(rec: Recording, step_s: float) -> list[int]:
+    start, end = rec.manifest["start_ms"], rec.manifest["end_ms"]
+    step = int(step_s * 1000)
+    return list(range(start + step, end, step)) + [end]
+
+
+def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bool = False
+                 ) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
+    """The detectors evaluated every `step_s` of the recorded time over a prepared lake;
+    its score and what was seen ((first handed over at, finding in its latest state)).
+    With `keep_inputs`, what each evaluation read is kept beside the lake (INPUTS_FILE),
+    for `rescore`. Safe beside the preparation of another recording in the same session."""
+    import pickle
+
+    from detectors.compaction_lag import CompactedTopicConfig
+    from jobs.detect import DETECT_POOL, assess
+    from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
+    from jobs.detector_inputs.tables import FrozenLake
+    from infra.lake_sql import LakeSql
+
+    rec, config = prepared.rec, prepared.config
+    topic_configs = [CompactedTopicConfig(**c) for c in rec.manifest.get("topic_configs", [])]
+    kept: list = []
+    # As the live detector query evaluates: each evaluation starts from the last one's
+    # findings, its slow-broker baselines and its window reads (the older windows from
+    # the last ones), in the detector's own scheduler pool; what it hands over counts
+    # (the live query writes gold.anomalies after handing over, and nothing here reads
+    # the table back).
+    baselines, windows = BaselineCache(), WindowReadCache()
+    # Nothing writes the lake from here on; it holds only the detectors' broker metrics.
+    frozen = FrozenLake(prepared.lake_root, metrics=DETECTOR_METRICS)
+    sql = LakeSql(frozen, refresh_s=math.inf)   # the tables' snapshots loaded once
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", DETECT_POOL)
+
+    def evaluations():
+        previous: list = []
+        for t in evaluation_times(rec, step_s):
+            previous = assess(spark, frozen, config, t, topic_configs=topic_configs,
+                              previous=previous, baseline_cache=baselines,
+                              window_cache=windows, sql=sql,
+                              on_inputs=(lambda now, i: kept.append((now, i)))
+                              if keep_inputs else None).findings
+            yield t, previous
+
+    try:
+        result = score_evaluations(rec, evaluations())
+    finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+        frozen.release()
+        sql.close()
+        forget_lake(spark, prepared.lake_root)
+    if keep_inputs:
+        with gzip.open(Path(prepared.lake_root).parent / INPUTS_FILE, "wb") as f:
+            pickle.dump({"fingerprint": inputs_fingerprint(), "step_s": step_s,
+                         "evaluations": kept}, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return result
+
+
+def rescore(config, rec: Recording, root: Path) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
+    """The detectors run again, without Spark, over the inputs the last `replay` of `rec`
+    kept under root/<scenario>/: every rule, the findings' lifecycle and correlation as a
+    replay runs them (not the slow requests attached as evidence, which no score reads).
+    Seconds a recording, so a rule change is checked on the whole corpus before a replay.
+    ValueError when there are no kept inputs or the read side has changed shape since."""
+    import pickle
+
+    from jobs.detect import carried_findings, next_findings, run_detectors
+
+    path = root / rec.scenario / INPUTS_FILE
+    if not path.exists():
+        raise ValueError(f"no kept detector inputs at {path}: run `kmon matrix replay` first")
+    with gzip.open(path, "rb") as f:
+        kept = pickle.load(f)
+    if kept.get("fingerprint") != inputs_fingerprint():
+        raise ValueError(f"{path} was read by a read side of another shape: run `kmon matrix "
+                         f"replay` again")
+    config = replay_config(config, rec, root / rec.scenario)
+
+    def evaluations():
+        previous: list = []
+        for t, inputs in kept["evaluations"]:
+            previous = next_findings(carried_findings(previous, t, config),
+                                     run_detectors(inputs, config, t), config, t)
+            yield t, previous
+
+    return score_evaluations(rec, evaluations())
+
+
 def replay_all(spark, config, recs: list[Recording], root: Path, step_s: float,
-               empty_lakes: EmptyLakes | None = None,
+               empty_lakes: EmptyLakes | None = None, keep_inputs: bool = False,
                ) -> Iterator[tuple[Recording, tuple[ScenarioScore, list] | Exception]]:
     """Every recording, in order, with its score and what was seen (`score_replay`), or the
     exception its replay raised (the others still run). The next recording is prepared (agents, pipeline) in a second thread while this one is scored:
     scoring is many small Spark jobs with the driver busy between them, preparing is
     Python agents then a few large jobs, so overlapped in one session (fair scheduling)
-    they keep both cores busy. Each replay's lake is at root/<scenario>."""
+    they keep both cores busy. Each replay's lake is at root/<scenario>, and with
+    `keep_inputs` what its evaluations read beside it (`rescore`)."""
     if not recs:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-prepare") as ahead:
@@ -360,7 +449,8 @@ def replay_all(spark, config, recs: list[Recording], root: Path, step_s: float,
         for i, rec in enumerate(recs):
             this, pending = pending, (prepare(recs[i + 1]) if i + 1 < len(recs) else None)
             try:
-                outcome: tuple | Exception = score_replay(spark, this.result(), step_s)
+                outcome: tuple | Exception = score_replay(spark, this.result(), step_s,
+                                                          keep_inputs=keep_inputs)
             except Exception as e:  # noqa: BLE001 - reported with its recording
                 outcome = e
             yield rec, outcome
