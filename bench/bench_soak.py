@@ -402,14 +402,16 @@ def maintenance_pass(spark, lake, section, compression: float, vacuum_sim_h: flo
         section, vacuum_retain_h=max(1.0, scaled_hours(vacuum_sim_h, compression)),
         prune_landing=False), live=True, clock=lambda: clock_ms)
     outcomes = tables.run(progress=lambda o: None)
-    landing = Maintenance(spark, lake, replace(
+    pruner = Maintenance(spark, lake, replace(
         section, landing_retain_h=scaled_hours(landing_sim_h, compression)),
-        live=True, clock=lambda: int(time.time() * 1000)).prune_landing(log_each=False)
+        live=True, clock=lambda: int(time.time() * 1000))
+    landing = pruner.prune_landing(log_each=False)
     return {
         "seconds": round(time.monotonic() - started, 1),
         "zordered": sorted({f"{o.table} {d}" for o in outcomes for d in o.zordered}),
         "errors": [e for o in outcomes for e in o.errors][:10],
         "landing_files_deleted": sum(o.files_deleted for o in landing),
+        "source_log_entries_dropped": pruner.landing_forgotten,
     }
 
 

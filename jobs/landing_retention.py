@@ -21,6 +21,19 @@ this lake's checkpoints names are touched, so a copied folder no checkpoint has 
 safe. Reading the source log directly is reading Spark's on-disk format (version ``v1``,
 the same since Spark 2.0); a line of another shape is ignored, which can only keep a file.
 
+**The source log forgets the files deleted.** Spark's file source never drops an entry
+from its log: every tenth batch it rewrites a ``<n>.compact`` file that lists every file
+the query ever read (SPARK-17604, unmerged), about 165 bytes each, so the checkpoint
+grows with every landing file forever and a restart reads the whole list into memory.
+An entry is only needed while its file can still be listed: a file that is gone cannot
+be read again. So after deleting, the pass rewrites each ``.compact`` file without the
+entries of files that are gone from a landing folder it listed and that a committed batch
+read; every other entry, and any file of a shape it does not know, stays as it was. The
+rewrite replaces the file whole (written aside, then renamed over it), so Spark reads
+either list. It is done on the local file system only (where the embedded mode's lake
+is); elsewhere the log grows as before. The next compaction starts from the shorter list,
+so the log holds about `landing_retain_h` of files.
+
 The Kafka source (``pipeline.source = "kafka"``) has no landing folder: Kafka's retention
 bounds it there.
 """
@@ -29,9 +42,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from pathlib import Path
+from typing import Callable, Iterable
 from urllib.parse import unquote, urlparse
 
 from infra.lake import Lake
@@ -80,6 +95,31 @@ def consumed_files(source_logs: Iterable[str], last_committed: int | None) -> se
             for path, batch in source_log_entries(text) if batch <= last_committed}
 
 
+def forget_gone(text: str, last_committed: int | None,
+                gone: Callable[[str], bool]) -> tuple[str, int] | None:
+    """`text`, a compacted source log, without the entries of files that a batch up to
+    `last_committed` read and that are `gone` (called with the normalized path), and how
+    many went; None when none goes, or when the log is not the ``v1`` list of file entries
+    this knows (left alone: keeping an entry can only cost bytes)."""
+    lines = text.split("\n")
+    if lines[0] != "v1" or last_committed is None:
+        return None
+    kept, dropped = [lines[0]], 0
+    for line in lines[1:]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return None
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and isinstance(entry.get("batchId"), int)):
+            return None
+        if entry["batchId"] <= last_committed and gone(normalized(entry["path"])):
+            dropped += 1
+        else:
+            kept.append(line)
+    return ("\n".join(kept), dropped) if dropped else None
+
+
 def to_delete(files: Iterable[tuple[str, int, int]], consumed: set[str], now_ms: int,
               retain_h: float) -> list[tuple[str, int]]:
     """Of the landing files (path, modified ms, bytes), those read by a committed batch
@@ -107,15 +147,25 @@ class StreamOutcome:
         return self.bytes_before - self.bytes_deleted
 
 
+@dataclass
+class SourceLog:
+    """One file-source query's log: its folder, the last batch committed, and its files
+    (Hadoop status, text)."""
+    folder: str
+    last_committed: int
+    files: list
+
+
 class LandingRetention:
     """Deletes the landing files the lake's queries have committed past and that are older
-    than `retain_h` (module docstring), through Hadoop's FileSystem (any storage the lake
-    is on)."""
+    than `retain_h` (through Hadoop's file APIs: any storage the lake is on), then drops
+    them from the queries' source logs (module docstring)."""
 
     def __init__(self, spark, lake: Lake, retain_h: float, clock) -> None:
         self.spark, self.lake, self.retain_h, self.clock = spark, lake, retain_h, clock
         self._jvm = spark.sparkContext._jvm
         self._hconf = spark.sparkContext._jsc.hadoopConfiguration()
+        self.forgotten = 0      # source-log entries the last run dropped
 
     def _path(self, location: str):
         return self._jvm.org.apache.hadoop.fs.Path(location)
@@ -137,9 +187,26 @@ class LandingRetention:
         finally:
             stream.close()
 
-    def consumed(self) -> set[str]:
-        """Every file a committed batch of any of the lake's queries read."""
-        out: set[str] = set()
+    @staticmethod
+    def _replace(status, text: str) -> None:
+        """`status`'s file (on the local file system) replaced whole by `text`: written
+        under a dot-name beside it, its checksum file removed, then renamed over it. A
+        reader sees the old list with or without its checksum, or the new one without:
+        never a list with another's checksum (Hadoop verifies one when it is there)."""
+        path = Path(unquote(urlparse(status.getPath().toString()).path))
+        if not path.exists():            # Spark expired it meanwhile: not brought back
+            return
+        tmp = path.with_name(f".{path.name}.kmon.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+        os.replace(tmp, path)
+
+    def source_logs(self) -> list[SourceLog]:
+        """The source logs of the lake's queries that have committed a batch."""
+        out = []
         for query in self._list(self.lake.checkpoint("")):
             if not query.isDirectory():
                 continue
@@ -148,36 +215,81 @@ class LandingRetention:
                        if (b := log_batch(s.getPath().getName())) is not None]
             if not commits:
                 continue
-            logs = [self._read(s) for source in self._list(f"{base}/sources")
-                    if source.isDirectory()
-                    for s in self._list(source.getPath().toString())
-                    if log_batch(s.getPath().getName()) is not None]
-            out |= consumed_files(logs, max(commits))
+            for source in self._list(f"{base}/sources"):
+                if source.isDirectory():
+                    files = [(s, self._read(s))
+                             for s in self._list(source.getPath().toString())
+                             if log_batch(s.getPath().getName()) is not None]
+                    out.append(SourceLog(source.getPath().toString(), max(commits), files))
+        return out
+
+    def consumed(self, logs: list[SourceLog] | None = None) -> set[str]:
+        """Every file a committed batch of any of the lake's queries read."""
+        out: set[str] = set()
+        for sl in self.source_logs() if logs is None else logs:
+            out |= consumed_files([text for _, text in sl.files], sl.last_committed)
         return out
 
     def run(self) -> list[StreamOutcome]:
-        """One pass over every landing/<stream>/ folder; what it deleted, per stream."""
-        consumed = self.consumed()
+        """One pass over every landing/<stream>/ folder; what it deleted, per stream. Then
+        the deleted files, and any other gone, leave the source logs (`forgotten`)."""
+        # The logs are read before the folders are listed: a file a committed batch read
+        # was there before the listing, so one missing from the listing is gone for good.
+        logs = self.source_logs()
+        consumed = self.consumed(logs)
         now = self.clock()
-        outcomes = []
+        outcomes, folders, present = [], set(), set()
         for folder in self._list(self.lake.landing_root):
             if not folder.isDirectory():
                 continue
             out = StreamOutcome(folder.getPath().getName())
+            folders.add(normalized(folder.getPath().toString()))
             files = [(s.getPath().toString(), s.getModificationTime(), s.getLen())
                      for s in self._list(folder.getPath().toString())
                      if s.isFile() and not s.getPath().getName().startswith((".", "_"))]
             out.files_before, out.bytes_before = len(files), sum(f[2] for f in files)
+            deleted = set()
             for path, size in to_delete(files, consumed, now, self.retain_h):
                 try:
                     p = self._path(path)
                     if self._fs(p).delete(p, False):
+                        deleted.add(path)
                         out.files_deleted += 1
                         out.bytes_deleted += size
                 except Exception as e:  # noqa: BLE001 - the next pass tries again
                     out.errors.append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
+            present |= {normalized(f[0]) for f in files if f[0] not in deleted}
             if out.errors:
                 log.warning("landing retention: %d files of landing/%s not deleted, first: %s",
                             len(out.errors), out.stream, out.errors[0])
             outcomes.append(out)
+        self.forgotten = self.forget(logs, folders, present)
         return outcomes
+
+    def forget(self, logs: list[SourceLog], folders: set[str], present: set[str]) -> int:
+        """Each compacted source log rewritten without the files gone from `folders` (the
+        landing folders listed, normalized); `present` is what the listing found. How many
+        entries went."""
+        def gone(path: str) -> bool:
+            return path.rsplit("/", 1)[0] in folders and path not in present
+
+        dropped = 0
+        for sl in logs:
+            for status, text in sl.files:
+                if not status.getPath().getName().endswith(".compact"):
+                    continue
+                if status.getPath().toUri().getScheme() != "file":
+                    continue
+                pruned = forget_gone(text, sl.last_committed, gone)
+                if pruned is None:
+                    continue
+                try:
+                    self._replace(status, pruned[0])
+                    dropped += pruned[1]
+                except Exception as e:  # noqa: BLE001 - the log only stays longer
+                    log.warning("landing retention: could not rewrite %s: %s",
+                                status.getPath().toString(), str(e)[:200])
+        if dropped:
+            log.info("landing retention: %d entries of deleted landing files dropped from "
+                     "the queries' source logs", dropped)
+        return dropped

@@ -18,7 +18,8 @@ list and open tens of thousands of files, and the lake grows without bound. One 
   bin-packed together, so a pass costs what was appended since the last one.
 - **VACUUM** deletes data files no version of the last `vacuum_retain_h` hours needs.
 - **The landing folder** (embedded mode) loses the files a committed batch has read, once
-  they are `landing_retain_h` old (jobs/landing_retention.py).
+  they are `landing_retain_h` old, and the file-source queries' logs forget them
+  (jobs/landing_retention.py).
 
 Safe with the streams running: OPTIMIZE commits change no data (``dataChange = false``),
 so an append racing it does not conflict, and a streaming reader of the table skips the
@@ -168,6 +169,7 @@ class Maintenance:
         # spark.delta_log_retention_h (a table property change would fail a running append).
         self.log_retention_h = log_retention_h
         self.landing: list[StreamOutcome] = []    # the last pass's landing folders
+        self.landing_forgotten = 0                 # ... and source-log entries dropped
 
     def run(self, only: Iterable[str] | None = None,
             progress: Callable[[TableOutcome], None] | None = None) -> list[TableOutcome]:
@@ -198,8 +200,10 @@ class Maintenance:
             return []
         started = time.monotonic()
         try:
-            outcomes = LandingRetention(self.spark, self.lake, self.section.landing_retain_h,
-                                        self.clock).run()
+            retention = LandingRetention(self.spark, self.lake,
+                                         self.section.landing_retain_h, self.clock)
+            outcomes = retention.run()
+            self.landing_forgotten = retention.forgotten
         except Exception as e:  # noqa: BLE001 - the tables are done; the next pass tries again
             log.warning("maintenance: landing retention failed: %s", e)
             self._log([self._row("landing", "landing", None, time.monotonic() - started,

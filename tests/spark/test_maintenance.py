@@ -285,3 +285,66 @@ def test_tables_keep_statistics_for_the_columns_reads_skip_by(spark, lake, tmp_p
     ops = {(r["table"], r["operation"]) for r in
            spark.read.format("delta").load(lake.table("gold", LOG_TABLE)).collect()}
     assert ("gold.request_stages_1m", "stats_columns") in ops
+
+
+def test_the_source_log_forgets_the_landing_files_a_pass_deleted(spark, tmp_path):
+    """Spark's compacted source log lists every file a query ever read. After a pass
+    deletes old landing files, no compacted log lists them, the files still there keep
+    their entries, the next compaction starts from the shorter list, and the query
+    restarted on it reads every file exactly once."""
+    import os
+
+    from jobs.bronze import from_landing
+    from jobs.landing_retention import normalized, source_log_entries
+
+    lake = Lake(str(tmp_path / "lake"))
+    folder = Path(lake.landing("broker_metrics"))
+    folder.mkdir(parents=True)
+    log_dir = Path(lake.checkpoint("silver")) / "sources" / "0"
+
+    def write(name: str, first: int, age_h: float) -> Path:
+        p = folder / name
+        p.write_text("".join(f'{{"n": {first + i}}}\n' for i in range(10)))
+        t = NOW_MS / 1000 - age_h * 3600
+        os.utime(p, (t, t))
+        return p
+
+    def run_once() -> None:
+        q = (from_landing(spark, lake, ["broker_metrics"], max_files_per_trigger=1)
+             .select("value").writeStream.format("delta")
+             .option("checkpointLocation", lake.checkpoint("silver"))
+             .trigger(availableNow=True).start(lake.table("silver", "lines")))
+        q.awaitTermination()
+        assert q.exception() is None
+
+    def compacted() -> dict[str, set[str]]:
+        return {p.name: {normalized(path) for path, _ in source_log_entries(p.read_text())}
+                for p in log_dir.glob("*.compact")}
+
+    key = "spark.sql.streaming.fileSource.log.compactInterval"
+    spark.conf.set(key, "2")          # a compaction every second batch: batches 1, 3, 5...
+    try:
+        old = [write(f"{c}.jsonl", 10 * i, age_h=40 - i) for i, c in enumerate("abcd")]
+        recent = write("e.jsonl", 40, age_h=1)
+        run_once()                    # batches 0-4, a file each; 1.compact and 3.compact
+        before = compacted()
+        assert set(before) == {"1.compact", "3.compact"}
+        assert before["3.compact"] == {normalized(p.as_uri()) for p in old}
+
+        m = Maintenance(spark, lake, MaintenanceSection(landing_retain_h=24),
+                        clock=lambda: NOW_MS)
+        m.run()
+        assert not any(p.exists() for p in old) and recent.exists()
+        assert m.landing_forgotten == 2 + 4          # a, b in 1.compact; a-d in 3.compact
+        assert compacted() == {"1.compact": set(), "3.compact": set()}
+
+        later = [write("f.jsonl", 50, age_h=30), write("g.jsonl", 60, age_h=0.5)]
+        run_once()                    # batches 5, 6: 5.compact from 3.compact, 4 and 5
+        assert compacted()["5.compact"] == {normalized(p.as_uri())
+                                            for p in (recent, later[0])}
+        run_once()                    # nothing new: e, f, g are remembered, not read again
+    finally:
+        spark.conf.unset(key)
+    values = [r["value"] for r in spark.read.format("delta")
+              .load(lake.table("silver", "lines")).collect()]
+    assert sorted(values) == sorted(f'{{"n": {i}}}' for i in range(70))

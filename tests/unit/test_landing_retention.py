@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from jobs.landing_retention import (consumed_files, log_batch, normalized, source_log_entries,
-                                    to_delete)
+from jobs.landing_retention import (consumed_files, forget_gone, log_batch, normalized,
+                                    source_log_entries, to_delete)
 
 H = 3_600_000
 
@@ -58,3 +58,28 @@ def test_only_files_read_and_older_than_the_retention_go():
     assert to_delete(files, consumed, now, retain_h=24) == [("file:/l/landing/a/old-read.jsonl", 10)]
     assert to_delete(files, consumed, now, retain_h=0) == [
         ("file:/l/landing/a/old-read.jsonl", 10), ("file:/l/landing/a/new-read.jsonl", 20)]
+
+
+def test_a_compacted_log_forgets_only_files_gone_that_a_committed_batch_read():
+    a, b, c, d = (f"file:///l/landing/a/{n}.jsonl" for n in "abcd")
+    text = _log((a, 0), (b, 1), (c, 2), (d, 3))
+    gone = {normalized(a), normalized(b), normalized(d)}
+    pruned, dropped = forget_gone(text, 2, gone.__contains__)
+    # d is gone but batch 3 is not committed: a restart plans it again from the log
+    assert dropped == 2
+    assert source_log_entries(pruned) == [(c, 2), (d, 3)]
+    assert pruned.startswith("v1\n") and not pruned.endswith("\n")   # Spark's own layout
+
+
+def test_a_log_with_nothing_gone_or_of_an_unknown_shape_is_left_alone():
+    a = "file:///l/landing/a/a.jsonl"
+    assert forget_gone(_log((a, 0)), 5, lambda p: False) is None
+    assert forget_gone(_log((a, 0)), None, lambda p: True) is None
+    assert forget_gone("v2" + _log((a, 0))[2:], 5, lambda p: True) is None
+    assert forget_gone(_log((a, 0)) + '\n{"topic":{"0":5}}', 5, lambda p: True) is None
+    assert forget_gone(_log((a, 0)) + "\nnot json", 5, lambda p: True) is None
+
+
+def test_a_log_whose_every_file_is_gone_keeps_its_version_line():
+    a = "file:///l/landing/a/a.jsonl"
+    assert forget_gone(_log((a, 0)), 0, lambda p: True) == ("v1", 1)
