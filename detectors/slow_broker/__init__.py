@@ -224,20 +224,11 @@ persistence_windows = 2, persistence_lookback_windows = 3, shared_cause_share = 
 broker_session_timeout_s = 9, disruption_grace_s = 60. The rules' other numbers are
 constants in the module of the rule that uses them, each with its reason.
 
-A broker that was out (crashed, hung past its session, shut down, restarting) is not
-slow: in the windows of its outage, its own verdict, those that blame it and its leaders'
-Remote waits that name no follower are set aside (outages.py, from the controller's
-fencing, registration and unfencing lines), until disruption_grace_s (60) after its
-unfence; its own-stage verdicts (request queue, Local, response queue: a fresh JVM
-warming up) until WARMUP_GRACES (3) x disruption_grace_s (180 s) after it. In that
-warm-up it is named a slow follower only when it stands out (past the holdback floor, or
-peer_ratio later than the others), not by WORST_MARGIN, and its leaders' Remote waits
-that name no follower are set aside. A broker that has just become leader of a partition
-waits in Remote for its new followers to find it: for HANDOVER_GRACES (0.5) x
-disruption_grace_s (30 s) after its "Leader ... starts" line, its Remote waits that name
-no follower are set aside too, and its own-stage verdicts (the clients and followers that
-moved to it) are warning victims of the handover with no action, unless it was blamed in
-the window before (handovers.py).
+Known disruptions explain what they cause (disruptions.py, one table): a broker out
+(crashed, hung past its session, shut down, restarting) until disruption_grace_s after
+its unfence, its warm-up until 3x that, and a leadership handover until 0.5x that after
+the new leader's "Leader ... starts" line. Each says whose verdicts it sets aside and
+whose own-stage slowness is only a warning victim with no action.
 
 Input: pass closed windows only (an open window's p99 is of a partial population), at
 least persistence_lookback_windows of them, and MIN_HISTORY_WINDOWS more when no
@@ -251,9 +242,8 @@ Modules, in the order the detector uses them:
 - latency.py: rules 1-5 and the dominant stage, on one broker/API/window.
 - follower_blame.py: the follower that holds a leader's acks=all writes back.
 - attribution.py: rule 6, whose fault a suspect row is.
-- outages.py: when each broker was out; its windows are set aside.
-- handovers.py: when a broker became leader; its unnamed Remote waits are set aside and
-  its own-stage slowness is a warning.
+- outages.py, handovers.py: when each broker was out, when a broker became leader.
+- disruptions.py: the known disruptions, and whose verdicts each explains for how long.
 - clients.py: the clients slow by their own requests, and their findings.
 - verdicts.py: causes, roles, and the rules' results kept for tests and evidence.
 - detect.py: `detect_slow_brokers`, which applies the rules in order per window.

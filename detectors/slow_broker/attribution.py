@@ -59,37 +59,6 @@ _SELF_CAUSES = {
 OWN_STAGE_CAUSES = frozenset(cause for cause, _ in _SELF_CAUSES.values())
 
 
-def loaded_by_outage_attribution(a: Attribution, out: AbstractSet[int],
-                                 back: AbstractSet[int] = frozenset()) -> Attribution:
-    """A partner's own-stage verdict while brokers it shares partitions with were out
-    (outages.partners_of), or `back` from one and still warming up: the load they left,
-    or their catch-up and returning clients, a warning with no action."""
-    back = set(back) - set(out)
-    parts = []
-    if out:
-        parts.append(f"broker {', '.join(str(b) for b in sorted(out))} it shares partitions "
-                     "with was out: it took over that broker's leaderships and clients")
-    if back:
-        parts.append(f"broker {', '.join(str(b) for b in sorted(back))} it shares partitions "
-                     "with was catching up after a restart: it served that broker's "
-                     "catch-up and its returning clients")
-    details = {**a.details, "brokers_out": [broker_entity(b) for b in sorted(out)]}
-    if back:
-        details["brokers_back"] = [broker_entity(b) for b in sorted(back)]
-    return Attribution(Role.VICTIM, a.cause, None, ActionKind.NONE, Severity.WARNING,
-                       f"{a.why}, while {'; and '.join(parts)}; not paged", details)
-
-
-def loaded_by_handover_attribution(a: Attribution, partitions: int) -> Attribution:
-    """An own-stage verdict of a broker that had just become leader of `partitions`
-    partitions (handovers.py): the load that moved to it, a warning with no action (moving
-    those leaderships away again would undo the election)."""
-    return Attribution(Role.VICTIM, a.cause, None, ActionKind.NONE, Severity.WARNING,
-                       f"{a.why}, just after it became leader of {partitions} partition(s): "
-                       "their clients and followers moved to it; not paged",
-                       {**a.details, "leaderships_gained": partitions})
-
-
 def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
                    config: SlowBrokerSection) -> Attribution:
     """Slow ResponseSend: a few slow clients are theirs to fix; most clients slow is the
@@ -252,14 +221,15 @@ def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBroker
 OWN_STAGES = ("request_queue", "local", "response_queue")
 
 
-def quiet_but_slow(verdicts: Sequence[ApiVerdict], out: AbstractSet[int],
+def quiet_but_slow(verdicts: Sequence[ApiVerdict], explained: AbstractSet[int],
                    config: SlowBrokerSection) -> set[int]:
     """Brokers with a row too quiet to be judged (not even pooled) that was slow all the
     same: at least QUIET_SLOW_MIN_REQUESTS requests, over the threshold, slow against its
-    own history, its dominant stage one of the broker's own; brokers that were out left
-    out. They are blamed for nothing, but count as slow when the cluster-wide judgement
-    asks how many brokers were slow at once."""
+    own history, its dominant stage one of the broker's own; brokers whose own stages a
+    known disruption accounts for (disruptions.py) left out. They are blamed for nothing,
+    but count as slow when the cluster-wide judgement asks how many brokers were slow at
+    once."""
     return {v.row.broker for v in verdicts
-            if not v.enough_traffic and v.row.broker not in out
+            if not v.enough_traffic and v.row.broker not in explained
             and v.row.requests >= QUIET_SLOW_MIN_REQUESTS
             and v.over_threshold and v.slow_vs_history and v.dominant_stage in OWN_STAGES}

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
 from detectors.slow_broker.attribution import (
-    OWN_STAGE_CAUSES,
-    loaded_by_handover_attribution,
-    loaded_by_outage_attribution,
     attribute,
     corroborated_by_follower,
     is_cluster_wide,
@@ -48,9 +45,10 @@ from detectors.slow_broker.latency import (
     pooled_traffic,
     threshold_for,
 )
-from detectors.slow_broker.handovers import HANDOVER_GRACES, LeadershipGain, new_leaders_during
-from detectors.slow_broker.outages import (WARMUP_GRACES, BrokerOutage, out_during,
-                                           partners_of, warming_during)
+from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_before,
+                                               disruptions_from, explain, not_named_by_margin)
+from detectors.slow_broker.handovers import LeadershipGain
+from detectors.slow_broker.outages import BrokerOutage
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.verdicts import (
     BLAMED_ROLES,
@@ -58,7 +56,6 @@ from detectors.slow_broker.verdicts import (
     ApiVerdict,
     BrokerVerdict,
     Role,
-    SlowBrokerCause,
     WindowAssessment,
 )
 
@@ -235,154 +232,43 @@ def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
         blamed.victim_latency_ms = max(blamed.victim_latency_ms, v.api_verdict.latency_ms)
 
 
-# Remote waits that name no follower: while a follower of the leader is out or catching
-# up after a restart, that is whom the leader's acks=all writes wait for.
-_UNNAMED_REMOTE_WAITS = (SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
-                         SlowBrokerCause.REMOTE_WAIT)
-
-
-def _waits_unnamed_on(v: BrokerVerdict, b: int, brokers_out: set[int],
-                      view: FollowerView | None) -> bool:
-    """Is `v` a Remote wait naming no follower of leader `b`, one of whose followers (in
-    `view`; any broker when the view knows none) is in `brokers_out`?"""
-    if v.attribution.cause not in _UNNAMED_REMOTE_WAITS or not brokers_out:
-        return False
-    known = set(view.by_leader.get(b, {})) if view is not None else set()
-    return bool(brokers_out & (known or brokers_out))
-
-
-def set_aside_outages(brokers: dict[int, BrokerVerdict], out: set[int],
-                      view: FollowerView | None = None) -> dict[int, BrokerVerdict]:
-    """Take out of `brokers` the verdicts of brokers that were out in the window, those
-    that blame one, and a leader's Remote waits that name no follower while one of its
-    followers (in `view`; every broker when the view knows none) was out (outages.py);
-    return them. Seen on a rolling restart (rolling-restart-3b): the last broker restarted
-    and caught up while the other two waited on it in Remote, their followers' fetches
-    too regular to name it."""
-    return _take_out(brokers, lambda b, v: (
-        b in out or v.attribution.blamed_broker in out or _waits_unnamed_on(v, b, out, view)))
-
-
-def _take_out(brokers: dict[int, BrokerVerdict], excuse) -> dict[int, BrokerVerdict]:
-    """Remove from `brokers` the verdicts `excuse(broker, verdict)` is true of; return them."""
-    excused = {b: v for b, v in brokers.items() if excuse(b, v)}
-    for b in excused:
-        del brokers[b]
-    return excused
-
-
-def set_aside_warmup(brokers: dict[int, BrokerVerdict], warming: set[int],
-                     view: FollowerView | None = None) -> dict[int, BrokerVerdict]:
-    """Take out of `brokers` the own-stage verdicts (OWN_STAGE_CAUSES) of brokers still
-    warming up after an outage (outages.warming_during), and a leader's Remote waits that
-    name no follower while one of its followers warms up; return them. A warming follower
-    lags a little behind the others on a loaded host, not enough to name it
-    (follower_blame.worst_everywhere), and its leaders' acks=all writes wait on it: the
-    live matrix at 1ad524f, crash-restart-3b, 120-130 s after broker 2 was unfenced.
-    A follower that stands out by peer_ratio is still named, and blamed."""
-    return _take_out(brokers, lambda b, v: (
-        (b in warming and v.attribution.cause in OWN_STAGE_CAUSES)
-        or _waits_unnamed_on(v, b, warming, view)))
-
-
-def _loaded(brokers: dict[int, BrokerVerdict], eligible, already_slow: set[int],
-            as_victim) -> set[int]:
-    """Turn the own-stage culprit verdicts of the `eligible(broker)` brokers not
-    `already_slow` into `as_victim(broker, attribution)`; return those brokers."""
-    loaded = {b for b, v in brokers.items()
-              if eligible(b) and b not in already_slow and v.attribution.role is Role.CULPRIT
-              and v.attribution.cause in OWN_STAGE_CAUSES}
-    for b in loaded:
-        brokers[b] = replace(brokers[b], attribution=as_victim(b, brokers[b].attribution))
-    return loaded
-
-
-def loaded_by_outage(brokers: dict[int, BrokerVerdict], out: set[int],
-                     partners: set[int] | None, already_slow: set[int],
-                     back: set[int] = frozenset()) -> set[int]:
-    """While brokers are `out`, or `back` from an outage and warming up, their partners'
-    own-stage culprit verdicts become victims of the outage (outages.py; `partners` None:
-    every broker is one), except those of brokers `already_slow` (blamed in the last
-    window before the outage); return the brokers so judged.
-
-    The warm-up counts: rolling-restart-3b live at 1ad524f, brokers 1 and 2 (their own
-    warm-ups just over) paged network_threads_saturated 130-160 s after broker 3, the last
-    restarted, was unfenced, while they served its catch-up (their follower Fetch requests
-    2-4x what they were before) and its clients came back."""
-    loaders = set(out) | set(back)
-    if not loaders:
-        return set()
-    return _loaded(brokers,
-                   lambda b: b not in loaders and (partners is None or b in partners),
-                   already_slow, lambda b, a: loaded_by_outage_attribution(a, out, back))
-
-
-def loaded_by_handover(brokers: dict[int, BrokerVerdict], new_leaders: Mapping[int, int],
-                       already_slow: set[int]) -> set[int]:
-    """The own-stage culprit verdicts of brokers that had just become leaders
-    (`new_leaders`: broker -> partitions taken, handovers.py) become victims of the
-    handover, except those of brokers `already_slow` (blamed in the last window before);
-    return the brokers so judged."""
-    return _loaded(brokers, lambda b: b in new_leaders, already_slow,
-                   lambda b, a: loaded_by_handover_attribution(a, new_leaders[b]))
-
-
-def set_aside_handovers(brokers: dict[int, BrokerVerdict],
-                        new_leaders: set[int]) -> dict[int, BrokerVerdict]:
-    """Take out of `brokers` the Remote waits naming no follower of brokers that had just
-    become leaders (handovers.py); return them."""
-    return _take_out(brokers, lambda b, v: (
-        b in new_leaders and v.attribution.cause in _UNNAMED_REMOTE_WAITS))
-
-
 def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStageWindow],
                   history: _History, external: Mapping[tuple[int, str], float],
                   view: FollowerView, sends: Sequence[ClientSendWindow],
-                  config: SlowBrokerSection, out: set[int] = frozenset(),
-                  new_leaders: Mapping[int, int] = MappingProxyType({}),
+                  config: SlowBrokerSection, active: Sequence[Disruption] = (),
+                  followers_seen: Mapping[int, Mapping[int, int]] = MappingProxyType({}),
+                  blamed_before: set[int] = frozenset(),
                   rtts: Sequence[ClientRttWindow] = (),
-                  own: Sequence[ProducerServerWindow] = (),
-                  partners: set[int] | None = None,
-                  already_slow: set[int] = frozenset()) -> WindowAssessment:
-    """Apply every rule to one window, then attribute, then set aside what brokers that
-    were out (`out`: restarting, crashed, shut down) explain, the own-stage verdicts of
-    brokers still warming up after one (`view.warming`) and their leaders' waits that
-    name no follower, judge the own-stage verdicts of the `partners` of brokers out or
-    warming victims of the outage (but those `already_slow`; `loaded_by_outage`), set
-    aside the Remote waits of brokers that had just become leaders (`new_leaders`: broker
-    -> partitions taken) and judge their own-stage verdicts victims of
-    the handover (but those `already_slow`; `loaded_by_handover`), then judge
-    cluster-wide (counting the brokers too quiet to judge that were as slow,
-    attribution.quiet_but_slow); the
-    clients are judged on their own requests beside it (clients.py), and producers on
+                  own: Sequence[ProducerServerWindow] = ()) -> WindowAssessment:
+    """Apply every rule to one window, then attribute, then let the known disruptions in
+    effect (`active`) explain what they cause (disruptions.py), then judge cluster-wide
+    (counting the brokers too quiet to judge that were as slow, attribution.quiet_but_slow);
+    the clients are judged on their own requests beside it (clients.py), and producers on
     their own round trips against their own requests' times (`own`, client_links.py).
 
     The order matters: attribution needs the suspect rows of every broker (a follower is
     blamed by other brokers' rows), and the cluster-wide judgement needs attribution (a
-    slow follower that makes every leader slow is one broker's fault, not the cluster's).
+    slow follower that makes every leader slow is one broker's fault, not the cluster's)
+    and the disruptions (what they explain is no broker's slowness).
     """
     rows = [r for r in rows if is_watched(r.api, config)]
     verdicts = corroborated_by_follower(judge_rows(rows, history, external, config), view,
                                         config)
     brokers = broker_verdicts(verdicts, view, sends, config)
     blame_slow_followers(brokers)
-    excused = set_aside_outages(brokers, out, view)
-    warming = set(view.warming)
-    excused.update(set_aside_warmup(brokers, warming, view))
-    loaded = loaded_by_outage(brokers, set(out), partners, set(already_slow), warming)
-    excused.update(set_aside_handovers(brokers, set(new_leaders)))
-    loaded |= loaded_by_handover(brokers, new_leaders, set(already_slow))
+    x = explain(brokers, active, view, followers_seen, set(blamed_before))
+    brokers = x.kept
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).
-    quiet = quiet_but_slow(verdicts, set(out) | set(warming) | loaded, config) - blamed_set
+    quiet = quiet_but_slow(verdicts, x.own_stages_explained, config) - blamed_set
     wide = is_cluster_wide(blamed_set | quiet, with_traffic | blamed_set | quiet, config)
     history.remember(verdicts)
     return WindowAssessment(cluster=cluster, window_start_ms=window_start_ms,
                             api_verdicts=verdicts, brokers=brokers,
                             brokers_with_traffic=with_traffic, blamed=blamed_set,
                             cluster_wide=wide, clients=judge_clients(sends, rows, config),
-                            links=judge_links(rtts, rows, config, own), excused=excused,
+                            links=judge_links(rtts, rows, config, own), excused=x.set_aside,
                             quiet_slow=quiet)
 
 
@@ -433,10 +319,11 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, norm_api(b.api))] = b.p99_ms
 
+    disruptions = disruptions_from(outages, leadership_gains)
     out = []
     histories: dict[str, _History] = defaultdict(_History)
     last_seen: dict[str, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
-    # per cluster, the brokers blamed in the last window in which no broker was out
+    # per cluster, the brokers blamed in the last window that counts as before a disruption
     blamed_before: dict[str, set[int]] = defaultdict(set)
     for cluster, start in sorted(rows_by_cw):
         window_rows = rows_by_cw[(cluster, start)]
@@ -445,22 +332,16 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         by_leader = holdback_view(fetches, start, last_seen[cluster], logging, window_ms)
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
-        warming = warming_during(outages, cluster, start, start + window_ms,
-                                 int(WARMUP_GRACES * config.disruption_grace_s * 1000))
-        view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()), warming)
-        gone = out_during(outages, cluster, start, start + window_ms)
-        new_leaders = new_leaders_during(leadership_gains, cluster, start, start + window_ms,
-                                         int(HANDOVER_GRACES * config.disruption_grace_s
-                                             * 1000))
+        active = active_in(disruptions, cluster, start, start + window_ms, config)
+        view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()),
+                                  not_named_by_margin(active))
         a = assess_window(cluster, start, window_rows, histories[cluster],
                           external_by_cluster[cluster], view,
-                          sends_by_cw.get((cluster, start), []), config, gone, new_leaders,
+                          sends_by_cw.get((cluster, start), []), config, active,
+                          last_seen[cluster], blamed_before[cluster],
                           rtts_by_cw.get((cluster, start), ()),
-                          own_by_cw.get((cluster, start), ()),
-                          (partners_of(gone | warming, last_seen[cluster], new_leaders)
-                           if gone or warming else None),
-                          blamed_before[cluster])
-        if not gone:
+                          own_by_cw.get((cluster, start), ()))
+        if counts_as_before(active):
             blamed_before[cluster] = set(a.blamed)
         out.append(a)
     return out
@@ -477,8 +358,9 @@ def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
                         producer_times: Iterable[ProducerServerWindow] = (),
                         config: SlowBrokerSection | None = None) -> list[Detection]:
     """slow_broker, cluster_wide_slowness and slow_client detections from the input
-    windows; `outages` (outages.py): when brokers were out (their windows set aside);
-    `leadership_gains` (handovers.py): when brokers became leaders; `client_rtts`
+    windows; `outages` (outages.py): when brokers were out, and `leadership_gains`
+    (handovers.py): when brokers became leaders, the known disruptions (disruptions.py)
+    that explain what they cause; `client_rtts`
     (client_links.py): the producers' own round trips, from their statistics, and
     `producer_times` what the brokers took for their Produce requests."""
     config = config or SlowBrokerSection()

@@ -68,17 +68,17 @@ def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
 
 @dataclass(frozen=True)
 class FollowerView:
-    """What the leaders saw of their followers in one window, indexed both ways, and which
-    brokers were still warming up after a restart in it (outages.warming_during)."""
+    """What the leaders saw of their followers in one window, indexed both ways, and the
+    brokers a known disruption keeps from being named by margin alone (disruptions.py)."""
     by_leader: Mapping[int, Mapping[int, float]]    # leader -> follower -> holdback ms
     by_follower: Mapping[int, Mapping[int, float]]  # follower -> leader -> holdback ms
     shrinks_by_leader: Mapping[int, Sequence[IsrShrink]]
-    warming: frozenset[int] = frozenset()
+    not_by_margin: frozenset[int] = frozenset()
 
     @classmethod
     def build(cls, by_leader: Mapping[int, Mapping[int, float]],
               shrinks: Iterable[IsrShrink] = (),
-              warming: Iterable[int] = ()) -> "FollowerView":
+              not_by_margin: Iterable[int] = ()) -> "FollowerView":
         by_follower: dict[int, dict[int, float]] = defaultdict(dict)
         for leader, followers in by_leader.items():
             for follower, ms in followers.items():
@@ -86,7 +86,8 @@ class FollowerView:
         by_shrinker: dict[int, list[IsrShrink]] = defaultdict(list)
         for x in shrinks:
             by_shrinker[x.leader].append(x)
-        return cls(dict(by_leader), dict(by_follower), dict(by_shrinker), frozenset(warming))
+        return cls(dict(by_leader), dict(by_follower), dict(by_shrinker),
+                   frozenset(not_by_margin))
 
 
 def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
@@ -144,16 +145,12 @@ def worst_everywhere(view: FollowerView, follower: int, config: SlowBrokerSectio
     loaded host's chance lags out: on the same cluster a healthy follower was now and then
     340-560 ms late at both its leaders, 1.5-8x the other follower there.
 
-    A broker still warming up after a restart (`view.warming`) is not named so: a fresh
-    JVM on a loaded host lags like that for minutes. The live matrix at 1ad524f, on
-    coordinator-failover-3b, crash-restart-3b and unclean-rf2-3b: 80-130 s after the
-    restarted broker was unfenced, when its outage grace was over, it was 520-830 ms late
-    at both leaders against 180-470 ms for the other followers, 1.5-4.7x, while the host
-    slowed every broker's Produce, its own leaderships' too; the other leaders were called
-    its victims. Past the floor, or standing out by peer_ratio at most of its leaders,
-    it is still named."""
+    A broker a known disruption exempts (`view.not_by_margin`: one warming up after a
+    restart, disruptions.py) is not named by the margin: a fresh JVM on a loaded host lags
+    like that for minutes. Past the floor, or standing out by peer_ratio at most of its leaders, it
+    is still named."""
     leaders = view.by_follower.get(follower, {})
-    if len(leaders) < 2 or follower in view.warming:
+    if len(leaders) < 2 or follower in view.not_by_margin:
         return False
     least = max(config.threshold_ms, WORST_MIN_MS)
     for leader, here in leaders.items():

@@ -131,8 +131,7 @@ class WindowAssessment:
     clients: dict[str, ClientVerdict] = field(default_factory=dict)
     # Producers whose own network path was slow (client_links.py): client -> verdict.
     links: dict = field(default_factory=dict)
-    # Verdicts set aside because the broker, or the follower they blame, was out
-    # (restarting, crashed, shut down: outages.py): broker -> the verdict.
+    # Verdicts a known disruption explains (disruptions.py): broker -> the verdict.
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)
     # Brokers blamed for nothing, too quiet to judge, whose requests were as slow: counted
     # as slow brokers in the cluster-wide judgement (attribution.quiet_but_slow).

@@ -72,7 +72,7 @@ from detectors.slow_broker import (
     RequestStageWindow,
 )
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
-from detectors.slow_broker.handovers import HANDOVER_GRACES
+from detectors.slow_broker.disruptions import Kind, span_ms
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from infra.lake_sql import LakeSql
@@ -433,8 +433,7 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
                                             "leader_change")], since_ms=r.start_ms)
     out.broker_outages = outages_from(events, x.config.slow_broker)
     out.leadership_gains = leadership_gains_from(
-        events, r.start_ms - int(HANDOVER_GRACES * x.config.slow_broker.disruption_grace_s
-                                 * 1000))
+        events, r.start_ms - span_ms(Kind.LEADERSHIP_HANDOVER, x.config.slow_broker))
     out.truncations = truncations_from(events, r.start_ms - int(x.evidence_s * 1000))
     out.coordinator_loads = coordinator_loads_from(events, r.start_ms - int(x.evidence_s * 1000))
     election_since = r.start_ms - int(x.meter_s * 1000)

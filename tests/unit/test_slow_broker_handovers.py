@@ -12,7 +12,7 @@ import pytest
 from core.findings import AnomalyType
 from detectors.slow_broker import (LeadershipGain, SlowBrokerSection, assess_windows,
                                    detect_slow_brokers)
-from detectors.slow_broker.handovers import new_leaders_during
+from detectors.slow_broker.disruptions import active_in, disruptions_from, leaderships_taken
 from jobs.detector_inputs import leadership_gains_from
 from tests.unit.test_detector_slow_broker import (
     FAULT, LAST, follower_fetches, healthy, replaced, start)
@@ -20,6 +20,13 @@ from tests.unit.test_detector_slow_broker import (
 pytestmark = pytest.mark.unit
 
 CONFIG = SlowBrokerSection()
+
+
+def new_leaders_during(gains, cluster, start_ms, end_ms, grace_ms):
+    """Broker -> partitions it took, of the handovers in effect in [start_ms, end_ms)."""
+    config = SlowBrokerSection(disruption_grace_s=grace_ms / 500)     # a handover: 0.5x
+    return leaderships_taken(active_in(disruptions_from(gains=gains), cluster, start_ms,
+                                       end_ms, config))
 
 
 def gain(broker, ms, cluster="c1"):

@@ -18,17 +18,17 @@ from detectors.slow_broker import (
 )
 import dataclasses
 
-from detectors.slow_broker.outages import (BrokerUnreachable, broker_outages, out_during,
-                                           unreachable_outages, warming_during)
+from detectors.slow_broker.disruptions import Kind, active_in, disruptions_from, subjects
+from detectors.slow_broker.outages import BrokerUnreachable, broker_outages, unreachable_outages
 from jobs.detector_inputs.slow_broker import outages_from
 from tests.unit.test_detector_slow_broker import (
     LAST, T0, W, follower_fetches, healthy, replaced, start)
 
 pytestmark = pytest.mark.unit
 
-CONFIG = SlowBrokerSection()
 S = 9_000       # broker.session.timeout.ms
 GRACE = 30_000
+CONFIG = SlowBrokerSection(disruption_grace_s=GRACE / 1000)
 
 
 def change(broker, ms, state, cluster="c1"):
@@ -37,6 +37,20 @@ def change(broker, ms, state, cluster="c1"):
 
 def outages(*changes):
     return broker_outages(changes, session_timeout_ms=S, grace_ms=GRACE)
+
+
+def in_effect(kind, outs, cluster, start_ms, end_ms, config=CONFIG):
+    """The brokers an outage's `kind` of disruption covers in [start_ms, end_ms)."""
+    return subjects(active_in(disruptions_from(outs), cluster, start_ms, end_ms, config), kind)
+
+
+def out_during(outs, cluster, start_ms, end_ms):
+    return in_effect(Kind.BROKER_OUT, outs, cluster, start_ms, end_ms)
+
+
+def warming_during(outs, cluster, start_ms, end_ms, warmup_ms):
+    return in_effect(Kind.BROKER_WARMUP, outs, cluster, start_ms, end_ms,
+                     dataclasses.replace(CONFIG, disruption_grace_s=warmup_ms / 3000))
 
 
 def test_a_crash_runs_from_a_session_before_the_fence_to_the_unfence_and_the_grace():
