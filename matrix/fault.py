@@ -12,7 +12,7 @@ Mechanisms that keep a fault going until it is detected (a broker frozen in burs
 from __future__ import annotations
 
 from demo.faults.base import Fault, FaultRun
-from detectors.slow_broker.attribution import OWN_STAGE_CAUSES
+from detectors.slow_broker.blame import OWN_STAGE_CAUSES
 from matrix.truth import Expect, GroundTruth
 
 

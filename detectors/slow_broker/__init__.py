@@ -58,9 +58,9 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    dominant stage, whose leader waits on a follower that is late at the other leaders it
    follows too (the follower's fetches are the evidence, see 4b), is judged once it,
    pooled the same way, holds CORROBORATED_MIN_REQUESTS (20), if its latency is at least
-   CORROBORATED_HISTORY_RATIO x its baseline (attribution.corroborated_by_follower):
-   leaders held back by a follower frozen in short bursts served ~26 Produce requests a
-   window (freeze-short-5b live) and pooled 100 only after four windows.
+   CORROBORATED_HISTORY_RATIO x its baseline (blame.corroborated_by_follower): a
+   leader held back by a follower serves fewer writes, so waits that are real are often
+   too few to judge alone.
 2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
    (`PURGATORY_APIS`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
@@ -90,7 +90,7 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    for the same API in the same window (at least MIN_PEERS, 2, of them with traffic).
    4b. follower_corroborated: an acks=all write (Produce, OffsetCommit, TxnOffsetCommit)
    with Remote its dominant stage whose leader waits on a follower that is late at the
-   other leaders it follows too (attribution.corroborated_by_follower), and latency >=
+   other leaders it follows too (blame.corroborated_by_follower), and latency >=
    CORROBORATED_HISTORY_RATIO (1.5) x its baseline. When the culprit is a follower of
    most leaders, the peers wait on it as well, and its earlier lags raised the leaders'
    baselines: the other leaders' fetch data is a second sign, so the history bar is lower.
@@ -104,7 +104,7 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
      response_queue -> network_threads_saturated. The broker is the culprit:
      move_leadership.
    - remote on Produce (or OffsetCommit / TxnOffsetCommit: the coordinator's acks=all
-     append to __consumer_offsets) -> the follower that holds acks=all back (see below). The finding
+     append to __consumer_offsets) -> the follower that holds acks=all back (below). The finding
      names the reporting leader (role victim, cause remote_produce_slow_follower, action
      none: moving its leadership would not help) and its evidence names the follower;
      the follower is blamed in its own finding (cause slow_follower, or its own stage
@@ -140,39 +140,20 @@ Produce TotalTime TP99 where those are not known) is the Produce threshold or mo
 other producers at that broker were fine (or it is so at two brokers or more). Finding:
 slow_client on "client:<client_id>", cause client_slow_link, severity warning, action none.
 
-Slow-follower attribution for a leader L (a Produce verdict dominated by Remote):
-the follower's "holdback" at a leader is max(max_fetch_gap_ms, send_p99_ms): how long the
-leader waited on it outside purgatory. A follower L had fetching in earlier windows that
-sends nothing in this one (while L logs other requests) stopped fetching entirely: its
-holdback is the whole window. A follower is late at a leader when its holdback there is
->= LATE_FLOOR_MS (1,000), or >= threshold_ms while it stands out (peer_ratio x
-the median of that leader's other followers): a broker frozen in short bursts keeps its
-gaps under the floor but is still the one follower every leader waits on, and without
-the relative half every leader looked slow at once and the window was called
-cluster-wide with no broker named. Candidates are the followers named by L's ISR shrinks
-in the window and those late at L. A candidate F is confirmed when it is slow
-everywhere: its median holdback at the other leaders it follows is above the floor, or
-it is late at most of them, or at every leader it follows (two at least) it held the
-leader back past threshold_ms and WORST_MIN_MS (500) and WORST_MARGIN
-(1.5) x longer than any other follower there (`follower_blame.worst_everywhere`: on three
-brokers a leader has one other follower to compare with, and a loaded host lifts it now
-and then); or when F is slow to serve its own followers (below: a
-broker whose own network is slow is late at some leaders and waited on by its
-followers); and refuted otherwise (F fetches fine elsewhere). When no
-other leader sees F, F is confirmed if L's ISR shrink named it but not all of L's
-followers, or if its holdback is peer_ratio (3) x the median of L's other followers.
-The confirmed candidate with the largest holdback is blamed. If every
-follower of L was waited on but all fetch normally elsewhere, L itself is slow to serve
-replication (a paused or overloaded leader makes all its followers look late, and on
-resuming it even shrinks its ISR to drop them): cause leader_replication_stalled, L is
-the culprit. "Waited on" is past the floor, or (`follower_blame.serves_slowly`) past
-threshold_ms and twice the follower's median holdback elsewhere, which is under
-threshold_ms (a 250-ms delay each way keeps every gap under the floor; followers about
-as late everywhere, a starved host, are not this). Otherwise
-remote_produce_unknown_follower, unattributed.
-Acceptance scenario (one broker paused in bursts, acks=all, RF=3): the other leaders'
-Produce Remote time is attributed to it (victims naming it); it is blamed in its own
-finding, with its own stage cause when its own requests were slow.
+Slow-follower attribution for a leader L (a Produce verdict dominated by Remote), by
+explaining away (blame.common_party) over the holdback matrix, leader x follower: a
+follower's holdback at a leader is max(max_fetch_gap_ms, send_p99_ms), the whole window
+for a follower that stopped fetching. A follower is late at a leader past LATE_FLOOR_MS
+(1,000), or past threshold_ms while it stands out (peer_ratio x the median of that
+leader's other followers). Candidates are the followers late at L or named by L's ISR
+shrinks. The other leaders a candidate follows confirm it (late at most of them, its
+median holdback there past the floor, or the worst follower at every leader it follows by
+WORST_MARGIN, 1.5, past WORST_MIN_MS, 500) or refute it; with no other leader, L's shrink
+or its standing out at L confirms it. The confirmed candidate L waited on longest is
+blamed. Otherwise, when every follower of L is late there but fine elsewhere, L itself is
+slow to serve replication (leader_replication_stalled, culprit); else
+remote_produce_unknown_follower, unattributed. A broker slow in its own stages that also
+holds leaders back keeps its own cause, the leaders listed.
 
 Cluster-wide: in each window, the blamed brokers are the culprits (self or as followers)
 and the unattributed; victims, slow clients and quotas are not blamed. If more than
@@ -240,8 +221,8 @@ Modules, in the order the detector uses them:
 - config.py: `SlowBrokerSection`, the [slow_broker] keys.
 - inputs.py: the input dataclasses and the request stages.
 - latency.py: rules 1-5 and the dominant stage, on one broker/API/window.
-- follower_blame.py: the follower that holds a leader's acks=all writes back.
-- attribution.py: rule 6, whose fault a suspect row is.
+- blame.py: rule 6 by explaining away: whose fault a suspect row is, the follower that
+  holds a leader's acks=all writes back, and when it is cluster-wide.
 - outages.py, handovers.py: when each broker was out, when a broker became leader.
 - disruptions.py: the known disruptions, and whose verdicts each explains for how long.
 - clients.py: the clients slow by their own requests, and their findings.
@@ -253,7 +234,7 @@ Modules, in the order the detector uses them:
 
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.detect import assess_windows, detect_slow_brokers
-from detectors.slow_broker.follower_blame import FollowerView, blame_follower
+from detectors.slow_broker.blame import Waits, common_party, replication_bar, replication_waits
 from detectors.slow_broker.inputs import (
     STAGES,
     ClientRttWindow,
@@ -287,7 +268,6 @@ __all__ = [
     "ClientRttWindow",
     "ClientSendWindow",
     "FollowerFetchWindow",
-    "FollowerView",
     "IsrShrink",
     "LatencyBaseline",
     "LeadershipGain",
@@ -295,8 +275,9 @@ __all__ = [
     "RequestStageWindow",
     "Role",
     "SlowBrokerSection",
+    "Waits",
     "assess_windows",
-    "blame_follower",
+    "common_party",
     "detect_slow_brokers",
     "detections_from",
     "dominant_stage",
@@ -304,5 +285,7 @@ __all__ = [
     "is_watched",
     "latency_ms",
     "median_without",
+    "replication_bar",
+    "replication_waits",
     "threshold_for",
 ]

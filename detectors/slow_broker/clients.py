@@ -4,7 +4,7 @@ A client that reads its responses slowly (a small receive buffer, a starved proc
 thin link) makes the broker's ResponseSend for its requests take seconds: the broker
 writes into the socket until the buffers are full, then waits for the client to read.
 The broker is fine; only that client is slow. Judged through the broker's TP99 (rule 6,
-attribution.attribute_send) such a client is seen only when it is more than 1% of the
+blame.attribute_send) such a client is seen only when it is more than 1% of the
 broker's requests of that API, and then as a finding on the broker. A slow reader makes
 few requests (each takes seconds, and a client waits for a response before it fetches
 again on that connection), so it is usually far below 1% and was not found at all.
@@ -17,7 +17,7 @@ had one (so the share below counts all of that broker's clients).
 
 Rule, per cluster, window, client and watched API (`judge_clients`):
 1. leave out replica fetches (`follower`): a slow follower is the slow-broker rules'
-   business (follower_blame), not a client;
+   business (blame.py), not a client;
 2. leave out the client's requests at a broker/API where more than shared_cause_share of
    the clients seen (more than one) were slow in the window: that is the broker's send
    path (network_send_slow, a frozen broker sending late to everyone), the rule 6
@@ -57,7 +57,7 @@ from core.findings import (
     Severity,
     client_entity,
 )
-from detectors.slow_broker.attribution import slow_clients
+from detectors.slow_broker.blame import slow_clients
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import ClientSendWindow, RequestStageWindow
 from detectors.slow_broker.latency import is_watched, norm_api, threshold_for

@@ -8,20 +8,24 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
-from detectors.slow_broker.attribution import (
+from detectors.slow_broker.blame import (
+    Blame,
+    Waits,
     attribute,
+    blame_slow_followers,
     corroborated_by_follower,
+    holdback_view,
     is_cluster_wide,
+    leader_blames,
     quiet_but_slow,
-    slow_follower_attribution,
+    replication_waits,
 )
 from detectors.slow_broker.client_links import judge_links
 from detectors.slow_broker.clients import judge_clients
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.follower_blame import FollowerView, holdback_view
 from detectors.slow_broker.inputs import (
     ClientRttWindow,
     ClientSendWindow,
@@ -55,7 +59,6 @@ from detectors.slow_broker.verdicts import (
     ROLE_ORDER,
     ApiVerdict,
     BrokerVerdict,
-    Role,
     WindowAssessment,
 )
 
@@ -153,7 +156,7 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
         r.requests, latency[id(r)], threshold_for(r.api, config), history.earlier(r, config),
         config))}
     # Rule 1b: the same with CORROBORATED_MIN_REQUESTS, used only once the follower the
-    # row waits on is corroborated (attribution.corroborated_by_follower).
+    # row waits on is corroborated (blame.corroborated_by_follower).
     quiet = {id(r): pool for r in rows if not traffic[id(r)] and id(r) not in pooled
              and (pool := pooled_traffic(
                  r.requests, latency[id(r)], threshold_for(r.api, config),
@@ -188,7 +191,7 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: _History,
     return verdicts
 
 
-def broker_verdicts(verdicts: Sequence[ApiVerdict], view: FollowerView,
+def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
                     sends: Sequence[ClientSendWindow],
                     config: SlowBrokerSection) -> dict[int, BrokerVerdict]:
     """Rule 6 on every suspect row, and one verdict per broker: the first role in `Role`'s
@@ -203,7 +206,7 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], view: FollowerView,
         b = v.row.broker
         broker_sends = [x for x in sends_by_broker.get(b, ())
                         if x.api is None or norm_api(x.api) == norm_api(v.row.api)]
-        candidate = BrokerVerdict(b, attribute(v, view, broker_sends, config), v)
+        candidate = BrokerVerdict(b, attribute(v, blame_of, broker_sends, config), v)
         current = brokers.get(b)
         slow_apis = (current.slow_apis if current else []) + [v.row.api]
         if current is None or _verdict_rank(candidate) < _verdict_rank(current):
@@ -212,29 +215,9 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], view: FollowerView,
     return brokers
 
 
-def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
-    """Give every follower a victim names a culprit verdict of its own, in `brokers`, with
-    the leaders it holds back."""
-    for v in list(brokers.values()):
-        f = v.attribution.blamed_broker
-        if v.attribution.role is not Role.VICTIM or f is None:
-            continue
-        # A follower slow in its own right keeps its own cause; otherwise (not slow, or
-        # only a victim or a client problem itself) it is blamed as the slow follower.
-        blamed = brokers.get(f)
-        if blamed is None or blamed.attribution.role is not Role.CULPRIT:
-            own = blamed
-            blamed = BrokerVerdict(f, slow_follower_attribution(f),
-                                   own.api_verdict if own else None,
-                                   slow_apis=own.slow_apis if own else [])
-            brokers[f] = blamed
-        blamed.held_back_leaders.append(v.broker)
-        blamed.victim_latency_ms = max(blamed.victim_latency_ms, v.api_verdict.latency_ms)
-
-
 def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStageWindow],
                   history: _History, external: Mapping[tuple[int, str], float],
-                  view: FollowerView, sends: Sequence[ClientSendWindow],
+                  waits: Waits, sends: Sequence[ClientSendWindow],
                   config: SlowBrokerSection, active: Sequence[Disruption] = (),
                   followers_seen: Mapping[int, Mapping[int, int]] = MappingProxyType({}),
                   blamed_before: set[int] = frozenset(),
@@ -242,7 +225,7 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
                   own: Sequence[ProducerServerWindow] = ()) -> WindowAssessment:
     """Apply every rule to one window, then attribute, then let the known disruptions in
     effect (`active`) explain what they cause (disruptions.py), then judge cluster-wide
-    (counting the brokers too quiet to judge that were as slow, attribution.quiet_but_slow);
+    (counting the brokers too quiet to judge that were as slow, blame.quiet_but_slow);
     the clients are judged on their own requests beside it (clients.py), and producers on
     their own round trips against their own requests' times (`own`, client_links.py).
 
@@ -252,15 +235,16 @@ def assess_window(cluster: str, window_start_ms: int, rows: Sequence[RequestStag
     and the disruptions (what they explain is no broker's slowness).
     """
     rows = [r for r in rows if is_watched(r.api, config)]
-    verdicts = corroborated_by_follower(judge_rows(rows, history, external, config), view,
+    blame_of = leader_blames(waits, config)
+    verdicts = corroborated_by_follower(judge_rows(rows, history, external, config), blame_of,
                                         config)
-    brokers = broker_verdicts(verdicts, view, sends, config)
+    brokers = broker_verdicts(verdicts, blame_of, sends, config)
     blame_slow_followers(brokers)
-    x = explain(brokers, active, view, followers_seen, set(blamed_before))
+    x = explain(brokers, active, waits, followers_seen, set(blamed_before))
     brokers = x.kept
     with_traffic = {r.broker for r in rows if has_enough_traffic(r, config)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
-    # Brokers too quiet to judge but as slow count as slow brokers here (attribution.py).
+    # Brokers too quiet to judge but as slow count as slow brokers here (blame.py).
     quiet = quiet_but_slow(verdicts, x.own_stages_explained, config) - blamed_set
     wide = is_cluster_wide(blamed_set | quiet, with_traffic | blamed_set | quiet, config)
     history.remember(verdicts)
@@ -333,10 +317,10 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
         active = active_in(disruptions, cluster, start, start + window_ms, config)
-        view = FollowerView.build(by_leader, shrinks_by_cw.get((cluster, start), ()),
+        waits = replication_waits(by_leader, shrinks_by_cw.get((cluster, start), ()),
                                   not_named_by_margin(active))
         a = assess_window(cluster, start, window_rows, histories[cluster],
-                          external_by_cluster[cluster], view,
+                          external_by_cluster[cluster], waits,
                           sends_by_cw.get((cluster, start), []), config, active,
                           last_seen[cluster], blamed_before[cluster],
                           rtts_by_cw.get((cluster, start), ()),

@@ -28,9 +28,8 @@ from enum import StrEnum
 from typing import Callable, Iterable, Mapping, Sequence
 
 from core.findings import ActionKind, Severity, broker_entity
-from detectors.slow_broker.attribution import OWN_STAGE_CAUSES
+from detectors.slow_broker.blame import OWN_STAGE_CAUSES, Waits
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.follower_blame import FollowerView
 from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.outages import BrokerOutage
 from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, SlowBrokerCause
@@ -86,7 +85,7 @@ class Whose(StrEnum):
 
 
 def _concerns(whose: Whose, subject: int, broker: int, v: BrokerVerdict,
-              view: FollowerView) -> bool:
+              waits: Waits) -> bool:
     cause = v.attribution.cause
     if whose is Whose.SUBJECT:
         return broker == subject
@@ -98,7 +97,7 @@ def _concerns(whose: Whose, subject: int, broker: int, v: BrokerVerdict,
         return v.attribution.blamed_broker == subject
     if whose is Whose.LEADERS_UNNAMED_WAITS:
         # a leader whose followers the fetches do not show may follow anyone
-        followers = view.by_leader.get(broker, {})
+        followers = waits.by_server.get(broker, {})
         return cause in _UNNAMED_REMOTE_WAITS and (subject in followers or not followers)
     raise ValueError(f"not a verdict test: {whose}")
 
@@ -221,13 +220,13 @@ class Explanation:
 
 
 def explain(brokers: Mapping[int, BrokerVerdict], active: Sequence[Disruption],
-            view: FollowerView, followers_seen: Mapping[int, Mapping[int, int]],
+            waits: Waits, followers_seen: Mapping[int, Mapping[int, int]],
             blamed_before: set[int]) -> Explanation:
     """The table applied to one window's verdicts (`active`: the events in effect in it;
     see the module docstring for the rules every kind shares)."""
     kept, set_aside = {}, {}
     for b, v in brokers.items():
-        if any(_concerns(whose, d.subject, b, v, view)
+        if any(_concerns(whose, d.subject, b, v, waits)
                for d in active for whose in TABLE[d.kind].explains):
             set_aside[b] = v
         else:

@@ -64,7 +64,7 @@ class IsrShrink:
 class ClientSendWindow:
     """One client's requests of one API at one broker in a window. `slow_requests`: how
     many took the API's threshold or more to send (None: unknown, bounded from the p99);
-    `follower`: a replica's fetches (a broker, not a client: judged by follower_blame)."""
+    `follower`: a replica's fetches (a broker, not a client: judged by blame.py)."""
     cluster: str
     window_start_ms: int
     broker: int

@@ -68,13 +68,13 @@ class ApiVerdict:
     # it had too few requests alone and `latency_ms` is the least TP99 of the pool.
     pooled_windows: int = 1
     pooled_requests: int | None = None
-    # Rule 4b (attribution.py corroborated_by_follower): an acks=all write over the
+    # Rule 4b (blame.corroborated_by_follower): an acks=all write over the
     # threshold, waiting in Remote on a follower that is late at the other leaders it
     # follows too; set after rules 1-5, once every leader's view of its followers is known.
     follower_corroborated: bool = False
     # Rule 1b: the pool (windows, requests, least latency) of a row too quiet for rule 1
     # that holds CORROBORATED_MIN_REQUESTS; judged only when the follower it waits on is
-    # corroborated (attribution.corroborated_by_follower).
+    # corroborated (blame.corroborated_by_follower).
     quiet_pool: tuple[int, int, float] | None = None
 
     @property
@@ -134,5 +134,5 @@ class WindowAssessment:
     # Verdicts a known disruption explains (disruptions.py): broker -> the verdict.
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)
     # Brokers blamed for nothing, too quiet to judge, whose requests were as slow: counted
-    # as slow brokers in the cluster-wide judgement (attribution.quiet_but_slow).
+    # as slow brokers in the cluster-wide judgement (blame.quiet_but_slow).
     quiet_slow: set[int] = field(default_factory=set)

@@ -8,7 +8,7 @@ Two 10-second windows of a three-broker cluster:
 - hiccup: 10 fetches a window from broker 2, one slow in the second window;
 - quiet: 30 fast fetches a window from broker 3 (no slow send near it: never read);
 - broker 2's replica fetcher: 10 fast fetches a window from broker 1, one slow at
-  broker 3 in the second window (a replica: judged by follower_blame, not as a client).
+  broker 3 in the second window (a replica: judged by the follower blame, not as a client).
 """
 
 from __future__ import annotations

@@ -13,21 +13,22 @@ from core.findings import ActionKind, AnomalyType, Severity
 from detectors.slow_broker import (
     ClientSendWindow,
     FollowerFetchWindow,
-    FollowerView,
     IsrShrink,
     LatencyBaseline,
     RequestStageWindow,
     Role,
     SlowBrokerSection,
     assess_windows,
-    blame_follower,
+    common_party,
     detect_slow_brokers,
     detections_from,
     dominant_stage,
     latency_ms,
     median_without,
+    replication_bar,
+    replication_waits,
 )
-from detectors.slow_broker import attribution, detect, follower_blame
+from detectors.slow_broker import blame, detect
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -671,8 +672,8 @@ def test_external_baseline_replaces_missing_history():
 
 def test_leader_dropping_all_followers_from_isr_points_at_the_leader():
     shrink_all = [IsrShrink("c1", start(0), 3, "orders", 0, (1, 2, 3), (3,))]
-    blame = blame_follower(3, FollowerView.build({}, shrink_all), CONFIG)
-    assert (blame.follower, blame.leader_at_fault, blame.candidates) == (None, False, ())
+    got = common_party(replication_waits({}, shrink_all), 3, replication_bar(CONFIG))
+    assert (got.party, got.server_at_fault, got.candidates) == (None, False, ())
 
 
 @pytest.mark.parametrize("last_window,detected", [
@@ -751,7 +752,7 @@ def test_the_follower_every_leader_waits_on_most_is_named_under_peer_ratio(monke
                    "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
     # Without the margin rule it is not.
     with monkeypatch.context() as m:
-        m.setattr(follower_blame, "WORST_MARGIN", float("inf"))
+        m.setattr(blame, "WORST_MARGIN", float("inf"))
         assert "broker:3" not in {d.entity for d in detect_slow_brokers(
             rows, follower_fetches=fetches, config=CONFIG)}
     # A host stall: every follower 400-560 ms late everywhere, none by the margin at
@@ -952,7 +953,7 @@ def test_a_quiet_broker_as_slow_as_it_usually_is_makes_no_stall():
 def test_without_quiet_brokers_only_judged_brokers_count(monkeypatch):
     rows = _stalled(quiet_requests=65)
     with monkeypatch.context() as m:
-        m.setattr(attribution, "QUIET_SLOW_MIN_REQUESTS", 1_000_000_000)
+        m.setattr(blame, "QUIET_SLOW_MIN_REQUESTS", 1_000_000_000)
         found = {d.entity: d.cause for d in detect_slow_brokers(rows, config=CONFIG)}
     assert found == {"broker:1": "network_threads_saturated"}
     assert detect_slow_brokers(rows, config=CONFIG) == []

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from core.findings import ActionKind, Severity
-from detectors.slow_broker import (BrokerOutage, FollowerView, LeadershipGain,
-                                   SlowBrokerSection)
+from detectors.slow_broker import (BrokerOutage, LeadershipGain, SlowBrokerSection,
+                                   replication_waits)
 from detectors.slow_broker.disruptions import (Kind, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)
 from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, SlowBrokerCause
@@ -90,7 +90,7 @@ def events(kind):
 
 def explained(kind, window_start, subject_verdict):
     active = active_in(events(kind), "c1", window_start, window_start + W, CONFIG)
-    x = explain(window(subject_verdict), active, FollowerView.build(BY_LEADER), SEEN, set())
+    x = explain(window(subject_verdict), active, replication_waits(BY_LEADER), SEEN, set())
     return active, x
 
 
@@ -133,14 +133,14 @@ def test_an_event_not_ended_yet_lasts():
 def test_a_broker_blamed_before_the_disruption_is_no_victim_of_it():
     for kind in (Kind.BROKER_OUT, Kind.LEADERSHIP_HANDOVER):
         active = active_in(events(kind), "c1", 100_000, 110_000, CONFIG)
-        x = explain(window(culprit(SUBJECT)), active, FollowerView.build(BY_LEADER), SEEN,
+        x = explain(window(culprit(SUBJECT)), active, replication_waits(BY_LEADER), SEEN,
                     blamed_before={SUBJECT, 4})
         assert not x.victims and x.kept[4].attribution.role is Role.CULPRIT, kind
 
 
 def test_partners_are_every_broker_when_the_fetches_never_showed_the_subject():
     active = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, CONFIG)
-    x = explain(window(culprit(SUBJECT)), active, FollowerView.build({}), {}, set())
+    x = explain(window(culprit(SUBJECT)), active, replication_waits({}), {}, set())
     assert x.victims == {4, 5}
 
 
@@ -151,7 +151,7 @@ def test_what_an_event_explains_is_set_aside_before_anyone_is_made_a_victim():
     gain = LeadershipGain("c1", SUBJECT, 95_000, "orders", 4)
     active = active_in(disruptions_from([back], [gain]), "c1", 100_000, 110_000, CONFIG)
     assert {d.kind for d in active} == {Kind.BROKER_WARMUP, Kind.LEADERSHIP_HANDOVER}
-    x = explain(window(culprit(SUBJECT)), active, FollowerView.build(BY_LEADER), SEEN, set())
+    x = explain(window(culprit(SUBJECT)), active, replication_waits(BY_LEADER), SEEN, set())
     assert SUBJECT in x.set_aside and SUBJECT not in x.victims
 
 

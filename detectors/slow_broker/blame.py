@@ -1,0 +1,485 @@
+"""Blame by explaining away: whose fault a suspect row is (rule 6), and when too many
+brokers are slow at once to be any one broker's fault.
+
+A suspect row is explained by its dominant stage, in this order:
+1. the broker's own stages (request queue, Local, response queue): the broker is the
+   culprit. A broker slow itself keeps that cause when it also holds others back, its
+   victims listed (`blame_slow_followers`);
+2. a wait on other brokers (acks=all Remote): `common_party` over the replication
+   waits, leader x follower, names the follower late at the other leaders it follows
+   too, or the leader itself when its followers are late there only;
+3. slow sends: a few slow clients are theirs to fix, most of them the broker's path;
+4. Throttle: the clients' quotas.
+What none of these explains is unattributed; what most brokers share is cluster-wide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
+
+from core.findings import ActionKind, Severity, broker_entity
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
+from detectors.slow_broker.latency import (MIN_REFERENCE_MS, is_slow_vs_history,
+                                          is_slow_vs_peers, norm_api)
+from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
+                                            SlowBrokerCause)
+
+# A party that leaves a server waiting this long is late whatever the others did: a
+# healthy follower fetches again within milliseconds, and 1 s without one holds every
+# acks=all write past 3x the latency threshold.
+LATE_FLOOR_MS = 1000.0
+# The worst party at every server it talks to by this margin is late everywhere: on three
+# brokers a leader has one other follower, so a margin, not a median.
+WORST_MARGIN = 1.5
+# The margin names a party only from this wait at each server: under it a loaded host's
+# chance lag looks the same.
+WORST_MIN_MS = 500.0
+# How many windows a leader remembers a follower that stopped sending fetches.
+FOLLOWER_MEMORY_WINDOWS = 3
+# Slow clients named in a client_slow_read attribution (display only).
+MAX_NAMED = 5
+# Rules 4b and 1b: half the history bar when the follower's fetches are a second sign.
+CORROBORATED_HISTORY_RATIO = 1.5
+# Fewest slow brokers that can make a cluster-wide event: one party is never "most".
+MIN_SHARED = 2
+# A quiet broker counts toward cluster-wide from half the traffic floor: counting it can
+# only take blame off a single broker, never blame this one.
+QUIET_SLOW_MIN_REQUESTS = 50
+
+
+# --- The mechanism: a matrix of waits, server -> party -> ms -------------------------
+
+@dataclass(frozen=True)
+class Waits:
+    """Who waited on whom in one window, indexed both ways; `named`: the parties each
+    server itself reported late, and how often; `not_by_margin`: parties a known
+    disruption keeps from being named by margin alone (disruptions.py)."""
+    by_server: Mapping[int, Mapping[int, float]]
+    by_party: Mapping[int, Mapping[int, float]]
+    named: Mapping[int, Counter]
+    not_by_margin: frozenset[int] = frozenset()
+
+    @classmethod
+    def build(cls, by_server: Mapping[int, Mapping[int, float]],
+              named: Mapping[int, Counter] | None = None,
+              not_by_margin: Iterable[int] = ()) -> "Waits":
+        by_party: dict[int, dict[int, float]] = defaultdict(dict)
+        for server, parties in by_server.items():
+            for party, ms in parties.items():
+                by_party[party][server] = ms
+        return cls(dict(by_server), dict(by_party), dict(named or {}),
+                   frozenset(not_by_margin))
+
+
+@dataclass(frozen=True)
+class Bar:
+    """When a party's wait at a server is late."""
+    floor_ms: float       # late, whatever the server's other parties did
+    threshold_ms: float   # late from here when it stands out from the others by `ratio`
+    ratio: float
+    margin: float         # or the worst at every server it talks to by this margin,
+    margin_min_ms: float  # from this wait (and threshold_ms) at each
+
+
+@dataclass(frozen=True)
+class Blame:
+    """What explains a server's waits: a party, the server itself, or neither."""
+    party: int | None
+    server_at_fault: bool
+    wait_ms: float | None          # the party's wait here; the longest if the server's
+    elsewhere_ms: float | None     # the party's median wait at its other servers
+    candidates: tuple[int, ...] = ()
+    named: bool = False            # the server itself named the party
+    late: bool = False             # the party's wait here is late
+    corroborated: bool = False     # the party's other servers find it late too
+
+
+def stands_out(party: int, at: Mapping[int, float], ratio: float) -> bool:
+    """Far later than the server's other parties (needs at least one other)."""
+    others = [h for g, h in at.items() if g != party]
+    if party not in at or not others:
+        return False
+    return at[party] >= ratio * max(statistics.median(others), MIN_REFERENCE_MS)
+
+
+def late_at(w: Waits, party: int, server: int, bar: Bar) -> bool:
+    """Past the floor, or past the threshold while standing out from the other parties.
+
+    The second half names a party late in short bursts: its waits stay under the floor,
+    but at each server it is the one that lags."""
+    at = w.by_server.get(server, {})
+    h = at.get(party)
+    if h is None:
+        return False
+    return h >= bar.floor_ms or (h >= bar.threshold_ms and stands_out(party, at, bar.ratio))
+
+
+def worst_everywhere(w: Waits, party: int, bar: Bar) -> bool:
+    """At every server it talks to (two at least), past the threshold and margin_min_ms
+    and `margin` x later than any other party there: the one party every server waits
+    on most, under the floor and under `ratio`. Not for a party in `not_by_margin`."""
+    servers = w.by_party.get(party, {})
+    if len(servers) < 2 or party in w.not_by_margin:
+        return False
+    least = max(bar.threshold_ms, bar.margin_min_ms)
+    for server, here in servers.items():
+        others = [h for g, h in w.by_server.get(server, {}).items() if g != party]
+        if not others or here < least or here < bar.margin * max(max(others), MIN_REFERENCE_MS):
+            return False
+    return True
+
+
+def wait_elsewhere(w: Waits, party: int, server: int) -> float | None:
+    """The party's median wait at its other servers, None if no other sees it."""
+    seen = [ms for other, ms in w.by_party.get(party, {}).items() if other != server]
+    return statistics.median(seen) if seen else None
+
+
+def late_elsewhere(w: Waits, party: int, server: int, bar: Bar) -> bool | None:
+    """Do the party's other servers find it late too: its median wait there past the
+    floor, or late at most of them, or the worst everywhere? None when no other server
+    sees it."""
+    others = [s for s in w.by_party.get(party, {}) if s != server]
+    if not others:
+        return None
+    if wait_elsewhere(w, party, server) >= bar.floor_ms or worst_everywhere(w, party, bar):
+        return True
+    return sum(late_at(w, party, s, bar) for s in others) * 2 > len(others)
+
+
+def server_explains(w: Waits, server: int, bar: Bar) -> bool:
+    """Every party of the server waits here past the threshold and at least twice its
+    median elsewhere, which is under the threshold: the server is slow, even when the
+    waits stay under the floor. A party no other server sees cannot tell."""
+    at = w.by_server.get(server, {})
+    if not at:
+        return False
+    for party, here in at.items():
+        elsewhere = wait_elsewhere(w, party, server)
+        if (elsewhere is None or here < bar.threshold_ms
+                or elsewhere >= bar.threshold_ms or here < 2 * elsewhere):
+            return False
+    return True
+
+
+def common_party(w: Waits, server: int, bar: Bar) -> Blame:
+    """Explaining away: what makes `server` wait.
+
+    Candidates are the parties late here and those the server named (a naming of every
+    party points at the server itself and names nobody). A candidate is confirmed by
+    the other servers it talks to: late there too, or slow as a server itself (slow
+    both ways); refuted when it is fine there. With no other server to ask, a named or
+    standing-out candidate is confirmed on this server's word. The confirmed candidate
+    with the longest wait here explains the waits. Failing one, the server explains
+    them itself when every party waited here past the floor and one was refuted, or
+    when `server_explains`; else nothing does. Evidence about a party at this server
+    always comes from the other servers.
+    """
+    here = w.by_server.get(server, {})
+    named = w.named.get(server, Counter())
+    all_named = bool(here) and set(here) <= set(named)
+    candidates = sorted(set(named) | {p for p in here if late_at(w, p, server, bar)
+                                      or worst_everywhere(w, p, bar)})
+    confirmed, refuted = [], []
+    for p in candidates:
+        elsewhere = wait_elsewhere(w, p, server)
+        corroborated = late_elsewhere(w, p, server, bar)
+        if corroborated or (corroborated is not None and server_explains(w, p, bar)):
+            confirmed.append((p, elsewhere, bool(corroborated)))
+        elif corroborated is not None:
+            refuted.append(elsewhere)
+        elif (p in named and not all_named) or stands_out(p, here, bar.ratio):
+            confirmed.append((p, None, False))
+    if confirmed:
+        # ties: the party named most often, then the lowest (candidates are in order)
+        p, elsewhere, corroborated = max(confirmed, key=lambda c: (here.get(c[0], 0.0),
+                                                                   named[c[0]]))
+        return Blame(p, False, here.get(p), elsewhere, tuple(candidates), named=p in named,
+                     late=late_at(w, p, server, bar) or worst_everywhere(w, p, bar),
+                     corroborated=corroborated)
+    if refuted and here and all(h >= bar.floor_ms for h in here.values()):
+        elsewhere = refuted
+    elif server_explains(w, server, bar):
+        elsewhere = [wait_elsewhere(w, p, server) for p in here]
+    else:
+        return Blame(None, False, None, None, tuple(candidates))
+    return Blame(None, True, max(here.values()), max(elsewhere), tuple(candidates))
+
+
+# --- Replication waits: leader x follower ----------------------------------------------
+
+def follower_holdback_ms(f: FollowerFetchWindow) -> float:
+    """How long the leader waited on this follower outside purgatory: its longest silence
+    between fetches, or how slowly it read its responses."""
+    return max(f.max_fetch_gap_ms or 0.0, f.send_p99_ms or 0.0)
+
+
+def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
+                  last_seen: Mapping[int, Mapping[int, int]], leaders_logging: set[int],
+                  window_ms: int) -> dict[int, dict[int, float]]:
+    """holdback[leader][follower] in one window.
+
+    A follower the leader saw in the last FOLLOWER_MEMORY_WINDOWS windows that sent
+    nothing in this one, while the leader logged other requests, stopped fetching: it
+    held the leader back the whole window. (If the leader logged nothing, it is the one
+    that stopped.) The memory is short because replicas move.
+    """
+    view: dict[int, dict[int, float]] = defaultdict(dict)
+    for f in fetches:
+        if f.window_start_ms == window_start_ms:
+            view[f.leader][f.follower] = follower_holdback_ms(f)
+    for leader, followers in last_seen.items():
+        if leader not in leaders_logging:
+            continue
+        for follower, seen_ms in followers.items():
+            if window_start_ms - seen_ms <= FOLLOWER_MEMORY_WINDOWS * window_ms:
+                view[leader].setdefault(follower, float(window_ms))
+    return dict(view)
+
+
+def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
+    """How often each replica was named out of sync by this leader's shrinks. A shrink
+    that leaves the leader alone names nobody: a leader that stalled drops all its
+    followers at once when it resumes, which points at the leader."""
+    names: Counter = Counter()
+    for x in shrinks:
+        if tuple(x.isr_after) != (leader,):
+            names.update(r for r in x.out_of_sync if r != leader)
+    return names
+
+
+def replication_waits(by_leader: Mapping[int, Mapping[int, float]],
+                      shrinks: Iterable[IsrShrink] = (),
+                      not_by_margin: Iterable[int] = ()) -> Waits:
+    """The holdback matrix, the followers each leader's ISR shrinks named."""
+    by_shrinker: dict[int, list[IsrShrink]] = defaultdict(list)
+    for x in shrinks:
+        by_shrinker[x.leader].append(x)
+    named = {leader: isr_shrink_names(xs, leader) for leader, xs in by_shrinker.items()}
+    return Waits.build(by_leader, named, not_by_margin)
+
+
+def replication_bar(config: SlowBrokerSection) -> Bar:
+    return Bar(LATE_FLOOR_MS, config.threshold_ms, config.peer_ratio, WORST_MARGIN,
+               WORST_MIN_MS)
+
+
+def leader_blames(w: Waits, config: SlowBrokerSection) -> Callable[[int], Blame]:
+    """Each leader's replication waits explained, judged once per window."""
+    bar = replication_bar(config)
+    return functools.cache(lambda leader: common_party(w, leader, bar))
+
+
+# --- Rule 6: whose fault a suspect row is -------------------------------------------
+
+# Requests whose Remote time is waiting for the followers to copy a write (acks=all):
+# Produce, and the offset commits the group coordinator appends to __consumer_offsets.
+REPLICATED_WRITE_APIS = frozenset({"produce", "offsetcommit", "txnoffsetcommit"})
+
+# A broker's own stages: slow there, the broker (or its host) is slow, not what it waits on.
+OWN_STAGES = ("request_queue", "local", "response_queue")
+_SELF_CAUSES = {
+    "request_queue": (SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
+                      "requests wait for a free request handler thread (CPU or handler "
+                      "saturation)"),
+    "local": (SlowBrokerCause.LOCAL_DISK_OR_PAGE_CACHE,
+              "the broker's own work is slow (disk or page-cache misses)"),
+    "response_queue": (SlowBrokerCause.NETWORK_THREADS_SATURATED,
+                       "responses wait for a free network thread"),
+}
+OWN_STAGE_CAUSES = frozenset(cause for cause, _ in _SELF_CAUSES.values())
+
+
+def attribute(v: ApiVerdict, blame_of: Callable[[int], Blame],
+              sends: Sequence[ClientSendWindow], config: SlowBrokerSection) -> Attribution:
+    """Whose fault a suspect row is, from its dominant stage (the module docstring)."""
+    broker, stage = v.row.broker, v.dominant_stage
+    if stage in _SELF_CAUSES:
+        cause, why = _SELF_CAUSES[stage]
+        return Attribution(Role.CULPRIT, cause, broker, ActionKind.MOVE_LEADERSHIP,
+                           Severity.HIGH, why)
+    if stage == "throttle":
+        return Attribution(Role.QUOTA, SlowBrokerCause.QUOTA_THROTTLED, None, ActionKind.NONE,
+                           Severity.INFO, "clients are held back by their quotas; not a broker "
+                                          "fault")
+    if stage == "send":
+        return attribute_send(v, sends, config)
+    if stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS:
+        return attribute_replication(broker, blame_of(broker))
+    if stage == "remote":
+        return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_WAIT, None,
+                           ActionKind.PAGE_HUMAN, Severity.WARNING,
+                           "requests wait in purgatory for other brokers")
+    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.SLOW_UNATTRIBUTED, None,
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       "no stage breakdown to attribute it")
+
+
+def attribute_replication(broker: int, blame: Blame) -> Attribution:
+    """An acks=all write waiting in Remote: a victim of the follower that explains the
+    wait, or the leader itself, or unattributed."""
+    if blame.party is not None:
+        via = "+".join(s for s, holds in (("isr_shrink", blame.named),
+                                          ("fetch_holdback", blame.late)) if holds)
+    else:
+        via = "fetch_holdback" if blame.server_at_fault else "none"
+    details = {"follower_evidence": via, "follower_holdback_ms": blame.wait_ms,
+               "follower_holdback_elsewhere_ms": blame.elsewhere_ms,
+               "follower_candidates": list(blame.candidates)}
+    f = blame.party
+    if f is not None:
+        return Attribution(Role.VICTIM, SlowBrokerCause.REMOTE_PRODUCE_SLOW_FOLLOWER, f,
+                           ActionKind.NONE, Severity.WARNING,
+                           f"acks=all writes wait for follower broker {f}, which is slow (see "
+                           f"its finding); moving leadership off broker {broker} would not "
+                           f"help", {**details, "slow_follower": broker_entity(f)})
+    if blame.server_at_fault:
+        return Attribution(Role.CULPRIT, SlowBrokerCause.LEADER_REPLICATION_STALLED, broker,
+                           ActionKind.MOVE_LEADERSHIP, Severity.HIGH,
+                           "all its followers wait on it but fetch normally from other leaders: "
+                           "the broker itself is slow to serve replication", details)
+    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER, None,
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       "acks=all writes wait for followers, but no follower stands out", details)
+
+
+def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[list, int]:
+    """The broker's clients whose ResponseSend p99 is over the threshold (slowest first),
+    and how many clients it had in the window."""
+    worst: dict[str, float] = {}
+    for s in sends:
+        worst[s.client_id] = max(worst.get(s.client_id, 0.0), s.send_p99_ms)
+    slow = sorted(((c, ms) for c, ms in worst.items() if ms >= threshold),
+                  key=lambda x: (-x[1], x[0]))
+    return slow, len(worst)
+
+
+def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
+                   config: SlowBrokerSection) -> Attribution:
+    """Slow ResponseSend: a few slow clients are theirs to fix; most clients slow is the
+    broker's network path; without per-client data we cannot tell."""
+    slow, seen = slow_clients(sends, v.threshold_ms)
+    named = [{"client_id": c, "send_p99_ms": round(ms, 3)} for c, ms in slow[:MAX_NAMED]]
+    if not seen:
+        return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.RESPONSE_SEND_SLOW, None,
+                           ActionKind.PAGE_HUMAN, Severity.WARNING,
+                           "responses are slow to send (no per-client data to tell a slow "
+                           "client from the broker's network)")
+    if slow and (len(slow) <= config.shared_cause_share * seen or seen == 1):
+        names = ", ".join(c for c, _ in slow[:MAX_NAMED])
+        return Attribution(Role.CLIENT, SlowBrokerCause.CLIENT_SLOW_READ, None, ActionKind.NONE,
+                           Severity.WARNING,
+                           f"clients read their responses slowly ({names}); not a broker fault",
+                           {"slow_clients": named, "clients_seen": seen})
+    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.NETWORK_SEND_SLOW, None,
+                       ActionKind.PAGE_HUMAN, Severity.WARNING,
+                       f"{len(slow)} of its {seen} clients receive slowly: the broker's network "
+                       f"path rather than one client",
+                       {"slow_clients": named, "clients_seen": seen})
+
+
+# --- Rules 4b and 1b: a follower late everywhere is a second sign -------------------
+
+def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
+                             config: SlowBrokerSection) -> list[ApiVerdict]:
+    """The verdicts, an acks=all write whose wait the other leaders corroborate judged on
+    a lower bar.
+
+    Rule 4b: a row over the threshold with enough traffic, slow neither against its
+    history nor its peers, is a suspect when Remote is its dominant stage, its latency is
+    at least CORROBORATED_HISTORY_RATIO x its baseline, and the follower that explains
+    its wait is late at the other leaders it follows too. When that follower holds back
+    most leaders, the peers wait on it as well and its earlier lags raised the leader's
+    baseline, so both usual tests fail; the other leaders' fetches are a second,
+    independent sign. A baseline is still needed: a loaded host lags that way now and
+    then with no fault.
+
+    Rule 1b: a row too quiet to judge even pooled is judged on its `quiet_pool`
+    (detect.CORROBORATED_MIN_REQUESTS) when the same holds of it: the follower's
+    lateness elsewhere is the evidence, its few requests only show that its writes
+    waited."""
+    out = []
+    for v in verdicts:
+        if not v.enough_traffic and v.quiet_pool is not None:
+            windows, requests, latency = v.quiet_pool
+            if latency > v.threshold_ms and _waits_on_corroborated_follower(v, latency,
+                                                                            blame_of):
+                v = dataclasses.replace(
+                    v, enough_traffic=True, latency_ms=latency, pooled_windows=windows,
+                    pooled_requests=requests, over_threshold=True,
+                    slow_vs_history=is_slow_vs_history(latency, v.baseline_ms, config),
+                    slow_vs_peers=is_slow_vs_peers(latency, v.peer_median_ms, config),
+                    follower_corroborated=True)
+        if (not v.suspect and v.enough_traffic and v.over_threshold
+                and _waits_on_corroborated_follower(v, v.latency_ms, blame_of)):
+            v = dataclasses.replace(v, follower_corroborated=True)
+        out.append(v)
+    return out
+
+
+def _waits_on_corroborated_follower(v: ApiVerdict, latency: float,
+                                    blame_of: Callable[[int], Blame]) -> bool:
+    if not (v.dominant_stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS
+            and v.baseline_ms is not None
+            and latency >= CORROBORATED_HISTORY_RATIO * max(v.baseline_ms,
+                                                            MIN_REFERENCE_MS)):
+        return False
+    blame = blame_of(v.row.broker)
+    return blame.party is not None and blame.corroborated
+
+
+# --- Victims to culprits, and cluster-wide ---------------------------------------------
+
+def slow_follower_attribution(follower: int) -> Attribution:
+    """A broker blamed only by the leaders it follows (its own requests are not slow)."""
+    return Attribution(Role.CULPRIT, SlowBrokerCause.SLOW_FOLLOWER, follower,
+                       ActionKind.PAGE_HUMAN, Severity.HIGH,
+                       "as a follower it holds back acks=all writes on the leaders it replicates "
+                       "from; moving leadership would not shorten those waits, it must catch up "
+                       "or drop out of the ISR")
+
+
+def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
+    """Give every follower a victim names a culprit verdict in `brokers`, listing the
+    leaders it holds back. A follower that is a culprit in its own right keeps its own
+    cause; otherwise (not slow, or only a victim or a client problem itself) it is the
+    slow follower."""
+    for v in list(brokers.values()):
+        f = v.attribution.blamed_broker
+        if v.attribution.role is not Role.VICTIM or f is None:
+            continue
+        blamed = brokers.get(f)
+        if blamed is None or blamed.attribution.role is not Role.CULPRIT:
+            own = blamed
+            blamed = BrokerVerdict(f, slow_follower_attribution(f),
+                                   own.api_verdict if own else None,
+                                   slow_apis=own.slow_apis if own else [])
+            brokers[f] = blamed
+        blamed.held_back_leaders.append(v.broker)
+        blamed.victim_latency_ms = max(blamed.victim_latency_ms, v.api_verdict.latency_ms)
+
+
+def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBrokerSection) -> bool:
+    """More than shared_cause_share of the brokers slow at once: no one broker's fault."""
+    if not with_traffic or len(blamed) < MIN_SHARED:
+        return False
+    return len(blamed) / len(with_traffic) > config.shared_cause_share
+
+
+def quiet_but_slow(verdicts: Sequence[ApiVerdict], explained: AbstractSet[int],
+                   config: SlowBrokerSection) -> set[int]:
+    """Brokers with a row too quiet to be judged that was slow all the same: at least
+    QUIET_SLOW_MIN_REQUESTS requests, over the threshold, slow against its own history,
+    in one of its own stages, and not accounted for by a known disruption. They are
+    blamed for nothing but count as slow toward cluster-wide: a stall of the host or the
+    cluster cuts the quieter brokers' traffic under the floor."""
+    return {v.row.broker for v in verdicts
+            if not v.enough_traffic and v.row.broker not in explained
+            and v.row.requests >= QUIET_SLOW_MIN_REQUESTS
+            and v.over_threshold and v.slow_vs_history and v.dominant_stage in OWN_STAGES}
