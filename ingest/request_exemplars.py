@@ -29,11 +29,10 @@ The window record accounts for the selection: how many requests were over the th
 how many exemplars of each class were kept and, for the two capped classes, how many were
 left out.
 
-Why the judged latency: on the bursty-3b corpus (bench/bench_edge_aggregation.py) 2,690
-of the 2,698 requests at or over 300 ms total were consumer Fetch long-polls, waiting in
-purgatory for data by design (maxWaitMs 500), and as exemplars they were 63 % of the
-aggregator's output bytes. acks=all Produce keeps its total: its Remote time is the wait
-for followers, real latency.
+Why the judged latency: by total time, nearly every slow request is a consumer Fetch
+long-poll, waiting in purgatory for data by design (maxWaitMs 500), and as exemplars they
+would be most of the aggregator's output bytes (measured in docs/edge-aggregation.md).
+acks=all Produce keeps its total: its Remote time is the wait for followers, real latency.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ codes) are searched for in that text. Other APIs decode only their (small) reque
 
 Why msgspec (pinned in pyproject.toml): a C decoder that validates the whole document but
 builds objects only for the fields a struct declares, skipping the rest, and type-checks
-them (an int is not a bool, a float is finite and in range). On the bursty-3b corpus's
-lines it decodes the envelope in about 2.7 us against about 10 us for the anchored
-regexes and conversions it replaces, and 24 us for orjson's full decode (every body
-object built). Python's json module stays for the full decode, whose errors name what is
-wrong.
+them (an int is not a bool, a float is finite and in range). On the recorded log of
+bench/bench_edge_aggregation.py it decodes the envelope in about 2.7 us against about
+10 us for the anchored regexes and conversions it replaces, and 24 us for orjson's full
+decode (every body object built). Python's json module stays for the full decode, whose
+errors name what is wrong.
 
 Whenever this path meets something it does not take (a line with a backslash anywhere:
 an escape, which only the full decode reads and checks; a document msgspec rejects; a

@@ -87,7 +87,8 @@ def count_stages(sums: list, maxes: list, hists: list, t: float, rq: float, lc: 
 
     The hot path, unrolled, with core.latency_histogram.bucket_of's expression inlined: a
     loop over the eight values took 4.0 us a request against 3.3 us unrolled (side by side
-    on the bursty-3b records, loaded machine), and a call per value costs ~60 ns more.
+    on bench/bench_edge_aggregation.py's records, loaded machine), and a call per value
+    costs ~60 ns more.
     """
     tr = t - rm if t > rm else 0.0
     sums[0] += t

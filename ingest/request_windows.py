@@ -70,7 +70,7 @@ right after `flush_all` must be saved BEFORE its records are sent (and again aft
 crash between the send and the save then cannot reissue those ids with other contents.
 
 Speed (bench/bench_edge_aggregation.py, CPU time of one core of a 2-vCPU VM): about
-210,000 parsed lines/s aggregated (4.8 us a line on the bursty-3b log), a third of it in
+210,000 parsed lines/s aggregated (4.8 us a line on its recorded log), a third of it in
 the stage counting (request_window_records.count_stages); reading and parsing a line cost
 about 13 us more, so the windows-mode agent as a whole handles about 54,000 lines/s.
 

@@ -19,9 +19,8 @@ per-client rows); where those are not known (a producer the windows mode's agent
 into its "other" row) it is the window's Produce stage row, the broker's
 TotalTime TP99 over every client's Produce requests, for both (an upper bound of the
 median). That TP99 understates an acks=all producer's wait whenever the leader waits on
-a follower and most of its Produce requests are acks=1: in the live matrix
-(freeze-short-5b) a leader's Produce TP99 was 989 ms while two acks=all producers waited
-3-4 s there, and were called slow links.
+a follower and most of its Produce requests are acks=1, which would make those producers
+look like slow links: their own requests' times are preferred for that reason.
 
 Rule, per cluster, window and producer (`judge_links`):
 1. producers only: a consumer's rtt is mostly its fetch wait (fetch.wait.max.ms, 500 ms
@@ -36,20 +35,16 @@ Rule, per cluster, window and producer (`judge_links`):
    broker read each as soon as it had answered the one before on the connection,
    `ProducerServerWindow.queued_share`): then its median round trip holds that wait too,
    which no TotalTime shows. A producer with requests in flight faster than the broker
-   answers them looks so; in the live matrix at 38018a1 (unclean-noloss-3b,
-   throttled-cleaner-3b) a producer's rtt p50 at the surviving broker was 0.4-2 s
-   against 4-10 ms of its own requests' TotalTime, with 65-88% of them read back to back
-   (0-6% for the far producer of slow-link-3b);
+   answers them looks so: most of its requests are read back to back, while a producer
+   behind a slow path sends each after the last answer, and few are;
 3. the link is slow at a broker when both differences are the Produce threshold
    (threshold_ms, or api_threshold_ms) or more (the tail alone where the client's p50 is
    not known). A slow path delays every round trip, the median as much as the tail. A
    tail alone is queueing, not the path: a producer pipelines its requests on one
    connection, and a broker reads a connection's next request only once it has answered
    the one before, so a request waits in the socket, outside its own TotalTime, behind
-   the ones sent before it; a client host that is descheduled shows the same way. In the
-   live matrix at 6b44e8f (controller-failover-5b, rolling-restart-dc), producers'
-   rtt p99 reached 3-4x their own requests' TotalTime p99 (561 against 151 ms, 1,368
-   against 430 ms) with no slow path, and were called slow links;
+   the ones sent before it; a client host that is descheduled shows the same way, its
+   tail several times its own requests' TotalTime with no slow path;
 4. peers: at a broker where more than shared_cause_share of the producers seen (more than
    one) are slow at once, it is the broker's side (its network, its host), not theirs:
    left out for every producer there;

@@ -83,10 +83,10 @@ class _History:
     and every earlier window's requests and latency (for pooling low-traffic windows).
 
     `healthy` holds the windows with enough traffic of their own; `quiet` the others that
-    had requests, as (requests, latency). A broker too quiet to judge one window alone
-    (20-60 Produce requests a window on the matrix's quiet 5-broker cluster) never had
-    a baseline of the first kind, so a pooled slow window (rule 1) could be judged against
-    neither its history nor its peers, who are as quiet: a frozen broker was never named.
+    had requests, as (requests, latency). A broker too quiet to judge one window alone (a
+    few dozen Produce requests a window, on a quiet cluster) never had a baseline of the
+    first kind, so a pooled slow window (rule 1) could be judged against neither its
+    history nor its peers, who are as quiet: a frozen broker was never named.
     The quiet windows are its baseline then (`baseline`): each one's TP99 is about its
     slowest request, more than its true p99, so the baseline they give is high and the
     history rule (latency >= history_ratio x baseline) only harder to meet."""

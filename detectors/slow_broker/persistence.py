@@ -53,14 +53,13 @@ def covered_windows(a: WindowAssessment, key: Key, config: SlowBrokerSection) ->
 
     A pooled verdict already holds several windows of evidence: each of them over the
     threshold, together enough requests. Counting them for persistence finds a quiet
-    broker as soon as a busy one, instead of one window later (delayed-broker-5b live:
-    leaders held back 1 s served 30-40 Produce requests a window, so their first verdict
-    pooled three windows and persistence waited 10 s more for the next). Only a pool far
-    over its threshold (POOLED_STRONG_RATIO) counts so: the least TP99 of a few dozen
-    requests a window is one request, and just over the threshold it is weak evidence. A
-    follower blamed only through the leaders it holds back (no verdict of its own) speaks
-    for the windows of the longest such pool among them: that leader's pooled slowness is
-    put on it."""
+    broker as soon as a busy one, instead of one window later (a leader held back by a
+    follower serves few writes, so its first verdict often pools several windows). Only a
+    pool far over its threshold (POOLED_STRONG_RATIO) counts so: the least TP99 of a few
+    dozen requests a window is one request, and just over the threshold it is weak
+    evidence. A follower blamed only through the leaders it holds back (no verdict of its
+    own) speaks for the windows of the longest such pool among them: that leader's pooled
+    slowness is put on it."""
     pooled = 1
     if key[0] == "broker" and not a.cluster_wide:
         verdict = a.brokers[key[1]]
@@ -95,13 +94,10 @@ def strongest(recent: Sequence[WindowAssessment], broker: int) -> WindowAssessme
     """The window whose verdict on `broker` its finding reports: of the recent windows
     holding one, the first in `_rank`'s order (the roles' `Role` order), then the newest.
     A culprit named in one of the last windows stays named when a newer window can only
-    say "unattributed": freeze-long-3b live (335cf43), broker 2 frozen 1.5 s of every 2 s
-    was slow_follower, then leader_replication_stalled, then, in the fault's last window,
-    remote_produce_unknown_follower, and its finding ended with that vaguer cause. So does
-    the follower a victim's verdict names: delayed-broker-5b (replay), leader 5 waited on
-    the delayed broker 2 in every window, and one window in the middle could not confirm
-    broker 2 elsewhere; its finding said "no follower stands out" for one evaluation,
-    between two that named broker 2."""
+    say "unattributed", and so does the follower a victim's verdict names when a newer
+    window cannot confirm it at the other leaders: a fault's last window, or one in its
+    middle, often holds less evidence than those before, and the finding should not end
+    on the vaguer cause."""
     held = [a for a in recent if ("broker", broker) in flagged_keys(a)]
     return min(reversed(held), key=lambda a: _rank(a.brokers[broker]))
 

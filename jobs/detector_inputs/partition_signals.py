@@ -219,8 +219,8 @@ class CommitSeedCache:
     """The live detector's commit read, incremental. Every evaluation needs each group and
     partition's last commit before its range (its starting position), over COMMIT_SEED_S:
     read whole, that is an hour of silver.offset_commits, hundreds of small files on a
-    live lake. In the live matrix that read took 16-36 s of evaluations that took 28-54 s
-    (through Spark), and the rewinds' findings waited for it.
+    live lake. Through Spark on a loaded host that read took more than half of each
+    evaluation, and the rewinds' findings waited for it.
 
     This keeps, per group and partition, the last commit before a boundary (the range
     start rounded down to `step_s`) in memory (an Arrow table): an evaluation reads

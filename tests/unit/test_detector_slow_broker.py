@@ -695,10 +695,11 @@ def test_bursty_pause_that_spares_a_window_still_fires():
 
 
 def test_a_named_culprit_is_not_replaced_by_a_newer_unattributed_window():
-    # freeze-long-3b live: broker 2's finding was slow_follower and
-    # leader_replication_stalled, then remote_produce_unknown_follower in the fault's last
-    # window, and ended with that vaguer cause. Of the recent windows, the finding reports
-    # the first role in Role's order (culprit before unattributed), then the newest.
+    # freeze-long-3b live (broker 2 frozen 1.5 s of every 2 s): its finding was
+    # slow_follower and leader_replication_stalled, then remote_produce_unknown_follower in
+    # the fault's last window, and ended with that vaguer cause. Of the recent windows, the
+    # finding reports the first role in Role's order (culprit before unattributed), then
+    # the newest.
     rows = replaced(healthy(), 2, "Produce", {LAST - 1}, **SLOW_LOCAL)
     rows = replaced(rows, 2, "Produce", {LAST}, total=910.0, remote=900.0)
     (d,) = detect_slow_brokers(rows, config=CONFIG)
@@ -806,7 +807,9 @@ RULE_1B_OFF = 1_000_000_000
 
 
 def test_a_pooled_verdict_is_persistent_on_its_own(monkeypatch):
-    # The leaders held back by delayed follower 3 serve 40 Produce requests a window: the
+    # delayed-broker-5b live: leaders held back 1 s served 30-40 Produce requests a window,
+    # so their first verdict pooled three windows and persistence waited 10 s more for the
+    # next. Here the leaders held back by delayed follower 3 serve 40 a window: the
     # first window whose pool holds enough requests (three windows, each over the
     # threshold) already speaks for three windows, so the follower and its victims are
     # detected there, not a window later; one quiet window over the threshold is not.

@@ -205,9 +205,10 @@ def test_a_slow_path_shows_in_the_median_round_trip_too():
 
 def test_a_slow_tail_with_a_fast_median_is_queueing_not_a_slow_link():
     # controller-failover-5b live: a producer's rtt p99 561 ms against 151 ms for its own
-    # requests at the broker, its median a few ms: requests pipelined on one connection
-    # wait in the broker's socket behind the one it serves (outside their TotalTime), and
-    # a descheduled client host shows the same way. Not a path that delays every trip.
+    # requests at the broker (rolling-restart-dc: 1,368 against 430 ms), its median a few
+    # ms: requests pipelined on one connection wait in the broker's socket behind the one
+    # it serves (outside their TotalTime), and a descheduled client host shows the same
+    # way. Not a path that delays every trip.
     mine = own("far-producer", ALL, BROKERS, 151.0, p50=4.0)
     assert found(healthy(), peers() + behind_slow_link(p99=561.0, p50=9.0), own=mine) == {}
     # Nor when the median is up by less than the threshold.
@@ -229,7 +230,8 @@ def test_a_backlogged_connection_is_not_judged_at_that_broker():
     rtts = behind_slow_link(brokers=(3,), p99=1800.0, p50=900.0)
     mine = own("far-producer", ALL, (3,), p99=260.0, p50=8.0, queued=0.8)
     assert found(healthy(), peers(brokers=(3,)) + rtts, own=mine) == {}
-    # The same round trips with its requests spread out (3% read back to back): a link.
+    # The same round trips with its requests spread out (3% read back to back; the far
+    # producer of slow-link-3b had 0-6%): a link.
     spread = own("far-producer", ALL, (3,), p99=260.0, p50=8.0, queued=0.03)
     got = found(healthy(), peers(brokers=(3,)) + rtts, own=spread)
     assert set(got) == {"client:far-producer"}
