@@ -41,26 +41,9 @@ Adapter (Spark -> these dataclasses):
   (jobs/detector_inputs/client_sends.py).
 - IsrShrink <- silver.log_events kind = isr_shrink (leader = broker).
 
-Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in order):
-1. enough_traffic: requests >= min_requests_per_window (100). Few requests make a p99 of
-   one or two samples; a broker serving almost nothing must never be "slow"
-   (cruise-control #1142: negligible-traffic brokers were its main false positive). Below
-   100 requests the p99 is the slowest request alone: one slow commit among twenty is not
-   a slow broker (scenario one_slow_request_among_twenty_is_not_a_slow_broker in
-   tests/unit/test_detector_slow_broker.py). But clients wait for their answers, so a
-   slow broker cuts its own request rate: a window too quiet alone, over the threshold,
-   is judged with the consecutive windows before it that were over the threshold too (at
-   most POOL_WINDOWS, 6), once they hold enough requests together, at the least of their
-   TP99s (a lower bound of the pooled TP99: latency.pooled_traffic; scenario
-   delayed_follower_that_starves_its_leaders_traffic_is_named).
-   1b. An acks=all write (Produce, OffsetCommit) too quiet for that, with Remote its
-   dominant stage, whose leader waits on a follower that is late at the other leaders it
-   follows too (the follower's fetches are the evidence, see 4b), is judged once it,
-   pooled the same way, holds CORROBORATED_MIN_REQUESTS (20), if its latency is at least
-   CORROBORATED_HISTORY_RATIO x its baseline (blame.corroborated_by_follower): a
-   leader held back by a follower serves fewer writes, so waits that are real are often
-   too few to judge alone.
-2. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
+Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in
+order, rules.py; detect.assess_window states the whole order):
+1. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
    (`PURGATORY_APIS`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
    (replica.fetch.wait.max.ms for followers) runs out, 500 ms by default: on a quiet,
@@ -74,6 +57,24 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    client that sets fetch.max.wait.ms above it; subtracting Remote is independent of
    client settings. Remote time still counts for Produce (acks=all waits for followers,
    which is real latency) and every other API.
+2. enough_traffic: requests >= min_requests_per_window (100). Few requests make a p99 of
+   one or two samples; a broker serving almost nothing must never be "slow"
+   (cruise-control #1142: negligible-traffic brokers were its main false positive). Below
+   100 requests the p99 is the slowest request alone: one slow commit among twenty is not
+   a slow broker (scenario one_slow_request_among_twenty_is_not_a_slow_broker in
+   tests/unit/test_detector_slow_broker.py). But clients wait for their answers, so a
+   slow broker cuts its own request rate: a window too quiet alone, over the threshold,
+   is judged with the consecutive windows before it that were over the threshold too (at
+   most POOL_WINDOWS, 6), once they hold enough requests together, at the least of their
+   TP99s (a lower bound of the pooled TP99: rules.pool_quiet; scenario
+   delayed_follower_that_starves_its_leaders_traffic_is_named).
+   2b. An acks=all write (Produce, OffsetCommit) too quiet for that, with Remote its
+   dominant stage, whose leader waits on a follower that is late at the other leaders it
+   follows too (the follower's fetches are the evidence, see 4b), is judged once it,
+   pooled the same way, holds CORROBORATED_MIN_REQUESTS (20), if its latency is at least
+   CORROBORATED_HISTORY_RATIO x its baseline (blame.corroborated_by_follower): a
+   leader held back by a follower serves fewer writes, so waits that are real are often
+   too few to judge alone.
 3. over_threshold: latency > threshold_ms (300 ms) or api_threshold_ms[api]. An absolute
    floor: a broker at 40 ms when it usually does 10 is not a problem (cruise-control
    #1185 added the same floor after false positives).
@@ -83,7 +84,7 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    quiet to have those has its quiet windows instead (as many, holding
    min_requests_per_window requests together): each one's TP99 is about its slowest
    request, so that baseline is high and the rule only harder to meet. Without it, a
-   quiet broker's pooled slow windows (rule 1) had nothing to be compared with, its peers
+   quiet broker's pooled slow windows (rule 2) had nothing to be compared with, its peers
    being as quiet: a broker frozen on a quiet cluster was never named.
 5. slow_vs_peers: latency >= peer_ratio (3) x the median of the other brokers' latency
    for the same API in the same window (at least MIN_PEERS, 2, of them with traffic).
@@ -93,7 +94,7 @@ Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in o
    CORROBORATED_HISTORY_RATIO (1.5) x its baseline. When the culprit is a follower of
    most leaders, the peers wait on it as well, and its earlier lags raised the leaders'
    baselines: the other leaders' fetch data is a second sign, so the history bar is lower.
-   suspect = 1 and 3 and (4 or 4b or 5). History catches a fleet-wide rise (every broker
+   suspect = 2 and 3 and (4 or 4b or 5). History catches a fleet-wide rise (every broker
    above its own past); peers catch a broker that has always been slow. A cluster that
    always runs at 320 ms with no follower to blame is neither, however close to the
    threshold; one that runs over it because one follower always lags names that follower.
@@ -171,7 +172,7 @@ after a restart, say), not an event to page on.
 
 Persistence and decay: a broker (or the cluster, or a client) is detected when it has a
 verdict in at least persistence_windows (2) of the last persistence_lookback_windows (3)
-windows; a broker's verdict on quiet windows pooled together (rule 1) at least
+windows; a broker's verdict on quiet windows pooled together (rule 2) at least
 POOLED_STRONG_RATIO (2) x its threshold holds for each of them, and a follower
 blamed only by its leaders takes the longest such pool among them. The finding reports
 the verdict of the strongest role among those windows (culprit before unattributed), the
@@ -217,14 +218,17 @@ least persistence_lookback_windows of them, and MIN_HISTORY_WINDOWS more when no
 Modules, in the order the detector uses them:
 - config.py: `SlowBrokerSection`, the [slow_broker] keys.
 - inputs.py: the input dataclasses and the request stages.
-- latency.py: rules 1-5 and the dominant stage, on one broker/API/window.
+- latency.py: the request signals shared with the read side (API names, purgatory
+  APIs, thresholds).
+- rules.py: rules 1-5 and the dominant stage, on one broker/API/window.
 - blame.py: rule 6 by explaining away: whose fault a suspect row is, the follower that
   holds a leader's acks=all writes back, and when it is cluster-wide.
 - outages.py, handovers.py: when each broker was out, when a broker became leader.
 - disruptions.py: the known disruptions, and whose verdicts each explains for how long.
 - clients.py: the clients slow by their own requests, and their findings.
 - verdicts.py: causes, roles, and the rules' results kept for tests and evidence.
-- detect.py: `detect_slow_brokers`, which applies the rules in order per window.
+- detect.py: `assess_window`, which applies the rules, blame and disruptions in order
+  per window, and `detect_slow_brokers`.
 - persistence.py: persistence_windows of persistence_lookback_windows, then findings.
 - evidence.py: each finding's explanation and evidence.
 """
@@ -247,9 +251,9 @@ from detectors.slow_broker.latency import (
     has_enough_traffic,
     is_watched,
     latency_ms,
-    median_without,
     threshold_for,
 )
+from detectors.slow_broker.rules import median_without
 from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.outages import (BrokerOutage, BrokerState, BrokerStateChange,
                                            BrokerUnreachable)

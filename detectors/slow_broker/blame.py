@@ -25,8 +25,9 @@ from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 from core.findings import ActionKind, Severity, broker_entity
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
-from detectors.slow_broker.latency import (MIN_REFERENCE_MS, is_slow_vs_history,
-                                          is_slow_vs_peers, norm_api)
+from detectors.slow_broker import rules
+from detectors.slow_broker.latency import norm_api
+from detectors.slow_broker.rules import MIN_REFERENCE_MS
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
                                             SlowBrokerCause)
 
@@ -44,7 +45,7 @@ WORST_MIN_MS = 500.0
 FOLLOWER_MEMORY_WINDOWS = 3
 # Slow clients named in a client_slow_read attribution (display only).
 MAX_NAMED = 5
-# Rules 4b and 1b: half the history bar when the follower's fetches are a second sign.
+# Rules 4b and 2b: half the history bar when the follower's fetches are a second sign.
 CORROBORATED_HISTORY_RATIO = 1.5
 # Fewest slow brokers that can make a cluster-wide event: one party is never "most".
 MIN_SHARED = 2
@@ -384,7 +385,7 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
                        {"slow_clients": named, "clients_seen": seen})
 
 
-# --- Rules 4b and 1b: a follower late everywhere is a second sign -------------------
+# --- Rules 4b and 2b: a follower late everywhere is a second sign -------------------
 
 def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
                              config: SlowBrokerSection) -> list[ApiVerdict]:
@@ -400,8 +401,8 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[
     independent sign. A baseline is still needed: a loaded host lags that way now and
     then with no fault.
 
-    Rule 1b: a row too quiet to judge even pooled is judged on its `quiet_pool`
-    (detect.CORROBORATED_MIN_REQUESTS) when the same holds of it: the follower's
+    Rule 2b: a row too quiet to judge even pooled is judged on its `quiet_pool`
+    (rules.CORROBORATED_MIN_REQUESTS) when the same holds of it: the follower's
     lateness elsewhere is the evidence, its few requests only show that its writes
     waited."""
     out = []
@@ -413,8 +414,9 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[
                 v = dataclasses.replace(
                     v, enough_traffic=True, latency_ms=latency, pooled_windows=windows,
                     pooled_requests=requests, over_threshold=True,
-                    slow_vs_history=is_slow_vs_history(latency, v.baseline_ms, config),
-                    slow_vs_peers=is_slow_vs_peers(latency, v.peer_median_ms, config),
+                    slow_vs_history=rules.stands_out(latency, v.baseline_ms,
+                                                     config.history_ratio),
+                    slow_vs_peers=rules.stands_out(latency, v.peer_median_ms, config.peer_ratio),
                     follower_corroborated=True)
         if (not v.suspect and v.enough_traffic and v.over_threshold
                 and _waits_on_corroborated_follower(v, v.latency_ms, blame_of)):

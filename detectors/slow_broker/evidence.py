@@ -17,7 +17,7 @@ from core.findings import (
 )
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import STAGE_NAMES, STAGES
-from detectors.slow_broker.latency import MIN_REFERENCE_MS
+from detectors.slow_broker.rules import MIN_REFERENCE_MS
 from detectors.slow_broker.verdicts import (
     ApiVerdict,
     BrokerVerdict,

@@ -49,7 +49,7 @@ def flagged_keys(a: WindowAssessment) -> set[Key]:
 
 def covered_windows(a: WindowAssessment, key: Key, config: SlowBrokerSection) -> list[int]:
     """The windows a verdict of this window speaks for: its own, and for a broker judged
-    on its own requests pooled over earlier windows (latency.pooled_traffic), those too.
+    on its own requests pooled over earlier windows (rules.pool_quiet), those too.
 
     A pooled verdict already holds several windows of evidence: each of them over the
     threshold, together enough requests. Counting them for persistence finds a quiet

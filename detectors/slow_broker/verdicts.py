@@ -64,7 +64,7 @@ class ApiVerdict:
     slow_vs_peers: bool
     dominant_stage: str | None
     stage_share: float
-    # Windows judged together (latency.py pooled_traffic): 1 = this window alone; more =
+    # Windows judged together (rules.pool_quiet): 1 = this window alone; more =
     # it had too few requests alone and `latency_ms` is the least TP99 of the pool.
     pooled_windows: int = 1
     pooled_requests: int | None = None
@@ -72,7 +72,7 @@ class ApiVerdict:
     # threshold, waiting in Remote on a follower that is late at the other leaders it
     # follows too; set after rules 1-5, once every leader's view of its followers is known.
     follower_corroborated: bool = False
-    # Rule 1b: the pool (windows, requests, least latency) of a row too quiet for rule 1
+    # Rule 2b: the pool (windows, requests, least latency) of a row too quiet for rule 2
     # that holds CORROBORATED_MIN_REQUESTS; judged only when the follower it waits on is
     # corroborated (blame.corroborated_by_follower).
     quiet_pool: tuple[int, int, float] | None = None

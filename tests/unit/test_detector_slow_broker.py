@@ -28,7 +28,7 @@ from detectors.slow_broker import (
     replication_bar,
     replication_waits,
 )
-from detectors.slow_broker import blame, detect
+from detectors.slow_broker import blame, rules
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -836,7 +836,7 @@ def test_a_pooled_verdict_is_persistent_on_its_own(monkeypatch):
              or r.api != "Produce"]
     short += [with_(produce(b, LAST - 3), requests=40) for b in (1, 2)]
     with monkeypatch.context() as m:
-        m.setattr(detect, "CORROBORATED_MIN_REQUESTS", RULE_1B_OFF)
+        m.setattr(rules, "CORROBORATED_MIN_REQUESTS", RULE_1B_OFF)
         assert not detect_slow_brokers(edge, follower_fetches=fetches, config=CONFIG)
         assert not detect_slow_brokers(short, follower_fetches=fetches, config=CONFIG)
     # With it, the windows are judged one by one: the follower, late at both its leaders,
@@ -872,7 +872,7 @@ def test_quiet_leaders_waiting_on_a_follower_late_everywhere_are_judged_window_b
                    "broker:2": "remote_produce_slow_follower", "broker:3": "slow_follower"}
     # Without rule 1b, two windows of 25 never pool enough.
     with monkeypatch.context() as m:
-        m.setattr(detect, "CORROBORATED_MIN_REQUESTS", RULE_1B_OFF)
+        m.setattr(rules, "CORROBORATED_MIN_REQUESTS", RULE_1B_OFF)
         assert not detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
     # The follower's fetches are the evidence: without them, or with a follower late at
     # one leader only (fine at the other it follows), a few slow writes are no verdict.
@@ -929,15 +929,13 @@ def test_median_without_one_value_matches_the_obvious_way(values):
     ([(10, 900.0)] * 8, None),
 ])
 def test_low_traffic_windows_are_pooled_only_while_each_is_over_the_threshold(earlier, expected):
-    from detectors.slow_broker.latency import pooled_traffic
-
-    assert pooled_traffic(40, 1000.0, 300.0, earlier, CONFIG) == expected
+    assert rules.pool_quiet(40, 1000.0, 300.0, earlier,
+                            CONFIG.min_requests_per_window) == expected
 
 
 def test_a_window_under_the_threshold_is_never_pooled():
-    from detectors.slow_broker.latency import pooled_traffic
-
-    assert pooled_traffic(40, 290.0, 300.0, [(400, 900.0)], CONFIG) is None
+    assert rules.pool_quiet(40, 290.0, 300.0, [(400, 900.0)],
+                            CONFIG.min_requests_per_window) is None
 
 
 def test_a_quiet_broker_as_slow_as_it_usually_is_makes_no_stall():

@@ -1,0 +1,233 @@
+"""The per-row rules of the slow-broker detector: small pure functions, their thresholds
+passed in (no config is read inside a rule). detect.assess_window applies them, with
+blame, the known disruptions and cluster-wide, in the order its docstring explains;
+`judge_rows` applies rules 1-5 to one window's rows."""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.inputs import STAGES, RequestStageWindow
+from detectors.slow_broker.latency import norm_api, threshold_for, waits_in_purgatory
+from detectors.slow_broker.verdicts import ApiVerdict
+
+# A baseline or peer median below this is treated as this: ratios to ~0 ms mean nothing.
+MIN_REFERENCE_MS = 1.0
+# A quiet window is pooled with at most this many windows in all (one minute at 10-s
+# windows): an older pool no longer describes now.
+POOL_WINDOWS = 6
+# Other brokers with traffic needed for the peer comparison: a median of one peer is that
+# peer.
+MIN_PEERS = 2
+# Earlier windows needed before the in-input baseline is trusted (one minute of 10-s
+# windows): a median of fewer says little more than one window.
+MIN_HISTORY_WINDOWS = 6
+# Rule 2b: the floor of a pool judged only with a second, independent sign (the follower it waits
+# on is late elsewhere too, blame.corroborated_by_follower): 20 requests still make a
+# wait at the edge unlikely to be one request.
+CORROBORATED_MIN_REQUESTS = 20
+
+Sample = tuple[int, float]       # (requests, judged latency) of one earlier window
+Pool = tuple[int, int, float]    # (windows, requests, least judged latency) judged together
+
+
+def judged_latency(row: RequestStageWindow) -> float:
+    """Rule 1: TotalTime TP99, without the purgatory wait for the APIs that wait on
+    purpose (that wait measures the absence of data, not the broker): the exact p99 of
+    (total - remote) when given, else a lower bound of it."""
+    if not waits_in_purgatory(row.api):
+        return row.total_p99_ms
+    if row.total_excl_remote_p99_ms is not None:
+        return row.total_excl_remote_p99_ms
+    own_stages = [row.stage_p99(s) for s in STAGES if s != "remote"]
+    return max(row.total_p99_ms - row.remote_p99_ms, *own_stages, 0.0)
+
+
+def enough_traffic(requests: int, floor: int) -> bool:
+    """Rule 2: enough requests for a p99 to mean something (with fewer than 100, the TP99
+    is the window's slowest request)."""
+    return requests >= floor
+
+
+def pool_quiet(requests: int, latency: float, threshold: float,
+               earlier: Sequence[Sample | None], floor: int) -> Pool | None:
+    """Rule 2, for a window too quiet to judge alone: pooled with the consecutive windows
+    just before it (`earlier`, newest first, None where there was no row) that were over
+    the threshold too, up to POOL_WINDOWS in all, until they hold `floor` requests;
+    judged at the least latency of the pool, or None when they never do.
+
+    A slow broker cuts its own request rate (clients wait for their answers). The least
+    latency is a lower bound of the pooled TP99: at least 1% of every window's requests
+    took its own TP99 or longer. A window under the threshold, or with no row, ends the
+    pool: a broker is judged on real requests, never on one slow one."""
+    if latency <= threshold:
+        return None
+    windows, total, least = 1, requests, latency
+    for prior in earlier[:POOL_WINDOWS - 1]:
+        if enough_traffic(total, floor):
+            break
+        if prior is None or prior[1] <= threshold:
+            return None
+        windows, total, least = windows + 1, total + prior[0], min(least, prior[1])
+    return (windows, total, least) if enough_traffic(total, floor) else None
+
+
+def over_threshold(latency: float, threshold: float) -> bool:
+    """Rule 3: above the absolute floor below which no latency is a problem (a broker at
+    40 ms when it usually does 10 is not one)."""
+    return latency > threshold
+
+
+def baseline(external: float | None, healthy: Sequence[float], quiet: Sequence[Sample],
+             floor: int) -> float | None:
+    """Rule 4's reference, the broker/API's usual latency: the external baseline; else
+    the median of its earlier healthy windows, once MIN_HISTORY_WINDOWS of them; else the
+    median of its earlier quiet windows, once as many hold `floor` requests together.
+    A quiet window's TP99 is about its slowest request, so that baseline is high and the
+    rule only harder to meet; without it a broker too quiet to have healthy windows, on a
+    cluster as quiet, could be compared with nothing."""
+    if external is not None:
+        return external
+    if len(healthy) >= MIN_HISTORY_WINDOWS:
+        return statistics.median(healthy)
+    if len(quiet) >= MIN_HISTORY_WINDOWS and sum(n for n, _ in quiet) >= floor:
+        return statistics.median(lat for _, lat in quiet)
+    return None
+
+
+def stands_out(value: float, reference: float | None, ratio: float) -> bool:
+    """Rules 4 and 5: at least `ratio` x a reference (the broker's own baseline, or its
+    peers' median). History catches a fleet-wide rise; peers a broker always slow."""
+    return reference is not None and value >= ratio * max(reference, MIN_REFERENCE_MS)
+
+
+def median_without(sorted_values: Sequence[float], value: float) -> float | None:
+    """The median of a sorted list with one occurrence of `value` left out, in O(log n)
+    (a 2,000-broker cluster would make the obvious way quadratic)."""
+    i = bisect.bisect_left(sorted_values, value)
+    m = len(sorted_values) - 1
+    if m <= 0:
+        return None
+
+    def kth(k: int) -> float:
+        return sorted_values[k] if k < i else sorted_values[k + 1]
+
+    return kth(m // 2) if m % 2 else (kth(m // 2 - 1) + kth(m // 2)) / 2
+
+
+def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
+    """Rule 5's reference: the median latency of the other brokers with traffic (sorted
+    `latencies` include this broker's `own` when it has traffic), once MIN_PEERS."""
+    peers = len(latencies) - (own is not None)
+    if peers < MIN_PEERS:
+        return None
+    return median_without(latencies, own) if own is not None else statistics.median(latencies)
+
+
+def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
+    """The stage with the largest p99 (Remote left out where it is a deliberate wait),
+    and its share of the stage p99s considered: what blame starts from."""
+    stages = [s for s in STAGES if not (s == "remote" and waits_in_purgatory(row.api))]
+    values = {s: row.stage_p99(s) for s in stages}
+    total = sum(values.values())
+    if total <= 0:
+        return None, 0.0
+    stage = max(stages, key=lambda s: values[s])  # ties: the earlier stage in the request path
+    return stage, values[stage] / total
+
+
+def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_traffic: bool,
+              pool: Pool | None, quiet_pool: Pool | None, baseline_ms: float | None,
+              peers: float | None, history_ratio: float, peer_ratio: float) -> ApiVerdict:
+    """Rules 1-5 on one row: judged at its pool's least latency when pooled, suspect
+    (ApiVerdict.suspect) with enough traffic, over the threshold and standing out from
+    its own baseline or its peers. `quiet_pool`: the pool blame may judge it on."""
+    windows, requests, lat = pool or (1, None, latency)
+    stage, share = dominant_stage(row)
+    return ApiVerdict(
+        row=row, latency_ms=lat, threshold_ms=threshold,
+        enough_traffic=own_traffic or pool is not None,
+        over_threshold=over_threshold(lat, threshold), baseline_ms=baseline_ms,
+        slow_vs_history=stands_out(lat, baseline_ms, history_ratio), peer_median_ms=peers,
+        slow_vs_peers=stands_out(lat, peers, peer_ratio), dominant_stage=stage,
+        stage_share=share, pooled_windows=windows, pooled_requests=requests,
+        quiet_pool=quiet_pool)
+
+
+@dataclass
+class History:
+    """Per broker/API, the earlier windows the rules look back on: every window's
+    (requests, latency) for pooling, and the non-suspect ones for the baseline, `healthy`
+    with enough traffic of their own, `quiet` the others that had requests."""
+    healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    quiet: dict[tuple[int, str], list[Sample]] = field(default_factory=lambda: defaultdict(list))
+    windows: dict[tuple[int, str], dict[int, Sample]] = field(
+        default_factory=lambda: defaultdict(dict))
+
+    def earlier(self, row: RequestStageWindow, window_ms: int) -> list[Sample | None]:
+        """The row's broker/API in the windows just before it, newest first."""
+        seen = self.windows.get((row.broker, norm_api(row.api)), {})
+        return [seen.get(row.window_start_ms - k * window_ms) for k in range(1, POOL_WINDOWS)]
+
+    def note(self, row: RequestStageWindow, latency: float, window_ms: int) -> None:
+        seen = self.windows[(row.broker, norm_api(row.api))]
+        seen[row.window_start_ms] = (row.requests, latency)
+        for start in [s for s in seen if s <= row.window_start_ms - POOL_WINDOWS * window_ms]:
+            del seen[start]
+
+    def baseline(self, row: RequestStageWindow, external: Mapping[tuple[int, str], float],
+                 floor: int) -> float | None:
+        key = (row.broker, norm_api(row.api))
+        return baseline(external.get(key), self.healthy.get(key, []),
+                        self.quiet.get(key, []), floor)
+
+    def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
+        """Keep the window's non-suspect latencies (a quiet window over the threshold that
+        was not judged slow is part of the broker's usual too)."""
+        for v in verdicts:
+            if v.suspect:
+                continue
+            key = (v.row.broker, norm_api(v.row.api))
+            if v.enough_traffic and v.pooled_windows == 1:
+                self.healthy[key].append(v.latency_ms)
+            elif not v.enough_traffic and v.row.requests > 0:
+                self.quiet[key].append((v.row.requests, v.latency_ms))
+
+
+def judge_rows(rows: Sequence[RequestStageWindow], history: History,
+               external: Mapping[tuple[int, str], float],
+               cfg: SlowBrokerSection) -> list[ApiVerdict]:
+    """Rules 1-5 on every row of one window: every row is pooled against the windows
+    before this one, and the peer rule needs every broker's latency for the API first.
+    A pooled row is compared with its peers but stays out of their medians: its latency
+    is a bound over several windows."""
+    floor = cfg.min_requests_per_window
+    judged = []
+    for r in rows:
+        latency, threshold = judged_latency(r), threshold_for(r.api, cfg)
+        own = enough_traffic(r.requests, floor)
+        pool = quiet = None
+        if not own:
+            earlier = history.earlier(r, cfg.window_ms)
+            pool = pool_quiet(r.requests, latency, threshold, earlier, floor)
+            if pool is None:
+                quiet = pool_quiet(r.requests, latency, threshold, earlier,
+                                   CORROBORATED_MIN_REQUESTS)
+        judged.append((r, latency, threshold, own, pool, quiet))
+    by_api: dict[str, list[float]] = defaultdict(list)
+    for r, latency, _, own, _, _ in judged:
+        history.note(r, latency, cfg.window_ms)
+        if own:
+            by_api[norm_api(r.api)].append(latency)
+    for lats in by_api.values():
+        lats.sort()
+    return [judge_row(r, latency, threshold, own, pool, quiet,
+                      history.baseline(r, external, floor),
+                      peer_median(by_api.get(norm_api(r.api), []), latency if own else None),
+                      cfg.history_ratio, cfg.peer_ratio)
+            for r, latency, threshold, own, pool, quiet in judged]
