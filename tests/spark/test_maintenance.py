@@ -175,11 +175,22 @@ def test_a_pass_while_a_stream_appends_and_another_reads_loses_and_repeats_nothi
     assert sorted(copied) == sorted(ids)
 
 
+def landing_file(folder: Path, name: str, first: int, age_h: float) -> Path:
+    """Ten JSON lines {"n": first..first+9} in `folder`/`name`, last modified `age_h` hours
+    before NOW_MS."""
+    import os
+
+    p = folder / name
+    p.write_text("".join(f'{{"n": {first + i}}}\n' for i in range(10)))
+    t = NOW_MS / 1000 - age_h * 3600
+    os.utime(p, (t, t))
+    return p
+
+
 def test_landing_files_go_once_a_committed_batch_read_them_and_they_are_old(spark, tmp_path):
     """The file source's real checkpoint: files a committed batch read and older than
     landing_retain_h are deleted; a file no batch read, and a recent one, stay; the query
     restarted after the deletion reads the new file only, and no row is lost or repeated."""
-    import os
 
     from jobs.bronze import from_landing
 
@@ -188,11 +199,7 @@ def test_landing_files_go_once_a_committed_batch_read_them_and_they_are_old(spar
     folder.mkdir(parents=True)
 
     def write(name: str, first: int, age_h: float = 0) -> Path:
-        p = folder / name
-        p.write_text("".join(f'{{"n": {first + i}}}\n' for i in range(10)))
-        t = NOW_MS / 1000 - age_h * 3600
-        os.utime(p, (t, t))
-        return p
+        return landing_file(folder, name, first, age_h)
 
     def run_once() -> None:
         q = (from_landing(spark, lake, ["broker_metrics"]).select("value").writeStream
@@ -292,7 +299,6 @@ def test_the_source_log_forgets_the_landing_files_a_pass_deleted(spark, tmp_path
     deletes old landing files, no compacted log lists them, the files still there keep
     their entries, the next compaction starts from the shorter list, and the query
     restarted on it reads every file exactly once."""
-    import os
 
     from jobs.bronze import from_landing
     from jobs.landing_retention import normalized, source_log_entries
@@ -302,12 +308,8 @@ def test_the_source_log_forgets_the_landing_files_a_pass_deleted(spark, tmp_path
     folder.mkdir(parents=True)
     log_dir = Path(lake.checkpoint("silver")) / "sources" / "0"
 
-    def write(name: str, first: int, age_h: float) -> Path:
-        p = folder / name
-        p.write_text("".join(f'{{"n": {first + i}}}\n' for i in range(10)))
-        t = NOW_MS / 1000 - age_h * 3600
-        os.utime(p, (t, t))
-        return p
+    def write(name: str, first: int, age_h: float = 0) -> Path:
+        return landing_file(folder, name, first, age_h)
 
     def run_once() -> None:
         q = (from_landing(spark, lake, ["broker_metrics"], max_files_per_trigger=1)
