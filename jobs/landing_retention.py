@@ -149,9 +149,8 @@ class StreamOutcome:
 
 @dataclass
 class SourceLog:
-    """One file-source query's log: its folder, the last batch committed, and its files
+    """One file-source query's log: the last batch its query committed, and its files
     (Hadoop status, text)."""
-    folder: str
     last_committed: int
     files: list
 
@@ -220,13 +219,14 @@ class LandingRetention:
                     files = [(s, self._read(s))
                              for s in self._list(source.getPath().toString())
                              if log_batch(s.getPath().getName()) is not None]
-                    out.append(SourceLog(source.getPath().toString(), max(commits), files))
+                    out.append(SourceLog(max(commits), files))
         return out
 
-    def consumed(self, logs: list[SourceLog] | None = None) -> set[str]:
-        """Every file a committed batch of any of the lake's queries read."""
+    @staticmethod
+    def consumed(logs: list[SourceLog]) -> set[str]:
+        """Every file a committed batch of any of the `logs`' queries read."""
         out: set[str] = set()
-        for sl in self.source_logs() if logs is None else logs:
+        for sl in logs:
             out |= consumed_files([text for _, text in sl.files], sl.last_committed)
         return out
 

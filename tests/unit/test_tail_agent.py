@@ -172,14 +172,20 @@ def dropped(registry, reason):
                                      {"agent": "request-log-agent", "reason": reason})
 
 
-def test_file_rotated_out_of_reach_while_down_is_one_lost_span_row(tmp_path, caplog):
+def one_line_saved(tmp_path):
+    """A request log of one line, read and saved by an agent that then stops: the log, its
+    sink and the saved position."""
     log = tmp_path / "kafka-request.log"
     append(log, REQUEST_LINES[0] + "\n")
     sink = RecordingSink()
     agent = request_agent(tmp_path, sink)
     agent.poll_once()
     agent.close()
-    saved = PositionStore(tmp_path / "pos.json").load()["c/1"]
+    return log, sink, PositionStore(tmp_path / "pos.json").load()["c/1"]
+
+
+def test_file_rotated_out_of_reach_while_down_is_one_lost_span_row(tmp_path, caplog):
+    log, sink, saved = one_line_saved(tmp_path)
     # The agent is down while the broker rolls its log more than MAX_ROTATED times (held
     # open: a freed inode would be reused by a newer file, see ingest/file_tailer.py).
     with open(log, "rb"):
@@ -248,13 +254,7 @@ def test_file_truncated_while_read_is_a_lost_span_and_reading_goes_on(tmp_path):
 
 
 def test_a_newer_file_that_took_the_saved_inode_is_a_lost_span_not_a_resume(tmp_path):
-    log = tmp_path / "kafka-request.log"
-    append(log, REQUEST_LINES[0] + "\n")
-    sink = RecordingSink()
-    agent = request_agent(tmp_path, sink)
-    agent.poll_once()
-    agent.close()
-    saved = PositionStore(tmp_path / "pos.json").load()["c/1"]
+    log, sink, saved = one_line_saved(tmp_path)
     assert PositionStore(tmp_path / "pos.json").load_heads()["c/1"].startswith("64:")
     # While down, the file was rolled away and deleted, and a newer file got its inode
     # (as ext4 does); shown here by rewriting it in place: same inode, other lines.
