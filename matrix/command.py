@@ -56,15 +56,22 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
             print(f"kmon matrix run: --resume {resume}: not a live matrix result", file=out)
             return 2
         rows, runs, path = list(prior["scenarios"]), list(prior.get("runs", [])), resume
+        ran_at = {r.get("rules") for r in runs} or {prior.get("rules")}
+        if ran_at != {results.rules_version()}:
+            print(f"kmon matrix run: --resume {resume}: its runs were at rules version(s) "
+                  f"{', '.join(sorted(str(v) for v in ran_at))}, the detection code is now at "
+                  f"{results.rules_version()}: one run's parts must be at one rules version; "
+                  f"start a new run", file=out)
+            return 2
         names = prior.get("asked") or [s.name for s in catalog()]
         command = prior["command"]
     wanted = by_name(names)
     asked = [s.name for s in wanted]
     done_names = {r["scenario"] for r in rows}
     scenarios = [s for s in wanted if s.name not in done_names]
-    commit = results.commit()
+    commit, rules = results.commit(), results.rules_version()
     runs.append({"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "commit": commit, "scenarios": [s.name for s in scenarios]})
+                 "commit": commit, "rules": rules, "scenarios": [s.name for s in scenarios]})
     meta = {"recorded_with": command, "commit": commit, "machine": results.machine()}
     settings = MatrixSettings() if warmup_s is None else replace(MatrixSettings(),
                                                                   warmup_s=warmup_s)
@@ -72,7 +79,8 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
     def save(complete: bool) -> Path:
         nonlocal path
         path = results.write("live", command, rows, results.scores_of(rows), path=path,
-                             at_commit=commit, asked=asked, complete=complete, runs=runs)
+                             at_commit=commit, asked=asked, complete=complete, runs=runs,
+                             rules=rules)
         return path
 
     def on_result(r) -> None:
@@ -112,6 +120,7 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
         print(f"no recordings in {corpus or CORPUS_DIR}: record some with `kmon matrix run`",
               file=out)
         return 1
+    commit, rules = results.commit(), results.rules_version()   # the code that ran
     root = config.work_dir / "matrix-replay"
     spark = build_spark_session(replay_config(config, recs[0], root / recs[0].scenario))
     empty_lakes = EmptyLakes(spark, root / "empty-lakes")
@@ -129,7 +138,7 @@ def replay(config, names: list[str] | None, *, step_s: float, command: str,
     finally:
         spark.stop()
     print("\n" + results.console_table(scores), file=out)
-    path = results.write("replay", command, rows, scores,
+    path = results.write("replay", command, rows, scores, at_commit=commit, rules=rules,
                          **({"out_dir": results_dir} if results_dir else {}))
     print(f"\nresults: {path}", file=out, flush=True)
     if errors:

@@ -36,6 +36,32 @@ def commit() -> str:
     return f"{head}-dirty" if head and dirty else head
 
 
+# The code whose change can change a verdict: the shared signal definitions, the detectors
+# and their rules, the detector read side, and the edge aggregation that writes what it
+# reads. A live matrix run is at one rules version when all its parts share this hash.
+DETECTION_CODE = ("core", "detectors", "jobs/detect.py", "jobs/detection_config.py",
+                  "jobs/detector_inputs", "jobs/slow_requests.py", "jobs/histogram_duckdb.py",
+                  "infra/lake_sql.py", "ingest/request_windows.py",
+                  "ingest/request_window_records.py", "ingest/request_exemplars.py")
+
+
+def rules_version(root: Path = REPO) -> str:
+    """12 hex digits of a SHA-256 over the path and bytes of every .py file under
+    DETECTION_CODE in `root`, as on disk (uncommitted edits count)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in DETECTION_CODE:
+        base = root / part
+        files = [base] if base.is_file() else sorted(base.rglob("*.py"))
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            h.update(f.relative_to(root).as_posix().encode() + b"\0")
+            h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def write(mode: str, command: str, rows: list[dict], scores: list[ScenarioScore],
           out_dir: Path | None = None, *, path: Path | None = None,
           at_commit: str | None = None, **extra) -> Path:
@@ -93,11 +119,11 @@ def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
             part = next((p for p in reversed(parts) if r["scenario"] in p["scenarios"]),
                         parts[-1])
             rows[r["scenario"]] = {**r, "run": {k: part[k] for k in ("command", "date",
-                                                                      "commit")}}
+                                                                      "commit", "rules")}}
     last = files_data[-1]
     scores = scores_of(list(rows.values()))
     return {**last, "scenarios": list(rows.values()), "classes": class_table(scores),
-            "runs": [{k: p[k] for k in ("command", "date", "commit")} for p in runs]}
+            "runs": [{k: p[k] for k in ("command", "date", "commit", "rules")} for p in runs]}
 
 
 def _runs_of(data: dict) -> list[dict]:
@@ -106,10 +132,12 @@ def _runs_of(data: dict) -> list[dict]:
     if data.get("runs"):
         return [{"command": data.get("command"),
                  "date": (p.get("started_utc") or "").replace("-", "").replace(":", ""),
-                 "commit": p.get("commit"), "scenarios": p.get("scenarios", [])}
+                 "commit": p.get("commit"), "rules": p.get("rules"),
+                 "scenarios": p.get("scenarios", [])}
                 for p in data["runs"]]
     return [{"command": data.get("command"), "date": data.get("date"),
-             "commit": data.get("commit"), "scenarios": [r["scenario"]
+             "commit": data.get("commit"), "rules": data.get("rules"),
+             "scenarios": [r["scenario"]
                                                          for r in data["scenarios"]]}]
 
 
@@ -200,8 +228,14 @@ def render_doc(live: dict | None, replay: dict | None, scenarios: list) -> str:
             continue
         out += ["Each scenario's newest result; the runs it comes from "
                 f"({data['machine'].get('cpus')} cores):", ""]
-        out += [f"- `{r['command']}` on {r['date']} (commit {r.get('commit') or '?'})"
-                for r in data.get("runs", [data])]
+        runs = data.get("runs", [data])
+        out += [f"- `{r['command']}` on {r['date']} (commit {r.get('commit') or '?'}, "
+                f"rules {r.get('rules') or 'not recorded'})" for r in runs]
+        versions = {r.get("rules") for r in runs}
+        if title == "Live":
+            out += ["", "One rules version (the hash of the detection code, "
+                    "`matrix.results.rules_version`) across these runs: "
+                    + ("yes." if len(versions) == 1 and None not in versions else "**no**.")]
         out.append("")
         out += _md_rows(data)
     return "\n".join(out) + "\n"

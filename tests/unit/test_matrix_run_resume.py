@@ -109,3 +109,42 @@ def test_each_topology_runs_on_a_lake_of_its_own():
     assert Lake(demo_config(config).storage_root).checkpoint("silver") not in checkpoints
     assert configs["5b-3c"].local_cluster.brokers == 5
     assert configs["3b+1dc"].local_cluster.dedicated_controllers == 1
+
+
+def test_resume_refuses_a_run_whose_detection_code_changed(live, tmp_path, monkeypatch):
+    """An acceptance run spanning sittings counts only if every part ran the same rules:
+    a resume at another rules version is refused, naming both versions."""
+    ran, state = live
+    names = [s.name for s in catalog()][:3]
+    state["stop_after"] = 1
+    monkeypatch.setattr(results, "rules_version", lambda root=None: "aaaaaaaaaaaa")
+    command.run(SimpleNamespace(work_dir=tmp_path), names, record=False, port=0,
+                command="c", out=io.StringIO())
+    [path] = tmp_path.glob("matrix-live-*.json")
+    assert [r["rules"] for r in json.loads(path.read_text())["runs"]] == ["aaaaaaaaaaaa"]
+    monkeypatch.setattr(results, "rules_version", lambda root=None: "bbbbbbbbbbbb")
+    out = io.StringIO()
+    assert command.run(SimpleNamespace(work_dir=tmp_path), None, record=False, port=0,
+                       command="c", resume=path, out=out) == 2
+    assert "aaaaaaaaaaaa" in out.getvalue() and "bbbbbbbbbbbb" in out.getvalue()
+    assert len(ran) == 1
+    monkeypatch.setattr(results, "rules_version", lambda root=None: "aaaaaaaaaaaa")
+    state["stop_after"] = None
+    assert command.run(SimpleNamespace(work_dir=tmp_path), None, record=False, port=0,
+                       command="c", resume=path, out=io.StringIO()) == 0
+    doc = results.render_doc(results.newest("live", tmp_path), None, [])
+    assert "rules aaaaaaaaaaaa" in doc and "across these runs: yes." in doc
+
+
+def test_the_rules_version_follows_the_detection_code_and_nothing_else(tmp_path):
+    for part in results.DETECTION_CODE:
+        f = tmp_path / part if part.endswith(".py") else tmp_path / part / "x.py"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("A = 1\n")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "b.py").write_text("B = 1\n")
+    before = results.rules_version(tmp_path)
+    (tmp_path / "bench" / "b.py").write_text("B = 2\n")
+    assert results.rules_version(tmp_path) == before
+    (tmp_path / "detectors" / "x.py").write_text("A = 2\n")
+    assert results.rules_version(tmp_path) != before
