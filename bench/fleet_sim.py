@@ -58,9 +58,10 @@ from pathlib import Path
 from typing import Iterable
 
 from core.latency_histogram import bucket_of, quantile_of_arrays, value_of
+from core.signals import judged_ms, waits_in_purgatory
 from ingest.request_log import parse_request_line
 from ingest.request_window_records import STAGES
-from ingest.request_windows import PURGATORY_APIS, WindowAggregator
+from ingest.request_windows import WindowAggregator
 from ingest.sinks import LandingSink
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,15 +172,14 @@ def _healthy(rec: dict) -> bool:
     or total - remote for the APIs that wait in Remote on purpose) well under the 300-ms
     threshold. A recording's restart or burst stays out of the healthy fleet; the faults
     are the simulator's own."""
-    stage = "total_minus_remote" if rec["api"] in PURGATORY_APIS else "total"
+    stage = "total_minus_remote" if waits_in_purgatory(rec["api"]) else "total"
     p99 = quantile_of_arrays(rec[f"{stage}_buckets"], rec[f"{stage}_counts"], 0.99)
     return p99 is None or p99 < HEALTHY_P99_MS
 
 
 def _judged(e: dict) -> float:
-    """An exemplar's latency as the agent ranks the slowest: total, or total - remote for
-    the purgatory APIs."""
-    return e["total_ms"] - (e["remote_ms"] if e["api"] in PURGATORY_APIS else 0.0)
+    """An exemplar's latency as the agent ranks the slowest (core.signals.judged_ms)."""
+    return judged_ms(e["api"], e["total_ms"], e["remote_ms"])
 
 
 def _unit(b: int, w: int, key: str) -> float:

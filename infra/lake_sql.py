@@ -204,10 +204,6 @@ def marks(values: Sequence[Any]) -> str:
     return ", ".join("?" for _ in values)
 
 
-# An API name as the rules compare names: without underscores, lower case (`norm_api`).
-NORM_API_SQL = "lower(replace(api, '_', ''))"
-
-
 def range_sql(start_ms: int, end_ms: int, column: str = "ts_ms") -> tuple[str, list]:
     """A WHERE condition and its parameters for rows of [start_ms, end_ms) of a table
     partitioned by ``date`` (the date filter skips other days' files)."""

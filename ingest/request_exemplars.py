@@ -7,8 +7,8 @@ that an on-call engineer (or a detector's diagnosis) needs to see whole:
 - ``slow``: the judged latency at or over `ExemplarLimits.slow_ms` (300 ms), at most
   `slow_cap` (20) of them, a uniform sample of the slow ones when there are more; the
   judged latency is total_ms, or total_ms - remote_ms for an API that waits in Remote on
-  purpose (the aggregator's `purgatory_apis`: Fetch, JoinGroup, SyncGroup), as the
-  slow-broker rule judges them;
+  purpose (core.signals.judged_ms: Fetch, JoinGroup, SyncGroup), as the slow-broker rule
+  judges them;
 - ``slowest``: the `slowest` (5) highest judged latencies, slow or not (a window with
   nothing over the threshold still shows its tail);
 - ``error``: a response with a non-zero error code, at most `error_cap` (10), sampled the

@@ -62,12 +62,11 @@ class RequestLogSection:
             raise ConfigError(f"key 'request_log.full_brokers': broker node ids (integers >= 0), "
                               f"not {bad!r}")
 
-    def aggregator_options(self, purgatory_apis) -> dict:
+    def aggregator_options(self) -> dict:
         """WindowAggregator's keyword arguments."""
         return {"window_ms": int(self.window_s * 1000),
                 "lateness_ms": int(self.lateness_s * 1000),
                 "slow_ms": self.exemplar_slow_ms, "slow_cap": self.exemplar_slow_cap,
                 "slowest": self.exemplar_slowest, "error_cap": self.exemplar_error_cap,
                 "sample_every": self.exemplar_sample_every,
-                "send_threshold_ms": self.send_threshold_ms, "top_clients": self.top_clients,
-                "purgatory_apis": frozenset(purgatory_apis)}
+                "send_threshold_ms": self.send_threshold_ms, "top_clients": self.top_clients}

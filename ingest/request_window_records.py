@@ -90,7 +90,7 @@ def count_stages(sums: list, maxes: list, hists: list, t: float, rq: float, lc: 
     on bench/bench_edge_aggregation.py's records, loaded machine), and a call per value
     costs ~60 ns more.
     """
-    tr = t - rm if t > rm else 0.0
+    tr = t - rm if t > rm else 0.0   # core.signals.judged_ms of a purgatory API, inlined
     sums[0] += t
     sums[1] += rq
     sums[2] += lc

@@ -84,6 +84,7 @@ from __future__ import annotations
 from collections import deque
 
 from core.latency_histogram import bucket_of
+from core.signals import judged_ms
 from ingest.request_exemplars import ExemplarLimits
 from ingest.request_window_records import (FILE_SHIFT, STAGES, STREAMS, Acc, Output, Part,
                                            count_stages, part_outputs)
@@ -93,10 +94,6 @@ __all__ = ["STAGES", "STREAMS", "Output", "WindowAggregator", "request_key"]
 
 NO_CLIENT = "(none)"
 FETCH_CONSUMER, FETCH_FOLLOWER = "Fetch:consumer", "Fetch:follower"
-# APIs that wait in Remote time on purpose (fetch.max.wait.ms, rebalances): their
-# exemplars are judged by the time outside Remote, as the slow-broker rule judges them
-# (detectors.slow_broker.latency.PURGATORY_APIS; the agent passes that list).
-PURGATORY_APIS = frozenset({"Fetch", "JoinGroup", "SyncGroup"})
 PRODUCE_KEYS = {a: f"Produce:acks={a}" for a in (-1, 0, 1)}
 CHECKPOINT_VERSION = 1
 _INF = float("inf")
@@ -120,7 +117,6 @@ class WindowAggregator:
                  slowest: int = 5, error_cap: int = 10, sample_every: int = 1000,
                  send_threshold_ms: float = 300.0, top_clients: int = 20,
                  retain_ms: int = 300_000, connection_idle_ms: int = 600_000,
-                 purgatory_apis: frozenset[str] = PURGATORY_APIS,
                  state: dict | None = None):
         if window_ms <= 0 or lateness_ms < 0:
             raise ValueError("window_ms must be > 0 and lateness_ms >= 0")
@@ -134,7 +130,6 @@ class WindowAggregator:
         self.limits = ExemplarLimits(slow_ms, slow_cap, slowest, error_cap, sample_every)
         self.send_threshold_ms = send_threshold_ms
         self.top_clients = top_clients
-        self.purgatory_apis = frozenset(purgatory_apis)
         self._slow_ms, self._sample_cut = slow_ms, self.limits.sample_cut
         self.retain_ms, self.connection_idle_ms = retain_ms, connection_idle_ms
         self.skipped = 0            # re-read lines an emitted window had counted
@@ -258,8 +253,7 @@ class WindowAggregator:
 
         picker = acc.picker
         sampled = ((offset + inode) * 2654435761) & 0xFFFFFFFF < self._sample_cut  # sample_hash
-        # The latency an exemplar is judged by: a purgatory API's time outside Remote.
-        judged = (t - rm if t > rm else 0.0) if api in self.purgatory_apis else t
+        judged = judged_ms(api, t, rm)   # as the slow-broker rule and slow_requests judge it
         if judged > picker.slowest_floor or judged >= self._slow_ms or codes or sampled:
             picker.offer(rec, pos, inode, offset, judged, bool(codes), sampled)
         if late and ts >= self._late_due:

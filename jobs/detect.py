@@ -65,7 +65,6 @@ from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from detectors.correlation import correlate
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
-from detectors.slow_broker.latency import PURGATORY_APIS
 from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, skipping_properties
 from infra.lake_sql import LakeSql, delta_uri
@@ -323,8 +322,7 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
             on_inputs(now_ms, inputs)
         detections = attach_slow_requests(
             sql, run_detectors(inputs, config, now_ms),
-            windows_mode=config.request_log.mode == "windows",
-            purgatory_apis=PURGATORY_APIS)
+            windows_mode=config.request_log.mode == "windows")
     finally:
         if own_sql:
             sql.close()

@@ -25,8 +25,8 @@ import dataclasses
 from typing import Sequence
 
 from core.findings import AnomalyType, Detection
-from infra.lake_sql import NORM_API_SQL, LakeSql, marks, range_sql
-from jobs.detector_inputs.slow_broker import _norm_names
+from core.signals_sql import judged_sql
+from infra.lake_sql import LakeSql, range_sql
 
 LIMIT = 5
 EXEMPLARS, STAGES_TABLE = "request_exemplars", "request_stages"
@@ -46,32 +46,27 @@ def _wanted(detections: Sequence[Detection]) -> list[tuple[int, Detection]]:
             and "stage_observed_on" not in d.evidence]
 
 
-def slowest_sql(wanted: list[tuple[int, Detection]], purgatory_apis: Sequence[str],
-                columns: Sequence[str], where: str, where_params: Sequence,
-                limit: int = LIMIT) -> tuple[str, list]:
+def slowest_sql(wanted: list[tuple[int, Detection]], columns: Sequence[str], where: str,
+                where_params: Sequence, limit: int = LIMIT) -> tuple[str, list]:
     """SQL (of relation ``t``) and its parameters: the top `limit` rows per wanted
     detection (column `_finding`, its index, and `_rank`), by the judged latency
-    (`_judged_ms`), of the rows meeting `where`. A row in the spans of two detections goes
-    to the first (two detections of one broker and API do not overlap)."""
+    (`_judged_ms`, core.signals.judged_ms), of the rows meeting `where`. A row in the
+    spans of two detections goes to the first (two detections of one broker and API do
+    not overlap)."""
     cases, params = [], []
     for i, d in wanted:
         cases.append(f"WHEN cluster = ? AND broker = ? AND api = ? AND ts_ms >= ? "
                      f"AND ts_ms < ? THEN {int(i)}")
         params += [d.cluster, int(d.evidence["broker"]), d.evidence["api"],
                    int(d.first_seen_ms), int(d.last_seen_ms)]
-    purgatory = _norm_names(purgatory_apis)   # as the rule names them
-    in_purgatory = (f"{NORM_API_SQL} IN ({marks(purgatory)})"
-                    if purgatory else "false")
-    judged = (f"CASE WHEN {in_purgatory} THEN greatest(total_ms - coalesce(remote_ms, 0.0), "
-              "0.0) ELSE total_ms END")
     cols = ", ".join(f'"{c}"' for c in columns)
     sql = (f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY _finding ORDER BY "
            "_judged_ms DESC NULLS LAST, ts_ms ASC NULLS FIRST, correlation_id ASC NULLS FIRST) "
            f"AS _rank FROM (SELECT {cols}, CASE {' '.join(cases)} END AS _finding, "
-           f"{judged} AS _judged_ms FROM t WHERE {where} "
+           f"{judged_sql()} AS _judged_ms FROM t WHERE {where} "
            "AND NOT coalesce(is_controller_traffic, false))"
            " WHERE _finding IS NOT NULL) WHERE _rank <= ? ORDER BY _finding, _rank")
-    return sql, [*params, *purgatory, *where_params, int(limit)]
+    return sql, [*params, *where_params, int(limit)]
 
 
 def _record(r: dict, reasons: bool) -> dict:
@@ -85,8 +80,7 @@ def _record(r: dict, reasons: bool) -> dict:
 
 
 def attach_slow_requests(sql: LakeSql, detections: list[Detection],
-                         *, windows_mode: bool, purgatory_apis: Sequence[str],
-                         limit: int = LIMIT) -> list[Detection]:
+                         *, windows_mode: bool, limit: int = LIMIT) -> list[Detection]:
     """`detections` with each slow-broker one's slow requests in its evidence (module
     docstring); the others, and all of them when the table is missing, as they were."""
     wanted = _wanted(detections)
@@ -101,7 +95,7 @@ def attach_slow_requests(sql: LakeSql, detections: list[Detection],
     cols = [*FIELDS, *TIMES, "cluster", "broker", "is_controller_traffic",
             *(["exemplar_reasons"] if windows_mode else [])]
     where, params = range_sql(start_ms, end_ms)
-    query, qparams = slowest_sql(wanted, purgatory_apis, cols, where, params, limit)
+    query, qparams = slowest_sql(wanted, cols, where, params, limit)
     found: dict[int, list[dict]] = {}
     for r in sql.rows(query, qparams, t=ds):
         found.setdefault(r["_finding"], []).append(_record(r, windows_mode))

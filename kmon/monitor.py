@@ -25,7 +25,6 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from detectors.slow_broker.latency import PURGATORY_APIS
 from jobs.silver_commits import SilverCommits
 from kmon.config import Config
 
@@ -68,7 +67,7 @@ def request_windows(config: Config):
     rl = config.request_log
     if rl.mode != "windows":
         return None
-    return WindowSettings(rl.aggregator_options(PURGATORY_APIS),
+    return WindowSettings(rl.aggregator_options(),
                           full_brokers=frozenset(int(b) for b in rl.full_brokers))
 
 

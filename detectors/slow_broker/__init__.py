@@ -18,7 +18,7 @@ detection target):
   slow to send (ResponseSend >= the API's threshold) and their p99 ResponseSend time.
 - `LatencyBaseline` (optional): a broker/API's usual latency from a longer history than
   the detector is given (e.g. gold's trailing median over the last hour, computed with
-  `latency_ms`'s definition). Without it, the baseline is the median of the broker's
+  `rules.judged_latency`'s definition). Without it, the baseline is the median of the broker's
   earlier non-suspect windows in the input.
 
 Adapter (Spark -> these dataclasses):
@@ -26,8 +26,8 @@ Adapter (Spark -> these dataclasses):
   unix_millis(window_start), cluster, broker, api, requests, <stage>_p99_ms. Gold must
   run with window = window_s and a watermark of a few seconds for the detection target
   (its defaults, 1-minute windows and a 2-minute watermark, emit a window 3 minutes after
-  it starts). Splitting Fetch into FetchConsumer and FetchFollower by fetch_kind helps
-  attribution; both are purgatory APIs either way.
+  it starts). API names are the request log's (core/kafka_apis.py): JMX's FetchConsumer
+  and FetchFollower are one Fetch, a purgatory API either way.
 - FollowerFetchWindow <- silver.request_stages where fetch_kind = 'follower': leader =
   broker, follower = fetch_replica_id; per connection (broker, follower, remote_addr: each
   replica fetcher thread fetches in sequence) ordered by ts_ms (the completion time),
@@ -44,7 +44,7 @@ Adapter (Spark -> these dataclasses):
 Algorithm, per window (`window_s`, default 10 s), per broker and API (rules in
 order, rules.py; detect.assess_window states the whole order):
 1. latency: TotalTime TP99, except for APIs that wait in purgatory on purpose
-   (`PURGATORY_APIS`: Fetch, FetchConsumer, FetchFollower, JoinGroup, SyncGroup). A
+   (`core.signals.PURGATORY_APIS`: Fetch, JoinGroup, SyncGroup). A
    Fetch waits in Remote time until fetch.min.bytes arrive or fetch.max.wait.ms
    (replica.fetch.wait.max.ms for followers) runs out, 500 ms by default: on a quiet,
    healthy cluster Fetch TotalTime sits near 500 ms. That wait measures the absence of
@@ -197,10 +197,12 @@ catch up or drop out of the ISR), and a broker whose clients' network is slow.
 
 Config keys ([slow_broker] section, `SlowBrokerSection`), defaults:
 window_s = 10, min_requests_per_window = 100, threshold_ms = 300, api_threshold_ms = {},
-watched_apis = [Produce, Fetch, FetchConsumer, FetchFollower, Metadata, OffsetCommit,
-OffsetFetch, ListOffsets], history_ratio = 3.0, peer_ratio = 3.0,
-persistence_windows = 2, persistence_lookback_windows = 3, shared_cause_share = 0.5,
-broker_session_timeout_s = 9, disruption_grace_s = 60. The rules' other numbers are
+watched_apis = [Produce, Fetch, Metadata, OffsetCommit, OffsetFetch, ListOffsets],
+history_ratio = 3.0, peer_ratio = 3.0, persistence_windows = 2,
+persistence_lookback_windows = 3, shared_cause_share = 0.5, broker_session_timeout_s = 9,
+disruption_grace_s = 60. API names in watched_apis and api_threshold_ms may be spelled
+any way (case, underscores, JMX's FetchConsumer): they are made canonical when read
+(core.signals.canonical_api), an unknown one is an error. The rules' other numbers are
 constants in the module of the rule that uses them, each with its reason.
 
 Known disruptions explain what they cause (disruptions.py, one table): a broker out
@@ -216,10 +218,10 @@ least persistence_lookback_windows of them, and MIN_HISTORY_WINDOWS more when no
 "client:<client_id>").
 
 Modules, in the order the detector uses them:
-- config.py: `SlowBrokerSection`, the [slow_broker] keys.
+- config.py: `SlowBrokerSection`, the [slow_broker] keys. The request signals it shares
+  with the edge and the read side (API names, purgatory APIs, a request's judged latency,
+  the per-API threshold) are core/signals.py's.
 - inputs.py: the input dataclasses and the request stages.
-- latency.py: the request signals shared with the read side (API names, purgatory
-  APIs, thresholds).
 - rules.py: rules 1-5 and the dominant stage, on one broker/API/window.
 - blame.py: rule 6 by explaining away: whose fault a suspect row is, the follower that
   holds a leader's acks=all writes back, and when it is cluster-wide.
@@ -246,14 +248,7 @@ from detectors.slow_broker.inputs import (
     ProducerServerWindow,
     RequestStageWindow,
 )
-from detectors.slow_broker.latency import (
-    dominant_stage,
-    has_enough_traffic,
-    is_watched,
-    latency_ms,
-    threshold_for,
-)
-from detectors.slow_broker.rules import median_without
+from detectors.slow_broker.rules import dominant_stage, median_without
 from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.outages import (BrokerOutage, BrokerState, BrokerStateChange,
                                            BrokerUnreachable)
@@ -282,11 +277,7 @@ __all__ = [
     "detect_slow_brokers",
     "detections_from",
     "dominant_stage",
-    "has_enough_traffic",
-    "is_watched",
-    "latency_ms",
     "median_without",
     "replication_bar",
     "replication_waits",
-    "threshold_for",
 ]

@@ -26,7 +26,6 @@ from core.findings import ActionKind, Severity, broker_entity
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
 from detectors.slow_broker import rules
-from detectors.slow_broker.latency import norm_api
 from detectors.slow_broker.rules import MIN_REFERENCE_MS
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
                                             SlowBrokerCause)
@@ -281,7 +280,7 @@ def leader_blames(w: Waits, config: SlowBrokerSection) -> Callable[[int], Blame]
 
 # Requests whose Remote time is waiting for the followers to copy a write (acks=all):
 # Produce, and the offset commits the group coordinator appends to __consumer_offsets.
-REPLICATED_WRITE_APIS = frozenset({"produce", "offsetcommit", "txnoffsetcommit"})
+REPLICATED_WRITE_APIS = frozenset({"Produce", "OffsetCommit", "TxnOffsetCommit"})
 
 # A broker's own stages: slow there, the broker (or its host) is slow, not what it waits on.
 OWN_STAGES = ("request_queue", "local", "response_queue")
@@ -311,7 +310,7 @@ def attribute(v: ApiVerdict, blame_of: Callable[[int], Blame],
                                           "fault")
     if stage == "send":
         return attribute_send(v, sends, config)
-    if stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS:
+    if stage == "remote" and v.row.api in REPLICATED_WRITE_APIS:
         return attribute_replication(broker, blame_of(broker))
     if stage == "remote":
         return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_WAIT, None,
@@ -427,7 +426,7 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[
 
 def _waits_on_corroborated_follower(v: ApiVerdict, latency: float,
                                     blame_of: Callable[[int], Blame]) -> bool:
-    if not (v.dominant_stage == "remote" and norm_api(v.row.api) in REPLICATED_WRITE_APIS
+    if not (v.dominant_stage == "remote" and v.row.api in REPLICATED_WRITE_APIS
             and v.baseline_ms is not None
             and latency >= CORROBORATED_HISTORY_RATIO * max(v.baseline_ms,
                                                             MIN_REFERENCE_MS)):

@@ -64,10 +64,10 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from core.findings import Detection
+from core.signals import threshold_for
 from detectors.slow_broker.clients import client_finding
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import ClientRttWindow, ProducerServerWindow, RequestStageWindow
-from detectors.slow_broker.latency import norm_api, threshold_for
 from detectors.slow_broker.verdicts import SlowBrokerCause
 
 PRODUCE = "Produce"
@@ -96,7 +96,7 @@ class LinkVerdict:
 def _broker_produce_p99(rows: Sequence[RequestStageWindow]) -> dict[int, float]:
     out: dict[int, float] = {}
     for r in rows:
-        if norm_api(r.api) == norm_api(PRODUCE):
+        if r.api == PRODUCE:
             out[r.broker] = max(out.get(r.broker, 0.0), float(r.total_p99_ms))
     return out
 
@@ -106,7 +106,7 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
                 ) -> dict[str, LinkVerdict]:
     """The producers whose link was slow in one window (of one cluster); `own`: what the
     brokers took for each producer's own Produce requests in it, where known."""
-    threshold = threshold_for(PRODUCE, config)
+    threshold = threshold_for(PRODUCE, config.threshold_ms, config.api_threshold_ms)
     server = _broker_produce_p99(rows)
     own_p99 = {(x.client_id, x.broker): float(x.total_p99_ms) for x in own}
     own_p50 = {(x.client_id, x.broker): float(x.total_p50_ms) for x in own

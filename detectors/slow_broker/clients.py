@@ -57,10 +57,10 @@ from core.findings import (
     Severity,
     client_entity,
 )
+from core.signals import threshold_for
 from detectors.slow_broker.blame import slow_clients
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import ClientSendWindow, RequestStageWindow
-from detectors.slow_broker.latency import is_watched, norm_api, threshold_for
 from detectors.slow_broker.verdicts import ClientVerdict, SlowBrokerCause
 
 # A client is slow in a window from this many slow sends of one API: one slow request is
@@ -93,14 +93,14 @@ def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStage
     """The clients slow in one window (of one cluster) by their own requests."""
     at_broker: dict[tuple[int, str], list[ClientSendWindow]] = defaultdict(list)
     for s in sends:
-        if s.api is not None and is_watched(s.api, config):
-            at_broker[(s.broker, norm_api(s.api))].append(s)
-    broker_requests = {(r.broker, norm_api(r.api)): r.requests for r in rows}
+        if s.api is not None and s.api in config.watched_apis:
+            at_broker[(s.broker, s.api)].append(s)
+    broker_requests = {(r.broker, r.api): r.requests for r in rows}
 
     per_client: dict[tuple[str, str], list[ClientSendWindow]] = defaultdict(list)
     excluded: dict[tuple[str, str], list[int]] = defaultdict(list)
     for (broker, api), group in at_broker.items():
-        threshold = threshold_for(group[0].api, config)
+        threshold = threshold_for(group[0].api, config.threshold_ms, config.api_threshold_ms)
         broker_path = brokers_send_path_slow(group, threshold, config)
         for s in group:
             if s.follower:
@@ -112,7 +112,7 @@ def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStage
 
     judged: dict[str, list[ClientVerdict]] = defaultdict(list)
     for (client, api), group in per_client.items():
-        threshold = threshold_for(group[0].api, config)
+        threshold = threshold_for(group[0].api, config.threshold_ms, config.api_threshold_ms)
         requests = sum(s.requests for s in group)
         slow = sum(slow_count(s, threshold) for s in group)
         if (slow < CLIENT_MIN_SLOW or slow < CLIENT_SLOW_SHARE * requests):
@@ -132,7 +132,7 @@ def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStage
 
 def _broker_evidence(s: ClientSendWindow, threshold_ms: float,
                      broker_requests: dict[tuple[int, str], int]) -> dict:
-    total = broker_requests.get((s.broker, norm_api(s.api)))
+    total = broker_requests.get((s.broker, s.api))
     share = None if not total else round(min(1.0, s.requests / total), 4)
     return {"broker": s.broker, "requests": s.requests,
             "slow_requests": slow_count(s, threshold_ms),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.config_keys import ConfigError, _key
+from core.signals import canonical_api
 
 
 @dataclass(frozen=True)
@@ -21,9 +22,11 @@ class SlowBrokerSection:
                                "far above its usual", 300.0, min=1, max=600000)
     api_threshold_ms: dict = _key("Per-API thresholds overriding threshold_ms, e.g. "
                                   "{\"Metadata\" = 1000}", {})
-    watched_apis: list = _key("APIs whose latency is judged (JMX names)",
-                              ["Produce", "Fetch", "FetchConsumer", "FetchFollower", "Metadata",
-                               "OffsetCommit", "OffsetFetch", "ListOffsets"])
+    watched_apis: list = _key("APIs whose latency is judged (Kafka API names, any case, "
+                              "underscores ignored; JMX's FetchConsumer and FetchFollower "
+                              "are Fetch)",
+                              ["Produce", "Fetch", "Metadata", "OffsetCommit", "OffsetFetch",
+                               "ListOffsets"])
     history_ratio: float = _key("Slow against its own usual: judged latency >= this x the "
                                 "broker's baseline for the API", 3.0, min=1, max=1000)
     peer_ratio: float = _key("Stands out from its peers: >= this x the median of the others "
@@ -56,6 +59,13 @@ class SlowBrokerSection:
             if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0:
                 raise ConfigError(f"slow_broker.api_threshold_ms.{api} must be a positive "
                                   f"number of milliseconds, got {ms!r}")
+        # API names made canonical once, here: the rules and the reads compare exact names.
+        watched = [canonical_api(a, "slow_broker.watched_apis") for a in self.watched_apis]
+        thresholds: dict = {}
+        for api, ms in self.api_threshold_ms.items():   # the first spelling of an API wins
+            thresholds.setdefault(canonical_api(api, "slow_broker.api_threshold_ms"), ms)
+        object.__setattr__(self, "watched_apis", list(dict.fromkeys(watched)))
+        object.__setattr__(self, "api_threshold_ms", thresholds)
 
     @property
     def window_ms(self) -> int:

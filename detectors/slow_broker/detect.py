@@ -33,7 +33,6 @@ from detectors.slow_broker.inputs import (
     ProducerServerWindow,
     RequestStageWindow,
 )
-from detectors.slow_broker.latency import is_watched, norm_api
 from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)
 from detectors.slow_broker.handovers import LeadershipGain
@@ -71,7 +70,7 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Bl
             continue
         b = v.row.broker
         broker_sends = [x for x in sends_by_broker.get(b, ())
-                        if x.api is None or norm_api(x.api) == norm_api(v.row.api)]
+                        if x.api is None or x.api == v.row.api]
         candidate = BrokerVerdict(b, attribute(v, blame_of, broker_sends, config), v)
         current = brokers.get(b)
         slow_apis = (current.slow_apis if current else []) + [v.row.api]
@@ -119,7 +118,7 @@ def assess_window(w: WindowInputs, history: History,
     Clients are judged on their own requests beside it (clients.py), producers on their
     round trips against their own requests' times (client_links.py).
     """
-    rows = [r for r in w.rows if is_watched(r.api, cfg)]
+    rows = [r for r in w.rows if r.api in cfg.watched_apis]
     blame_of = leader_blames(w.waits, cfg)
     verdicts = corroborated_by_follower(judge_rows(rows, history, w.external, cfg), blame_of,
                                         cfg)
@@ -186,7 +185,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     own_by_cw = by_cluster_window(producer_times)
     external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
     for b in baselines:
-        external_by_cluster[b.cluster][(b.broker, norm_api(b.api))] = b.p99_ms
+        external_by_cluster[b.cluster][(b.broker, b.api)] = b.p99_ms
 
     disruptions = disruptions_from(outages, leadership_gains)
     out = []

@@ -11,9 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from core.signals import threshold_for, waits_in_purgatory
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import STAGES, RequestStageWindow
-from detectors.slow_broker.latency import norm_api, threshold_for, waits_in_purgatory
 from detectors.slow_broker.verdicts import ApiVerdict
 
 # A baseline or peer median below this is treated as this: ratios to ~0 ms mean nothing.
@@ -171,18 +171,18 @@ class History:
 
     def earlier(self, row: RequestStageWindow, window_ms: int) -> list[Sample | None]:
         """The row's broker/API in the windows just before it, newest first."""
-        seen = self.windows.get((row.broker, norm_api(row.api)), {})
+        seen = self.windows.get((row.broker, row.api), {})
         return [seen.get(row.window_start_ms - k * window_ms) for k in range(1, POOL_WINDOWS)]
 
     def note(self, row: RequestStageWindow, latency: float, window_ms: int) -> None:
-        seen = self.windows[(row.broker, norm_api(row.api))]
+        seen = self.windows[(row.broker, row.api)]
         seen[row.window_start_ms] = (row.requests, latency)
         for start in [s for s in seen if s <= row.window_start_ms - POOL_WINDOWS * window_ms]:
             del seen[start]
 
     def baseline(self, row: RequestStageWindow, external: Mapping[tuple[int, str], float],
                  floor: int) -> float | None:
-        key = (row.broker, norm_api(row.api))
+        key = (row.broker, row.api)
         return baseline(external.get(key), self.healthy.get(key, []),
                         self.quiet.get(key, []), floor)
 
@@ -192,7 +192,7 @@ class History:
         for v in verdicts:
             if v.suspect:
                 continue
-            key = (v.row.broker, norm_api(v.row.api))
+            key = (v.row.broker, v.row.api)
             if v.enough_traffic and v.pooled_windows == 1:
                 self.healthy[key].append(v.latency_ms)
             elif not v.enough_traffic and v.row.requests > 0:
@@ -209,7 +209,8 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
     floor = cfg.min_requests_per_window
     judged = []
     for r in rows:
-        latency, threshold = judged_latency(r), threshold_for(r.api, cfg)
+        latency = judged_latency(r)
+        threshold = threshold_for(r.api, cfg.threshold_ms, cfg.api_threshold_ms)
         own = enough_traffic(r.requests, floor)
         pool = quiet = None
         if not own:
@@ -223,11 +224,11 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
     for r, latency, _, own, _, _ in judged:
         history.note(r, latency, cfg.window_ms)
         if own:
-            by_api[norm_api(r.api)].append(latency)
+            by_api[r.api].append(latency)
     for lats in by_api.values():
         lats.sort()
     return [judge_row(r, latency, threshold, own, pool, quiet,
                       history.baseline(r, external, floor),
-                      peer_median(by_api.get(norm_api(r.api), []), latency if own else None),
+                      peer_median(by_api.get(r.api, []), latency if own else None),
                       cfg.history_ratio, cfg.peer_ratio)
             for r, latency, threshold, own, pool, quiet in judged]

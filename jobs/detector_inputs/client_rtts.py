@@ -39,12 +39,7 @@ from pyspark.sql import functions as F
 from detectors.slow_broker import ClientRttWindow, ProducerServerWindow, SlowBrokerSection
 from infra.lake import Lake
 from infra.lake_sql import LakeSql, range_sql
-from jobs.detector_inputs.slow_broker import (
-    _norm_api,
-    _stages_in,
-    _window_start,
-    gap_after_previous,
-)
+from jobs.detector_inputs.slow_broker import _stages_in, _window_start, gap_after_previous
 from jobs.detector_inputs.tables import TimeRange, sorted_rows
 from schemas.client_send_windows import QUEUED_GAP_MS
 
@@ -90,7 +85,7 @@ def read_producer_times(spark: SparkSession, lake: Lake, config: SlowBrokerSecti
             .where((F.col("window_start_ms") >= r.start_ms)
                    & (F.col("window_start_ms") + win <= r.end_ms))
             .withColumn("gap_ms", F.when(F.col("remote_addr").isNotNull(), gap))
-            .where(_norm_api() == "produce")
+            .where(F.col("api") == "Produce")
             .groupBy("cluster", "window_start_ms", "broker", "client_id")
             .agg(F.count(F.lit(1)).alias("requests"),
                  F.percentile_approx("total_ms", [0.5, 0.99], 10_000).alias("total_p"),

@@ -21,18 +21,11 @@ from typing import Iterable, Sequence
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from detectors.slow_broker import (
-    ClientSendWindow,
-    RequestStageWindow,
-    SlowBrokerSection,
-    dominant_stage,
-    has_enough_traffic,
-    is_watched,
-    latency_ms,
-    threshold_for,
-)
+from core.signals import threshold_for
+from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
+from detectors.slow_broker.rules import dominant_stage, enough_traffic, judged_latency
 from infra.lake import Lake
-from jobs.detector_inputs.slow_broker import _norm_api, _norm_names, _stages_in, _window_start
+from jobs.detector_inputs.slow_broker import _stages_in, _window_start
 from jobs.detector_inputs.tables import TimeRange
 
 
@@ -42,21 +35,23 @@ def send_candidates(rows: Iterable[RequestStageWindow], config: SlowBrokerSectio
     with ResponseSend as their dominant stage: the only ones per-client data can explain."""
     out = []
     for r in rows:
-        if not (is_watched(r.api, config) and has_enough_traffic(r, config)):
+        if not (r.api in config.watched_apis
+                and enough_traffic(r.requests, config.min_requests_per_window)):
             continue
-        if latency_ms(r, config) <= threshold_for(r.api, config):
+        if judged_latency(r) <= threshold_for(r.api, config.threshold_ms,
+                                              config.api_threshold_ms):
             continue
-        if dominant_stage(r, config)[0] == "send":
+        if dominant_stage(r)[0] == "send":
             out.append((r.cluster, r.broker, r.api, r.window_start_ms))
     return sorted(set(out))
 
 
 def threshold_column(config: SlowBrokerSection) -> Column:
-    """slow_broker.threshold_for(api) as a Spark column: api_threshold_ms, else
+    """core.signals.threshold_for(api) as a Spark column: api_threshold_ms, else
     threshold_ms."""
     t = F.lit(float(config.threshold_ms))
     for api, ms in reversed(list(config.api_threshold_ms.items())):   # the first one wins
-        t = F.when(_norm_api() == api.replace("_", "").lower(), F.lit(float(ms))).otherwise(t)
+        t = F.when(F.col("api") == api, F.lit(float(ms))).otherwise(t)
     return t
 
 
@@ -74,7 +69,7 @@ def read_client_sends(spark: SparkSession, lake: Lake, config: SlowBrokerSection
     if df is None:
         return []
     win = config.window_ms
-    rows = (df.where(_norm_api().isin(_norm_names(config.watched_apis)))
+    rows = (df.where(F.col("api").isin(list(config.watched_apis)))
             .select("cluster", "broker", "api", "send_ms",
                     F.coalesce("client_id", F.lit("(none)")).alias("client_id"),
                     F.coalesce(F.col("fetch_kind") == "follower", F.lit(False)).alias("follower"),

@@ -12,8 +12,8 @@ still in Spark (jobs/histogram_sql.py).
   rows of every request key of the API (Fetch:consumer and Fetch:follower are one Fetch,
   Produce's acks one Produce, as the per-request rows were) and every emission merged,
   controller-listener traffic left out; the p99 of each stage, and `total_excl_remote` the
-  exact p99 of (total - remote) per request, which slow_broker.latency_ms then uses for
-  the purgatory APIs. A window row exists only once the agent closed the window (its
+  exact p99 of (total - remote) per request, which slow_broker.rules.judged_latency then
+  uses for the purgatory APIs. A window row exists only once the agent closed the window (its
   broker's request times `request_log.lateness_s` past its end), so every window in the
   range whose end is at or before the range end counts; a late delta adds to it later.
 - `LatencyBaseline` over the BASELINE_HISTORY_S before the range: the median of the
@@ -29,7 +29,7 @@ still in Spark (jobs/histogram_sql.py).
   longest gap, the p99 of the merged send-time histogram.
 - `ClientSendWindow` <- silver.client_send_windows (clients) and follower_fetch_windows
   (the replicas, `follower`): per window, broker, API and client. A send is slow at the
-  API's threshold (slow_broker.threshold_for): counted from the merged histogram, the
+  API's threshold (core.signals.threshold_for): counted from the merged histogram, the
   buckets whose value reaches the threshold (so within 2 % of it). The edge keeps its
   busiest clients and every client with a slow send (at request_log.send_threshold_ms)
   on their own rows and sums the rest in one row (client_id null), which is left out
@@ -52,6 +52,8 @@ from typing import Iterable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.signals import threshold_for
+from core.signals_sql import in_names_sql, in_purgatory_sql, threshold_case_sql
 from detectors.slow_broker import (
     ClientSendWindow,
     FollowerFetchWindow,
@@ -61,12 +63,10 @@ from detectors.slow_broker import (
     SlowBrokerSection,
 )
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
-from detectors.slow_broker.latency import PURGATORY_APIS, threshold_for
 from infra.lake import Lake
-from infra.lake_sql import NORM_API_SQL as _NORM_API, LakeSql, marks, range_sql
+from infra.lake_sql import LakeSql, marks, range_sql
 from jobs.detector_inputs.client_rtts import producer_windows_from
-from jobs.detector_inputs.slow_broker import (BASELINE_HISTORY_S, _norm_api, _norm_names,
-                                              baselines_from_minutes)
+from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, baselines_from_minutes
 from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, sorted_rows, table
 from jobs.gold_windows import OWN_TIME_P99
 from jobs.histogram_duckdb import first_bucket_at_or_over, merged_sql, valued
@@ -86,7 +86,7 @@ def _closed_windows(df: DataFrame, r: TimeRange) -> DataFrame:
 
 
 def _watched(df: DataFrame, config: SlowBrokerSection) -> DataFrame:
-    return df.where(_norm_api().isin(_norm_names(config.watched_apis)))
+    return df.where(F.col("api").isin(list(config.watched_apis)))
 
 
 def _client_traffic(df: DataFrame) -> DataFrame:
@@ -107,11 +107,11 @@ def read_window_stage_windows(sql: LakeSql, config: SlowBrokerSection,
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)
-    watched, wparams = _watched_sql(config)
+    watched = in_names_sql(config.watched_apis)
     source = (f"SELECT * FROM t WHERE {where} AND {watched} "
               "AND NOT coalesce(is_controller_traffic, false)")
     rows = sql.rows(merged_sql(source, ["cluster", "broker", "api", "ts_ms"],
-                               tuple(STAGE_FIELDS), P99), [*params, *wparams], t=ds)
+                               tuple(STAGE_FIELDS), P99), params, t=ds)
     return [RequestStageWindow(
         cluster=x["cluster"], broker=int(x["broker"]), api=x["api"],
         window_start_ms=int(x["ts_ms"]), requests=int(x["requests"]),
@@ -127,35 +127,17 @@ def _closed_windows_sql(r: TimeRange, config: SlowBrokerSection) -> tuple[str, l
             [*params, int(r.end_ms), int(config.window_ms)])
 
 
-
-def _watched_sql(config: SlowBrokerSection) -> tuple[str, list]:
-    names = _norm_names(config.watched_apis)
-    if not names:
-        return "false", []
-    return f"{_NORM_API} IN ({marks(names)})", list(names)
-
-
 def _threshold_bucket_sql(config: SlowBrokerSection) -> str:
     """SQL over the api column: the first bucket id at or over the API's slow threshold
-    (slow_broker.threshold_for: api_threshold_ms, else threshold_ms)."""
-    cases = []
-    seen = set()
-    for api, ms in config.api_threshold_ms.items():   # the first one wins
-        name = api.replace("_", "").lower()
-        if name in seen:
-            continue
-        seen.add(name)
-        cases.append(f"WHEN {_NORM_API} = '{name.replace(chr(39), chr(39) * 2)}' "
-                     f"THEN {first_bucket_at_or_over(float(ms))}")
-    default = first_bucket_at_or_over(float(config.threshold_ms))
-    return f"CASE {' '.join(cases)} ELSE {default} END" if cases else str(default)
+    (core.signals.threshold_for: api_threshold_ms, else threshold_ms)."""
+    return threshold_case_sql(config.threshold_ms, config.api_threshold_ms,
+                              value=lambda ms: str(first_bucket_at_or_over(ms)))
 
 
 def window_latency_column(config: SlowBrokerSection) -> Column:
-    """slow_broker.latency_ms over a merged row: the p99 of (total - remote) per request
-    for the purgatory APIs, else the total's p99."""
-    return (F.when(_norm_api().isin(_norm_names(PURGATORY_APIS)),
-                   F.col("total_excl_remote_p99_ms"))
+    """slow_broker.rules.judged_latency over a merged row: the p99 of (total - remote) per
+    request for the purgatory APIs, else the total's p99."""
+    return (F.when(F.expr(in_purgatory_sql("api")), F.col("total_excl_remote_p99_ms"))
             .otherwise(F.col("total_p99_ms")))
 
 
@@ -205,8 +187,9 @@ def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,
         return []
     where, params = _closed_windows_sql(r, config)
     group = ["cluster", "ts_ms", "broker", "follower"]
-    sends = "fetch" in _norm_names(config.watched_apis)
-    threshold = str(first_bucket_at_or_over(threshold_for("Fetch", config)))
+    sends = "Fetch" in config.watched_apis
+    threshold = str(first_bucket_at_or_over(
+        threshold_for("Fetch", config.threshold_ms, config.api_threshold_ms)))
     rows = sql.rows(merged_sql(
         f"SELECT * FROM t WHERE {where}", group, ("send",), P99,
         extra={"max_gap": "max(max_fetch_gap_ms)"},
@@ -233,12 +216,12 @@ def read_window_client_sends(sql: LakeSql, config: SlowBrokerSection,
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)
-    watched, wparams = _watched_sql(config)
+    watched = in_names_sql(config.watched_apis)
     group = ["cluster", "ts_ms", "broker", "api", "client_id"]
     rows = sql.rows(merged_sql(
         f"SELECT * FROM t WHERE {where} AND {watched} AND client_id IS NOT NULL", group,
         ("send",), P99, at_or_over={"send": _threshold_bucket_sql(config)}),
-        [*params, *wparams], t=ds)
+        params, t=ds)
     return [ClientSendWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
                              broker=int(x["broker"]), client_id=x["client_id"],
                              requests=int(x["requests"]),
@@ -258,7 +241,7 @@ def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
     if ds is None:
         return []
     where, params = _closed_windows_sql(r, config)
-    source = (f"SELECT * FROM t WHERE {where} AND {_NORM_API} = 'produce' "
+    source = (f"SELECT * FROM t WHERE {where} AND api = 'Produce' "
               f"AND followed IS NOT NULL AND client_id IN ({marks(wanted)})")
     rows = sql.rows(merged_sql(source, ["cluster", "ts_ms", "broker", "client_id"],
                                ("total",), (0.5, 0.99),

@@ -15,8 +15,8 @@ silver.log_events.
   10-s query: one stateful query fewer on a small machine) every window comes from silver.
 - `LatencyBaseline` <- gold.request_stages_1m over the BASELINE_HISTORY_S before start_ms:
   per broker/API the median of the minutes' latency (`latency_column`,
-  slow_broker.latency_ms's definition: Remote left out for purgatory APIs), minutes with
-  enough traffic only (BASELINE_MINUTE_MIN_REQUESTS), and only when at least
+  slow_broker.rules.judged_latency's definition: Remote left out for purgatory APIs),
+  minutes with enough traffic only (BASELINE_MINUTE_MIN_REQUESTS), and only when at least
   MIN_HISTORY_WINDOWS minutes exist (else the rule's own in-input baseline is used). The
   baseline ends at start_ms, so a slowness that lasts longer than half of
   BASELINE_HISTORY_S becomes the baseline: the peer comparison still catches it. Cached by
@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Mapping
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from core.signals_sql import in_purgatory_sql
 from detectors.slow_broker import (
     STAGES,
     BrokerOutage,
@@ -59,7 +60,6 @@ from detectors.slow_broker import (
 )
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.latency import PURGATORY_APIS
 from detectors.slow_broker.outages import (UNREACHABLE_GAP_MS, BrokerUnreachable,
                                            broker_outages, unreachable_outages)
 from infra.lake import Lake
@@ -86,14 +86,6 @@ REQUEST_STAGE_KEYS = ("cluster", "broker", "api", "ts", "ts_ms", "is_controller_
                       "client_id")
 
 
-def _norm_api(col: str = "api") -> Column:
-    return F.lower(F.regexp_replace(F.col(col), "_", ""))
-
-
-def _norm_names(names: Iterable[str]) -> list[str]:
-    return sorted({n.replace("_", "").lower() for n in names})
-
-
 def _window_start(window_ms: int) -> Column:
     # The same epoch-aligned windows as F.window(ts, "<window_s> seconds") in jobs/gold.py.
     return F.col("ts_ms") - F.pmod(F.col("ts_ms"), F.lit(window_ms))
@@ -113,10 +105,11 @@ def _p99_columns() -> list[str]:
 
 
 def latency_column(config: SlowBrokerSection) -> Column:
-    """slow_broker.latency_ms as a Spark column over a gold stage-percentile row."""
+    """slow_broker.rules.judged_latency as a Spark column over a gold stage-percentile
+    row."""
     own = F.greatest(F.col("total_p99_ms") - F.col("remote_p99_ms"),
                      *[F.col(f"{s}_p99_ms") for s in STAGES if s != "remote"], F.lit(0.0))
-    return (F.when(_norm_api().isin(_norm_names(PURGATORY_APIS)), own)
+    return (F.when(F.expr(in_purgatory_sql("api")), own)
             .otherwise(F.col("total_p99_ms")))
 
 
@@ -177,7 +170,7 @@ def read_stage_windows(spark: SparkSession, lake: Lake, config: SlowBrokerSectio
 
 def _stage_window_rows(windows: DataFrame, config: SlowBrokerSection) -> list:
     """Rows of a stage-percentile frame (gold's columns) for the watched APIs."""
-    return (windows.where(_norm_api().isin(_norm_names(config.watched_apis)))
+    return (windows.where(F.col("api").isin(list(config.watched_apis)))
             .where(F.unix_millis("window_end") - F.unix_millis("window_start")
                    == config.window_ms)
             .select("cluster", "broker", "api",
@@ -243,7 +236,7 @@ def read_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
         return []
     history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
     return baselines_from_minutes(
-        gold_windows(df, history).where(_norm_api().isin(_norm_names(config.watched_apis))),
+        gold_windows(df, history).where(F.col("api").isin(list(config.watched_apis))),
         latency_column(config), config)
 
 

@@ -1,17 +1,17 @@
-"""slow_broker's latency rule is written twice: `detectors.slow_broker.latency_ms` judges
-the stage windows in Python, and `jobs.detector_inputs.latency_column` computes the same
+"""slow_broker's latency rule is written twice: `detectors.slow_broker.rules.judged_latency`
+judges the stage windows in Python, and `jobs.detector_inputs.latency_column` computes the same
 latency in Spark for the baselines the windows are compared with. Both must give the same
 number for the same gold row, or a broker is judged against a baseline of another measure.
 
 Each scenario is one gold stage-percentile row; the Python side sees it as the reader
 builds it (`stage_window_from_row`), the Spark side as a DataFrame row, and every scenario
 says what the rule makes of it. The rule branches on: the API being a purgatory API
-(PURGATORY_APIS, matched without case or underscores), Remote left out of those
+(core.signals.PURGATORY_APIS, by exact request-log name), Remote left out of those
 APIs' total, the largest of the other stages when that is more, and 0 as the floor. Null
 stages stand for 0 ms.
 
 Outside what the Spark form sees, and why that is safe:
-- latency_ms takes a window's total_excl_remote_p99_ms when it has one; gold has no such
+- judged_latency takes a window's total_excl_remote_p99_ms when it has one; gold has no such
   column (asserted below), so no window read from the lake has one.
 - total and remote are never null in gold: silver requires total_ms and remote_ms
   (asserted below), and a percentile of non-null values is not null.
@@ -24,19 +24,19 @@ import dataclasses
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
-import detectors.slow_broker.latency as python_rule
-import jobs.detector_inputs.slow_broker as spark_rule
-from detectors.slow_broker import STAGES, SlowBrokerSection, latency_ms
-from detectors.slow_broker.latency import PURGATORY_APIS
+from core import signals
+from core.signals import PURGATORY_APIS
+from detectors.slow_broker import STAGES, SlowBrokerSection
+from detectors.slow_broker.rules import judged_latency
 from jobs.detector_inputs import latency_column, stage_window_from_row
 from jobs.gold import stage_percentiles
 from schemas import request_stages
 
 P99 = tuple(f"{s}_p99_ms" for s in ("total", *STAGES))
 DEFAULT = SlowBrokerSection()
-# Other purgatory APIs, spelled differently: Produce's Remote (acks=all) left out, plain
-# Fetch judged on its total.
-CUSTOM = ("PRODUCE", "Fetch_Consumer")
+# Other purgatory APIs, one set for both forms: Produce's Remote (acks=all) and
+# FetchSnapshot's left out, Fetch judged on its total.
+CUSTOM = frozenset({"Produce", "FetchSnapshot"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,40 +60,39 @@ SCENARIOS = [
     Scenario("produce all zero", "Produce", 0.0, 0.0, 0.0),
     Scenario("metadata, a stage above the total", "Metadata", 5.0, 5.0, 5.0, {"local": 9.0}),
     Scenario("unwatched api", "ApiVersions", 3.0, 3.0, 3.0, {"remote": 2.0}),
-    Scenario("fetchsnapshot is not fetch", "FetchSnapshot", 700.0, 700.0, 700.0,
+    Scenario("fetchsnapshot is not fetch", "FetchSnapshot", 700.0, 700.0, 10.0,
              {"remote": 690.0}),
     # Purgatory APIs: total - remote, or a larger own stage.
     Scenario("fetch waits out fetch.max.wait.ms", "Fetch", 520.0, 20.0, 520.0,
              {"remote": 500.0, "local": 3.0, "send": 2.0}),
     Scenario("fetch without remote", "Fetch", 40.0, 40.0, 40.0, {"local": 30.0}),
     Scenario("fractional ms", "Fetch", 500.7, 500.7 - 499.9, 500.7, {"remote": 499.9}),
-    Scenario("request queue largest", "FetchConsumer", 510.0, 30.0, 30.0,
+    Scenario("request queue largest", "Fetch", 510.0, 30.0, 510.0,
              {"remote": 505.0, "request_queue": 30.0}),
-    Scenario("local largest", "FetchConsumer", 510.0, 31.0, 31.0,
+    Scenario("local largest", "Fetch", 510.0, 31.0, 510.0,
              {"remote": 505.0, "local": 31.0}),
-    Scenario("throttle largest", "FetchFollower", 900.0, 300.0, 900.0,
+    Scenario("throttle largest", "Fetch", 900.0, 300.0, 900.0,
              {"remote": 880.0, "throttle": 300.0}),
     Scenario("response queue largest", "JoinGroup", 3000.0, 33.0, 3000.0,
              {"remote": 2990.0, "response_queue": 33.0}),
     Scenario("send largest", "SyncGroup", 1000.0, 34.0, 1000.0,
              {"remote": 990.0, "send": 34.0}),
-    Scenario("remote p99 above total p99", "FetchFollower", 100.0, 7.0, 100.0,
+    Scenario("remote p99 above total p99", "Fetch", 100.0, 7.0, 100.0,
              {"remote": 120.0, "send": 7.0}),
     Scenario("purgatory all zero", "Fetch", 0.0, 0.0, 0.0),
-    # Names as the logs and configs spell them.
-    Scenario("upper case with underscore", "FETCH_CONSUMER", 515.0, 15.0, 15.0,
-             {"remote": 500.0}),
-    Scenario("lower case", "fetchconsumer", 515.0, 15.0, 15.0, {"remote": 500.0}),
-    Scenario("underscore", "Fetch_Follower", 515.0, 15.0, 515.0, {"remote": 500.0}),
-    Scenario("produce upper case", "PRODUCE", 600.0, 600.0, 0.0, {"remote": 600.0}),
+    # Names compare exactly: the lake holds request-log names only, and a configuration's
+    # spellings become those when it is read (core.signals.canonical_api).
+    Scenario("a spelling that is no request-log name", "FETCH_CONSUMER", 515.0, 515.0,
+             515.0, {"remote": 500.0}),
+    Scenario("produce upper case", "PRODUCE", 600.0, 600.0, 600.0, {"remote": 600.0}),
     # Null stages count as 0 ms.
     Scenario("null own stages", "Fetch", 520.0, 20.0, 520.0,
              {"remote": 500.0, "request_queue": None, "local": None, "throttle": None,
               "response_queue": None, "send": None}),
-    Scenario("null stages, remote above total", "FetchConsumer", 100.0, 0.0, 0.0,
+    Scenario("null stages, remote above total", "Fetch", 100.0, 0.0, 100.0,
              {"remote": 120.0, "request_queue": None, "local": None, "throttle": None,
               "response_queue": None, "send": None}),
-    Scenario("null stage beside a larger one", "FetchConsumer", 510.0, 40.0, 40.0,
+    Scenario("null stage beside a larger one", "Fetch", 510.0, 40.0, 510.0,
              {"remote": 505.0, "local": None, "send": 40.0}),
     # Negative times never pass silver's checks; both forms still floor at 0.
     Scenario("negative everywhere", "Fetch", 10.0, 0.0, 10.0,
@@ -125,8 +124,7 @@ def test_the_scenarios_cover_every_purgatory_api_and_own_stage():
 
 @pytest.mark.parametrize("purgatory", [PURGATORY_APIS, CUSTOM], ids=["default", "custom"])
 def test_spark_and_python_latency_agree_row_by_row(spark, purgatory, monkeypatch):
-    monkeypatch.setattr(python_rule, "PURGATORY_APIS", purgatory)
-    monkeypatch.setattr(spark_rule, "PURGATORY_APIS", purgatory)
+    monkeypatch.setattr(signals, "PURGATORY_APIS", purgatory)   # both forms read it
     config = DEFAULT
     gold = gold_columns(spark)
     schema = StructType([StructField("scenario", StringType()), gold["api"],
@@ -137,9 +135,9 @@ def test_spark_and_python_latency_agree_row_by_row(spark, purgatory, monkeypatch
     by_name = {x["scenario"]: x["latency"]
                for x in df.select("scenario", latency_column(config).alias("latency")).collect()}
     in_spark = [by_name.get(s.name, "missing") for s in SCENARIOS]
-    in_python = [latency_ms(stage_window_from_row(
-        {**rows[s.name], "cluster": "c1", "broker": 1, "window_start_ms": 0, "requests": 1000}),
-        config) for s in SCENARIOS]
+    in_python = [judged_latency(stage_window_from_row(
+        {**rows[s.name], "cluster": "c1", "broker": 1, "window_start_ms": 0, "requests": 1000}))
+        for s in SCENARIOS]
     expected = [s.expected if purgatory is PURGATORY_APIS else s.expected_custom
                 for s in SCENARIOS]
 

@@ -23,7 +23,6 @@ from detectors.slow_broker import (
     detect_slow_brokers,
     detections_from,
     dominant_stage,
-    latency_ms,
     median_without,
     replication_bar,
     replication_waits,
@@ -56,7 +55,7 @@ def produce(b, w, *, total=8.0, rq=0.5, local=4.0, remote=3.0, throttle=0.0, rsq
 
 def fetch_consumer(b, w, *, total=502.0, rq=0.3, local=1.5, remote=499.0, send=0.5,
                    requests=200, excl=None):
-    return RequestStageWindow("c1", b, "FetchConsumer", start(w), requests, total, rq, local,
+    return RequestStageWindow("c1", b, "Fetch", start(w), requests, total, rq, local,
                               remote, 0.0, 0.2, send, excl)
 
 
@@ -159,7 +158,7 @@ def _stalled(quiet_requests: int, quiet_stages: dict | None = None,
     for a network thread in them; in `quiet_windows` (the last two), broker 2's
     `quiet_requests` Produce requests wait as long (or have `quiet_stages`)."""
     rows = [r for r in healthy() if not (r.broker == 3 and window_of(r) in HELD)]
-    rows = replaced(rows, 1, "FetchConsumer", HELD, total=1100.0, rsq=600.0, excl=600.0)
+    rows = replaced(rows, 1, "Fetch", HELD, total=1100.0, rsq=600.0, excl=600.0)
     return replaced(rows, 2, "Produce", quiet_windows, requests=quiet_requests,
                     **(quiet_stages or dict(total=650.0, rsq=640.0)))
 
@@ -168,7 +167,7 @@ def scenarios():
     yield Scenario(
         "healthy_quiet_cluster_fetch_purgatory_is_not_slow", healthy(),
         fetches=follower_fetches(set(), {}),
-        rules={(1, "FetchConsumer"): {"enough_traffic": True, "over_threshold": False,
+        rules={(1, "Fetch"): {"enough_traffic": True, "over_threshold": False,
                                       "slow_vs_history": False, "slow_vs_peers": False,
                                       "suspect": False, "stage": "local"},
                (1, "Produce"): {"enough_traffic": True, "over_threshold": False,
@@ -486,22 +485,22 @@ def scenarios():
     # analytics-batch makes 6 of the broker's 200 fetches a window, every one of them
     # slow to send: enough to push the broker's TP99 over the threshold. Rule 6 says it
     # is a client's doing (Role.CLIENT), and the finding is the client's, not the broker's.
-    slow_read = replaced(healthy(), 1, "FetchConsumer", FAULT, total=2000.0, send=1500.0)
+    slow_read = replaced(healthy(), 1, "Fetch", FAULT, total=2000.0, send=1500.0)
     clients = ["billing", "orders", "search", "fraud", "audit", "analytics-batch"]
     yield Scenario(
         "slow_client_read_is_not_blamed_on_broker", slow_read,
         sends=[ClientSendWindow("c1", start(w), 1, c, 6 if c == "analytics-batch" else 38,
-                                1480.0 if c == "analytics-batch" else 0.4, "FetchConsumer",
+                                1480.0 if c == "analytics-batch" else 0.4, "Fetch",
                                 slow_requests=6 if c == "analytics-batch" else 0)
                for w in FAULT for c in clients],
-        rules={(1, "FetchConsumer"): {"enough_traffic": True, "over_threshold": True,
+        rules={(1, "Fetch"): {"enough_traffic": True, "over_threshold": True,
                                       "slow_vs_history": True, "slow_vs_peers": True,
                                       "suspect": True, "stage": "send"}},
         verdicts={1: (Role.CLIENT, "client_slow_read")},
         clients={"analytics-batch"},
         detections={"client:analytics-batch": (AnomalyType.SLOW_CLIENT, "client_slow_read",
                                                ActionKind.NONE, Severity.WARNING)},
-        evidence={"client:analytics-batch": {"brokers": [1], "api": "FetchConsumer",
+        evidence={"client:analytics-batch": {"brokers": [1], "api": "Fetch",
                                              "requests": 6, "slow_requests": 6,
                                              "send_p99_ms": 1480.0,
                                              "share_of_broker_requests": 0.03}})
@@ -511,7 +510,7 @@ def scenarios():
     yield Scenario(
         "most_clients_slow_is_the_brokers_network", slow_read,
         sends=[ClientSendWindow("c1", start(w), 1, c, 50, 0.4 if c == "billing" else 1400.0,
-                                "FetchConsumer", slow_requests=0 if c == "billing" else 40)
+                                "Fetch", slow_requests=0 if c == "billing" else 40)
                for w in FAULT for c in clients],
         verdicts={1: (Role.UNATTRIBUTED, "network_send_slow")},
         detections={"broker:1": (AnomalyType.SLOW_BROKER, "network_send_slow",
@@ -647,15 +646,15 @@ def test_scenario(s: Scenario):
 
 def test_fetch_latency_leaves_out_purgatory_wait():
     quiet = fetch_consumer(1, 0)
-    assert latency_ms(quiet, CONFIG) == 3.0            # 502 - 499
-    assert dominant_stage(quiet, CONFIG)[0] == "local"  # Remote is never the Fetch culprit
+    assert rules.judged_latency(quiet) == 3.0      # 502 - 499
+    assert dominant_stage(quiet)[0] == "local"     # Remote is never the Fetch culprit
     # A slow disk hidden under the purgatory population still shows through its stage p99.
     hidden = with_(quiet, total=500.0, remote=500.0, local=400.0)
-    assert latency_ms(hidden, CONFIG) == 400.0
+    assert rules.judged_latency(hidden) == 400.0
     # The exact p99 of (total - remote) from the request log wins when gold has it.
-    assert latency_ms(with_(quiet, excl=12.5), CONFIG) == 12.5
+    assert rules.judged_latency(with_(quiet, excl=12.5)) == 12.5
     # Produce keeps its Remote time: acks=all waits for followers are real latency.
-    assert latency_ms(produce(1, 0, total=900.0, remote=880.0), CONFIG) == 900.0
+    assert rules.judged_latency(produce(1, 0, total=900.0, remote=880.0)) == 900.0
 
 
 def test_external_baseline_replaces_missing_history():

