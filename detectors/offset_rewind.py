@@ -164,6 +164,12 @@ from detectors.partition_signals import (
     reset_target_of,
     still_in_log,
 )
+from detectors.vanished_offsets import (
+    OffsetRemoval,
+    explained_drop,
+    vanished_detection,
+    vanished_positions,
+)
 from detectors.rewind_cause import (
     REORDER_WINDOW_MS,
     OFFSETS_TOPIC,
@@ -557,15 +563,18 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
                             commit_requests: Iterable[CommitRequest] = (),
                             coordinator_loads: Iterable[CoordinatorLoad] = (),
                             elections: Iterable[UncleanElection] = (),
+                            removals: Iterable[OffsetRemoval] = (),
                             now_ms: int,
                             config: OffsetRewindSection | None = None) -> list[Detection]:
     """offset_rewind and offset_reset detections for everything in the input.
 
-    One offset_rewind detection per group/partition (its latest rewind; evidence counts
-    the others), one offset_reset per non-benign client reset line and per operator
-    forward commit. Resets before rewinds: nothing depends on it but the output order.
+    One offset_rewind detection per group/partition (its latest rewind, or its offsets
+    removed while behind: vanished_offsets.py; evidence counts the others), one
+    offset_reset per non-benign client reset line and per operator forward commit. Resets
+    before rewinds: nothing depends on it but the output order.
     """
     config = config or OffsetRewindSection()
+    offsets = list(offsets)
     offsets_by_tp = by_partition(offsets, lambda o: o.observed_ms)
     truncations_by_tp = by_partition(truncations, lambda t: t.event_ms)
     paired = pair_reset_events(resets, int(config.reset_pair_window_s * 1000))
@@ -584,6 +593,9 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
     loads = sorted(coordinator_loads, key=lambda x: x.event_ms)
     losses = offsets_losses(truncations, elections)
 
+    commits = [c for cs in commits_by_gtp.values() for c in cs]
+    vanished = {(v.removal.cluster, v.removal.group, v.removal.topic, v.removal.partition): v
+                for v in vanished_positions(removals, offsets, commits)}
     detections: list[Detection] = []
     for tp, events in resets_by_tp.items():
         for e in events:
@@ -600,6 +612,13 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
                                   truncations=truncations_by_tp.get(tp, []))
         detections.extend(operator_forward_resets(cs, members, inputs.offsets, config))
         rewinds = find_rewinds(cs, config.min_rewind_messages)
+        v = vanished.get((cluster, group, topic, partition))
+        if v is not None:
+            rewinds = [r for r in rewinds
+                       if not explained_drop(v, r.previous_commit, r.rewind_commit)]
+            if not (rewinds and rewinds[-1].rewind_commit.commit_ms > v.removal.removed_ms):
+                continue                         # the removal is the latest: its finding
+            del vanished[(cluster, group, topic, partition)]       # a newer rewind since
         if not rewinds:
             continue
         latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1],
@@ -610,4 +629,4 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
         d = rewind_detection(latest, now_ms)
         detections.append(dataclasses.replace(
             d, evidence={**d.evidence, "rewinds_seen": len(rewinds)}))
-    return detections
+    return detections + [vanished_detection(v, now_ms) for _, v in sorted(vanished.items())]

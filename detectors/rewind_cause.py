@@ -101,6 +101,8 @@ class RewindCause(StrEnum):
     STALE_PROCESS = "stale_process"
     COMMIT_REORDERED = "commit_reordered"
     MEMBER_COMMIT = "member_commit"
+    OFFSETS_DELETED = "offsets_deleted"     # detectors/vanished_offsets.py
+    OFFSETS_EXPIRED = "offsets_expired"
     UNKNOWN = "unknown"
 
 

@@ -72,6 +72,7 @@ from detectors.slow_broker import (
     RequestStageWindow,
 )
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
+from detectors.vanished_offsets import OffsetRemoval
 from detectors.slow_broker.disruptions import Kind, span_ms
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
@@ -122,8 +123,11 @@ from jobs.detector_inputs.partition_signals import (
     read_commits,
     read_memberships,
     read_partition_offsets,
+    read_removals,
     read_resets,
     truncations_from,
+    with_delete_requests,
+    with_positions,
 )
 from jobs.detector_inputs.slow_broker import (
     BASELINE_HISTORY_S,
@@ -193,6 +197,7 @@ class DetectorInputs:
     client_rtts: list[ClientRttWindow] = field(default_factory=list)
     producer_times: list[ProducerServerWindow] = field(default_factory=list)
     commits: list[OffsetCommit] = field(default_factory=list)
+    removals: list[OffsetRemoval] = field(default_factory=list)
     partition_offsets: list[PartitionOffsets] = field(default_factory=list)
     resets: list[ClientOffsetReset] = field(default_factory=list)
     memberships: list[GroupMembership] = field(default_factory=list)
@@ -451,14 +456,18 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
 
 
 def _commits_and_what_they_point_at(x: _Reading) -> None:
-    """The commits of elected, reset or rewound partitions, then (side by side) their
-    groups' memberships and commit request lines and their partitions' offsets."""
+    """The commits of elected, reset, removed (tombstoned) or rewound partitions, then
+    (side by side) their groups' memberships and commit request lines and their
+    partitions' offsets, and the removals' positions and delete requests."""
     sql, r, out = x.sql, x.r, x.out
     election_tps = {(e.cluster, e.topic, e.partition) for e in out.elections}
     reset_gtps = {(e.cluster, e.group, e.topic, e.partition) for e in out.resets if e.group}
-    out.commits = out.timed("commits", lambda: read_commits(sql, r, election_tps, reset_gtps,
-                                                            seed=x.commit_seed))
+    removals = out.timed("removal_tombstones", lambda: read_removals(sql, r))
+    removed_gtps = {(y.cluster, y.group, y.topic, y.partition) for y in removals}
+    out.commits = out.timed("commits", lambda: read_commits(
+        sql, r, election_tps, reset_gtps | removed_gtps, seed=x.commit_seed))
     offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
+                  | {(x.cluster, x.topic, x.partition) for x in removals}
                   | {(e.cluster, e.topic, e.partition) for e in out.resets}
                   | {(t.cluster, t.topic, t.partition) for t in out.truncations})
     groups = {(c.cluster, c.group) for c in out.commits}
@@ -469,6 +478,16 @@ def _commits_and_what_they_point_at(x: _Reading) -> None:
     def partition_offsets() -> None:
         out.partition_offsets = out.timed("partition_offsets", lambda: (
             read_partition_offsets(sql, r.back(x.evidence_s), offset_tps)))
+        # the positions and delete requests of removals whose topic is still sampled
+        # after them (a deleted topic's offsets go with it): rare, and days back at most
+        last = {}
+        for o in out.partition_offsets:
+            last[(o.cluster, o.topic, o.partition)] = o.observed_ms
+        kept = [y for y in removals
+                if last.get((y.cluster, y.topic, y.partition), -1) >= y.removed_ms]
+        cache = x.commit_seed.positions if x.commit_seed is not None else None
+        out.removals = out.timed("removals", lambda: with_delete_requests(
+            sql, with_positions(sql, kept, cache)))
 
     def commit_requests() -> None:
         out.commit_requests = out.timed("commit_requests", lambda: read_commit_requests(
@@ -526,7 +545,7 @@ def _compaction_history_chain(x: _Reading) -> None:
         x.out.partition_sizes = x.out.timed("partition_sizes", lambda: _incremental(
             x, name, r, step_ms, lambda sub: read_partition_sizes(x.sql, sub, topics),
             lambda p: p.observed_ms - p.observed_ms % step_ms,
-            lambda p: (p.cluster, p.topic, p.partition, p.observed_ms)))
+            lambda p: (p.cluster, p.topic, p.partition, p.observed_ms, p.broker)))
 
     x.side_by_side(runs, sizes)
 

@@ -28,6 +28,13 @@ partition offsets, client resets, log truncations and group membership.
   ts_ms), for the groups of the collected commits, from evidence_window_s before
   start_ms: who committed each offset. Every partition of those groups is kept (the
   newest generation a group used comes from all of them).
+- `OffsetRemoval` <- silver.offset_commits tombstones in the range (removed_ms = ts_ms,
+  the last per group and partition), each with the group's last commit there before it
+  (position): read over COMMIT_SEED_S first, then, for those not found, over
+  POSITION_LOOKBACK_S (the coordinator expires an empty group's offsets only after
+  offsets.retention.minutes, 7 days by default), only for partitions still sampled
+  after the removal (a topic's deletion removes its offsets too); kept by `commit_seed`
+  between evaluations (a removed position does not change).
 - `CoordinatorLoad` <- silver.log_events kind coordinator_load (offsets_partition =
   partition, leader_epoch), from evidence_window_s before start_ms; the commits carry
   their group's __consumer_offsets partition (OffsetCommit.source_partition).
@@ -40,6 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
+from detectors.vanished_offsets import DELETE_APIS, DELETE_REQUEST_WINDOW_MS, OffsetRemoval
 from detectors.partition_signals import (
     ClientOffsetReset,
     CommitRequest,
@@ -54,6 +62,9 @@ from infra.lake_sql import LakeSql, range_sql
 from jobs.detector_inputs.tables import TimeRange, int_or_none, sorted_rows
 
 COMMIT_SEED_S = 3600   # commits read before the range: each group/partition's start
+# How far back a removed offset's last commit is looked for: offsets.retention.minutes'
+# default (7 days, after which an empty group's offsets expire) and a day.
+POSITION_LOOKBACK_S = 8 * 86400
 
 COMMIT_KEY = ("cluster", "group_id", "topic", "partition")
 # The coordinator's log order (detectors/partition_signals.py `log_order`), not its clock.
@@ -240,6 +251,7 @@ class CommitSeedCache:
         self._lock = threading.Lock()
         self._seed: pa.Table | None = None
         self._until_ms = 0            # the seed holds the last commits before this time
+        self.positions: dict = {}     # removed offsets' last positions (with_positions)
         self.silver_from_ms: int | None = None   # where the last evaluation's silver read began
 
     def commits(self, sql: LakeSql, r: TimeRange) -> pa.Table:
@@ -267,6 +279,109 @@ def _last_per_key(sql: LakeSql, commits: pa.Table) -> pa.Table:
     return sql.table(f"SELECT * EXCLUDE (_rn) FROM (SELECT *, row_number() OVER (PARTITION BY "
                      f"{', '.join(COMMIT_KEY)} ORDER BY {desc}) AS _rn FROM c) WHERE _rn = 1",
                      c=commits)
+
+
+# --- removed offsets (tombstones) ------------------------------------------------------------
+
+def read_removals(sql: LakeSql, r: TimeRange) -> list[OffsetRemoval]:
+    """The tombstones of the range, the last per group and partition, without positions."""
+    ds = sql.dataset("silver", "offset_commits", start_ms=r.start_ms, end_ms=r.end_ms)
+    if ds is None:
+        return []
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows(f"SELECT {', '.join(COMMIT_KEY)}, max(ts_ms) AS removed_ms FROM t "
+                    f"WHERE {where} AND is_tombstone AND topic IS NOT NULL "
+                    f"GROUP BY ALL", params, t=ds)
+    return [OffsetRemoval(cluster=x["cluster"], group=x["group_id"], topic=x["topic"],
+                          partition=int(x["partition"]), removed_ms=int(x["removed_ms"]),
+                          position=None)
+            for x in sorted_rows(rows, COMMIT_KEY)]
+
+
+def with_positions(sql: LakeSql, removals: Sequence[OffsetRemoval],
+                   cache: dict | None = None) -> list[OffsetRemoval]:
+    """Each removal with its group's last commit on the partition before it: over
+    COMMIT_SEED_S, then POSITION_LOOKBACK_S for the rest; `cache` keeps the answers
+    (keyed by removal) across evaluations."""
+    import dataclasses
+
+    cache = {} if cache is None else cache
+    todo = [x for x in removals if x not in cache]
+    for back_s in (COMMIT_SEED_S, POSITION_LOOKBACK_S):
+        if not todo:
+            break
+        start = min(x.removed_ms for x in todo) - back_s * 1000
+        end = max(x.removed_ms for x in todo) + 1
+        found = _last_before(sql, TimeRange(start, end), todo)
+        for x in todo:
+            if found.get(x) is not None or back_s == POSITION_LOOKBACK_S:
+                cache[x] = found.get(x)
+        todo = [x for x in todo if x not in cache]
+    floor = min((x.removed_ms for x in removals), default=None)
+    for gone in [x for x in cache if floor is not None and x.removed_ms < floor]:
+        del cache[gone]                    # out of every later range
+    return [dataclasses.replace(x, position=cache[x][0], position_ms=cache[x][1])
+            if cache.get(x) else x for x in removals]
+
+
+def with_delete_requests(sql: LakeSql, removals: Sequence[OffsetRemoval]
+                         ) -> list[OffsetRemoval]:
+    """Each removal with the DeleteGroups and OffsetDelete requests its cluster's brokers
+    served within DELETE_REQUEST_WINDOW_MS (silver.request_windows), or None where no
+    broker of the cluster has request windows then."""
+    import dataclasses
+
+    if not removals:
+        return []
+    w = DELETE_REQUEST_WINDOW_MS
+    r = TimeRange(min(x.removed_ms for x in removals) - w,
+                  max(x.removed_ms for x in removals) + w)
+    ds = sql.dataset("silver", "request_windows", start_ms=r.start_ms - w, end_ms=r.end_ms)
+    if ds is None:
+        return list(removals)
+    where, params = range_sql(r.start_ms - w, r.end_ms)
+    rows = sql.rows("SELECT cluster, ts_ms, ts_ms + window_ms AS end_ms, "
+                    f"sum(CASE WHEN api IN ({', '.join('?' for _ in DELETE_APIS)}) "
+                    "THEN requests ELSE 0 END) AS deletes FROM t "
+                    f"WHERE {where} GROUP BY ALL", [*DELETE_APIS, *params], t=ds)
+    out = []
+    for x in removals:
+        near = [y for y in rows if y["cluster"] == x.cluster
+                and y["end_ms"] >= x.removed_ms - w and y["ts_ms"] <= x.removed_ms + w]
+        out.append(dataclasses.replace(x, delete_requests_near=(
+            sum(int(y["deletes"]) for y in near) if near else None)))
+    return out
+
+
+def _last_before(sql: LakeSql, r: TimeRange, removals: Sequence[OffsetRemoval]
+                 ) -> dict[OffsetRemoval, tuple[int, int]]:
+    keys = pa.table({"cluster": [x.cluster for x in removals],
+                     "group_id": [x.group for x in removals],
+                     "topic": [x.topic for x in removals],
+                     "partition": pa.array([x.partition for x in removals], pa.int32()),
+                     "removed_ms": pa.array([x.removed_ms for x in removals], pa.int64())})
+    ds = sql.dataset("silver", "offset_commits", start_ms=r.start_ms, end_ms=r.end_ms)
+    if ds is None:
+        return {}
+    desc = ", ".join(f"c.{c} DESC NULLS LAST" for c in COMMIT_ORDER)
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows(
+        # the keys' commits only, in the table's own scan (days of every group's commits
+        # are never materialized)
+        "WITH c AS (SELECT s.*, coalesce(s.commit_ts_ms, s.ts_ms) AS commit_ms FROM t AS s "
+        "SEMI JOIN k ON s.cluster = k.cluster AND s.group_id = k.group_id "
+        "AND s.topic = k.topic AND s.partition = k.partition "
+        f"WHERE {where} AND NOT s.is_tombstone AND s.\"offset\" IS NOT NULL) "
+        "SELECT * FROM (SELECT k.cluster, k.group_id, k.topic, k.partition, k.removed_ms, "
+        "c.\"offset\" AS position, c.commit_ms, row_number() OVER (PARTITION BY k.cluster, "
+        f"k.group_id, k.topic, k.partition, k.removed_ms ORDER BY {desc}) AS _rn "
+        "FROM c JOIN k ON c.cluster = k.cluster AND c.group_id = k.group_id "
+        "AND c.topic = k.topic AND c.partition = k.partition AND c.ts_ms <= k.removed_ms) "
+        "WHERE _rn = 1", params, k=keys, t=ds)
+    by_key = {(x.cluster, x.group, x.topic, x.partition, x.removed_ms): x for x in removals}
+    return {by_key[(x["cluster"], x["group_id"], x["topic"], int(x["partition"]),
+                    int(x["removed_ms"]))]: (int(x["position"]), int(x["commit_ms"]))
+            for x in rows}
 
 
 # --- group membership and partition offsets --------------------------------------------------

@@ -20,6 +20,8 @@ from infra.lake_sql import LakeSql
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
 from ingest.sinks import LandingSink
 from jobs.detector_inputs import CommitSeedCache, TimeRange, read_commits
+from jobs.detector_inputs.partition_signals import (read_removals, with_delete_requests,
+                                                    with_positions)
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 
@@ -41,6 +43,8 @@ COMMITS = [
     ("g-tomb", 3, T0 + 2 * MIN, 350),
     ("g-twice", 4, T0 + 1 * MIN, 80),            # same record time, told apart by source_offset
     ("g-twice", 4, T0 + 1 * MIN, 60),
+    ("g-long", 5, T0 - 120 * MIN, 777),          # removed two hours after its last commit
+    ("g-long", 5, T0 - 1 * MIN, None),
 ]
 ALL_TPS = {(CLUSTER, "orders", p) for p in range(5)}
 
@@ -80,6 +84,25 @@ def test_the_live_detectors_seeded_commit_reads_equal_whole_reads(spark, lake):
     # is no commit); not g-old (no start within the hour).
     assert went_down == {"g-steady", "g-rare", "g-twice", "g-tomb"}
     assert starts > 20
+
+
+def test_removed_offsets_come_with_the_position_they_held(spark, lake):
+    """A tombstone is a removal, with the group's last commit before it: within the hour
+    (g-tomb) or days back (g-long, past the commit seed); the cache answers again without
+    a read, and forgets removals older than every one asked for."""
+    sql = LakeSql(lake)
+    removals = read_removals(sql, TimeRange(T0 - 15 * MIN, T0))
+    assert [(x.group, x.partition, x.removed_ms, x.position) for x in removals] == [
+        ("g-long", 5, T0 - 1 * MIN, None), ("g-tomb", 3, T0 - 9 * MIN, None)]
+    cache: dict = {}
+    placed = with_positions(sql, removals, cache)
+    assert [(x.group, x.position, x.position_ms) for x in placed] == [
+        ("g-long", 777, T0 - 120 * MIN), ("g-tomb", 400, T0 - 10 * MIN)]
+    assert with_positions(LakeSql(Lake(str(lake.root) + "-none")), removals, cache) == placed
+    with_positions(sql, removals[:1], cache)    # g-long alone: g-tomb's is older
+    assert set(cache) == {removals[0]}
+    # no request windows in this lake: how the offsets went is not known
+    assert [x.delete_requests_near for x in with_delete_requests(sql, placed)] == [None, None]
 
 
 def test_a_seed_step_must_be_positive():
