@@ -66,7 +66,18 @@ and the evidence lists every rule's result:
    not rising_observations: the demo's first throttled pass can end within 30 s (27 s,
    seen at two scrapes at 8 and 18 s), and waiting for four looks then waits for the
    next long pass.
-Per compacted partition:
+6. cleaner_not_running: the broker publishes no cleaner gauge (none within CLEANER_SILENT_MS
+   of its latest size sample) while another broker of the cluster does, and its replica
+   of a compacted partition is larger than the dirty allowance 1/(1 - r) times the
+   largest other replica of it (r: the topic's min.cleanable.dirty.ratio) at the same
+   step. Replicas hold the same records and each broker cleans its own; between two
+   cleanings one can outgrow another only by what the cleaner lets accumulate, so a copy
+   past that, on a broker whose cleaner has gone silent, is not being cleaned: cleaner
+   threads that never started (log.cleaner.enable=false) register no gauges, a missing
+   signal no other rule reads. Either sign alone is weaker (an exporter rule missing on
+   one broker; a replica still catching up is smaller, never larger). Checked first:
+   nothing else runs on that broker.
+Per compacted partition (its largest replica per step):
 5. compacted_partition_growing: over at least growth_window_s with growth_min_samples
    samples, the size never dropped by more than growth_drop_tolerance between samples,
    and grew by growth_min_ratio or more, and by more than the cleaner lets a partition
@@ -81,6 +92,15 @@ Per compacted partition:
    cleaner's fault; a warning. A stable key space drops at each cleaning by what the
    updates superseded (up to half the partition at min.cleanable.dirty.ratio 0.5), and
    a partition cleaned often in small steps does not grow.
+5c. past its topic's promise: the topic sets max.compaction.lag.ms L, and over the last
+   L + 2 x cleaner_backoff_s (from a sample with data in it) the partition grew (by more
+   than growth_drop_tolerance), never shrank by more than that, and no cleaner run on it
+   was seen. Kafka rolls a segment
+   when its first record is L old and the cleaner then cleans it within a backoff, so a
+   partition of such a topic shrinks or is cleaned at least that often; one that does not
+   is not compacted, whatever holds it back (an open transaction pins the last stable
+   offset and the cleaner stops there; every replica grows alike and every broker's
+   cleaner looks well). The topic's own promise replaces the long growth window.
    __consumer_offsets gets its own cause (consumer_offsets_not_compacted) and severity
    high: slow coordinator loads, stale offsets.
    What the cleaner lets grow, and is not lag: the active segment is never cleaned, so a
@@ -92,7 +112,7 @@ Per compacted partition:
    more (with the topic's config unknown: the dirty allowance at
    default_min_cleanable_dirty_ratio, and no segment size).
 
-Scoring: dead and stalled high; uncleanable and falling behind warning; a growing
+Scoring: dead, not running and stalled high; uncleanable and falling behind warning; a growing
 compacted partition warning, __consumer_offsets high. Unfixable by kmon: every finding
 suggests page_human (a dead cleaner thread comes back only with a broker restart; an
 uncleanable log needs its bad segment dealt with).
@@ -109,6 +129,8 @@ Output: `Detection`s of type compaction_lag, entity "broker:<id>" (rules 1-4) or
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import statistics
 from collections import Counter, defaultdict
@@ -131,8 +153,17 @@ CONSUMER_OFFSETS = "__consumer_offsets"
 PASS_LOOKS = 2   # scrapes in a row at which one cleaner pass must be seen running
 
 
+# One size per replica per this many seconds (the reader's step: the growth rule's two
+# hours of history stay a few thousand rows).
+SIZE_STEP_S = 60
+# A broker's cleaner gauges missing this long before its latest size sample (several
+# scrapes at any usual interval) are gone, not late.
+CLEANER_SILENT_MS = 30_000
+
+
 class CompactionCause(StrEnum):
     """The `cause` of compaction_lag findings, broker rules in order of severity."""
+    CLEANER_NOT_RUNNING = "cleaner_not_running"
     CLEANER_DEAD = "cleaner_dead"
     CLEANER_STALLED = "cleaner_stalled"
     UNCLEANABLE_PARTITIONS = "uncleanable_partitions"
@@ -409,7 +440,115 @@ def assess_cleaner(series: Sequence[CleanerGauges], cleanable_pct: float,
         since_ms=since)
 
 
+# --- rule 6: a broker whose cleaner does not run ----------------------------------------
+
+@dataclass(frozen=True)
+class Diverged:
+    """A broker's replica past the dirty allowance of the partition's other replicas."""
+    topic: str
+    partition: int
+    own_bytes: float
+    largest_other_bytes: float
+    allowance: float
+
+
+@dataclass(frozen=True)
+class NotRunning:
+    broker: int
+    last_size_ms: int                 # its latest size sample
+    last_gauge_ms: int | None         # its last cleaner gauge, if any was read
+    diverged: tuple[Diverged, ...]
+
+
+def dirty_allowance(topic: CompactedTopicConfig | None, config: CompactionLagSection) -> float:
+    """How much larger than a just-cleaned replica one the cleaner has not reached yet may
+    be: 1/(1 - r) (r: min.cleanable.dirty.ratio, the brokers' default when unknown)."""
+    r = topic.min_cleanable_dirty_ratio if topic is not None and \
+        topic.min_cleanable_dirty_ratio is not None else config.default_min_cleanable_dirty_ratio
+    return float("inf") if r >= 1 else 1 / (1 - r)
+
+
+def _step(ms: int) -> int:
+    return ms - ms % (SIZE_STEP_S * 1000)
+
+
+def cleaners_not_running(sizes: Sequence[PartitionSize], gauges: Sequence[CleanerGauges],
+                         topics: dict[tuple[str, str], CompactedTopicConfig],
+                         config: CompactionLagSection) -> list[NotRunning]:
+    """Rule 6 over one cluster's per-replica sizes and cleaner gauges."""
+    last_gauge: dict[int, int] = {}
+    for g in gauges:
+        last_gauge[g.broker] = max(g.observed_ms, last_gauge.get(g.broker, g.observed_ms))
+    by_step: dict[tuple[str, int, int], dict[int, PartitionSize]] = defaultdict(dict)
+    latest: dict[int, int] = {}
+    for x in sizes:
+        if x.broker is None:
+            continue
+        by_step[(x.topic, x.partition, _step(x.observed_ms))][x.broker] = x
+        latest[x.broker] = max(x.observed_ms, latest.get(x.broker, x.observed_ms))
+    out = []
+    for broker, last_ms in sorted(latest.items()):
+        since = last_ms - CLEANER_SILENT_MS
+        if last_gauge.get(broker, since - 1) >= since or not any(
+                ms >= since for b, ms in last_gauge.items() if b != broker):
+            continue                      # it publishes them, or no broker does
+        step = _step(last_ms)
+        diverged = []
+        for (topic, partition, at), replicas in sorted(by_step.items()):
+            own = replicas.get(broker)
+            others = [r.size_bytes for b, r in replicas.items() if b != broker]
+            if at != step or own is None or not others or max(others) <= 0:
+                continue
+            allowance = dirty_allowance(topics.get((own.cluster, topic)), config)
+            if own.size_bytes > allowance * max(others):
+                diverged.append(Diverged(topic, partition, own.size_bytes, max(others),
+                                         allowance))
+        if diverged:
+            out.append(NotRunning(broker, last_ms, last_gauge.get(broker), tuple(diverged)))
+    return out
+
+
+def not_running_detection(cluster: str, a: NotRunning) -> Detection:
+    worst = max(a.diverged, key=lambda d: d.own_bytes / d.largest_other_bytes)
+    silent = (f"none since {_duration(a.last_size_ms - a.last_gauge_ms)} before its latest "
+              f"scrape" if a.last_gauge_ms is not None else "none in the range read")
+    return Detection(
+        cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=Severity.HIGH,
+        entity_kind=EntityKind.BROKER, entity=broker_entity(a.broker),
+        first_seen_ms=a.last_size_ms, last_seen_ms=a.last_size_ms,
+        cause=CompactionCause.CLEANER_NOT_RUNNING,
+        explanation=(f"Broker {a.broker}'s log cleaner is not running: it publishes no cleaner "
+                     f"metrics ({silent}) while its peers do, and its replicas of "
+                     f"{len(a.diverged)} compacted partition(s) outgrew the others, e.g. "
+                     f"{worst.topic}-{worst.partition} at {worst.own_bytes:,.0f} bytes against "
+                     f"{worst.largest_other_bytes:,.0f} (at most {worst.allowance:.2f}x between "
+                     f"two cleanings). Its compacted topics, __consumer_offsets included, now "
+                     f"grow unbounded (log.cleaner.enable=false, or threads that never "
+                     f"started)."),
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"broker": a.broker, "last_size_ms": a.last_size_ms,
+                  "last_cleaner_gauge_ms": a.last_gauge_ms,
+                  "diverged": [{"topic": d.topic, "partition": d.partition,
+                                "own_bytes": d.own_bytes,
+                                "largest_other_bytes": d.largest_other_bytes,
+                                "allowance": round(d.allowance, 4)} for d in a.diverged]})
+
+
 # --- partition rule --------------------------------------------------------------------
+
+def largest_per_step(series: Sequence[PartitionSize]) -> list[PartitionSize]:
+    """One partition's replica sizes as its largest replica per step (of equal ones the
+    lowest broker), stamped with the step's last scrape: what rule 5 judges."""
+    steps: dict[int, list[PartitionSize]] = defaultdict(list)
+    for x in series:
+        steps[_step(x.observed_ms)].append(x)
+    out = []
+    for at in sorted(steps):
+        xs = steps[at]
+        top = max(xs, key=lambda x: (x.size_bytes, -(x.broker if x.broker is not None else -1)))
+        out.append(dataclasses.replace(top, observed_ms=max(x.observed_ms for x in xs)))
+    return out
+
 
 def growth_allowance(topic: CompactedTopicConfig | None, config: CompactionLagSection) -> float:
     """How much a partition of the topic grows between two cleanings on purpose: up to a
@@ -468,6 +607,38 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
                             key_space_growing=key_space,
                             runs_in_window=runs_on_one,
                             max_reduction_pct=max(known, default=None))
+
+
+@dataclass(frozen=True)
+class ContractMissed:
+    topic: str
+    partition: int
+    max_compaction_lag_ms: int
+    span_ms: int
+    first_bytes: float
+    last_bytes: float
+
+
+def contract_missed(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
+                    topic: CompactedTopicConfig | None,
+                    config: CompactionLagSection) -> ContractMissed | None:
+    """Rule 5c for one partition's largest replica per step."""
+    if topic is None or topic.max_compaction_lag_ms is None or not series:
+        return None
+    last = series[-1]
+    start = last.observed_ms - topic.max_compaction_lag_ms - 2 * config.cleaner_backoff_s * 1000
+    earlier = [x for x in series if x.observed_ms <= start and x.size_bytes > 0]
+    if not earlier:
+        return None                          # not watched (or not written) that long yet
+    span = [earlier[-1]] + [x for x in series if x.observed_ms > start]
+    tol = config.growth_drop_tolerance
+    shrank = any(b.size_bytes < a.size_bytes * (1 - tol) for a, b in zip(span, span[1:]))
+    cleaned = any(span[0].observed_ms <= r.end_ms <= last.observed_ms for r in runs)
+    if shrank or cleaned or not last.size_bytes > span[0].size_bytes * (1 + tol):
+        return None
+    return ContractMissed(last.topic, last.partition, topic.max_compaction_lag_ms,
+                          last.observed_ms - span[0].observed_ms, span[0].size_bytes,
+                          last.size_bytes)
 
 
 # --- detections ------------------------------------------------------------------------
@@ -564,6 +735,24 @@ def _growth_evidence(a: GrowthAssessment, growth: float) -> dict:
             "largest_drop": round(a.largest_drop, 4), "segment_bytes": a.segment_bytes}
 
 
+def contract_detection(cluster: str, c: ContractMissed, last_ms: int) -> Detection:
+    return Detection(
+        cluster=cluster, type=AnomalyType.COMPACTION_LAG, severity=Severity.WARNING,
+        entity_kind=EntityKind.PARTITION, entity=partition_entity(c.topic, c.partition),
+        first_seen_ms=last_ms - c.span_ms, last_seen_ms=last_ms,
+        cause=CompactionCause.COMPACTED_PARTITION_GROWING,
+        explanation=(f"{c.topic}-{c.partition} grew from {c.first_bytes:,.0f} to "
+                     f"{c.last_bytes:,.0f} bytes over {_duration(c.span_ms)} with no "
+                     f"compaction, past its topic's max.compaction.lag.ms of "
+                     f"{_duration(c.max_compaction_lag_ms)}: something keeps the cleaner "
+                     f"from it (an open transaction pins its last stable offset, or its "
+                     f"replicas' cleaners are stuck)."),
+        suggested_action=ActionKind.PAGE_HUMAN,
+        evidence={"topic": c.topic, "partition": c.partition,
+                  "max_compaction_lag_ms": c.max_compaction_lag_ms, "window_ms": c.span_ms,
+                  "first_bytes": c.first_bytes, "last_bytes": c.last_bytes})
+
+
 def key_space_detection(cluster: str, a: GrowthAssessment, last_ms: int) -> Detection:
     """Rule 5b: cleaned, and growing all the same. Not the cleaner's fault: compaction keeps
     the last record of each key, and these keys are new, so the partition grows until
@@ -591,7 +780,8 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
                           topic_configs: Iterable[CompactedTopicConfig] = (),
                           sizes: Iterable[PartitionSize] = (),
                           config: CompactionLagSection | None = None) -> list[Detection]:
-    """compaction_lag detections: one per unhealthy broker, one per growing partition."""
+    """compaction_lag detections: one per unhealthy broker, one per growing partition.
+    `sizes`: every replica's (rule 6 compares them; rule 5 takes the largest)."""
     config = config or CompactionLagSection()
     gauges_by_broker: dict[tuple[str, int], list[CleanerGauges]] = defaultdict(list)
     for g in gauges:
@@ -600,8 +790,19 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     configs_by_cluster: dict[str, list[CompactedTopicConfig]] = defaultdict(list)
     for c in topic_configs:
         configs_by_cluster[c.cluster].append(c)
-    detections = []
+    sizes = list(sizes)
+    topics = {(c.cluster, c.topic): c for cs in configs_by_cluster.values() for c in cs}
+    detections, not_running = [], set()
+    for cluster in sorted({x.cluster for x in sizes}):
+        for a in cleaners_not_running(
+                [x for x in sizes if x.cluster == cluster],
+                [g for (c, _), gs in gauges_by_broker.items() if c == cluster for g in gs],
+                topics, config):
+            detections.append(not_running_detection(cluster, a))
+            not_running.add((cluster, a.broker))
     for (cluster, broker), series in sorted(gauges_by_broker.items()):
+        if (cluster, broker) in not_running:
+            continue
         series.sort(key=lambda g: g.observed_ms)
         cleanable_pct = cleanable_point_pct(configs_by_cluster[cluster], config)
         strictest = strictest_lag_ms(configs_by_cluster[cluster])
@@ -615,9 +816,8 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
     for s in sizes:
         sizes_by_tp[(s.cluster, s.topic, s.partition)].append(s)
-    topics = {(c.cluster, c.topic): c for cs in configs_by_cluster.values() for c in cs}
-    for (cluster, topic, partition), series in sorted(sizes_by_tp.items()):
-        series.sort(key=lambda s: s.observed_ms)
+    for (cluster, topic, partition), replicas in sorted(sizes_by_tp.items()):
+        series = largest_per_step(replicas)
         tp_runs = [r for r in runs
                    if (r.cluster, r.topic, r.partition) == (cluster, topic, partition)]
         a = assess_growth(series, tp_runs, config, topics.get((cluster, topic)))
@@ -625,4 +825,7 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
             detections.append(growth_detection(cluster, a, series[-1].observed_ms))
         elif a.key_space_growing:
             detections.append(key_space_detection(cluster, a, series[-1].observed_ms))
+        elif (c := contract_missed(series, tp_runs, topics.get((cluster, topic)),
+                                   config)) is not None:
+            detections.append(contract_detection(cluster, c, series[-1].observed_ms))
     return detections

@@ -11,7 +11,7 @@ partitions' sizes, and compacted topics' configs.
   name=Size: bytes of one partition replica, `topic` and `labels.partition`), only for
   compacted topics (the topic configs below, plus __consumer_offsets, which Kafka always
   compacts, so it is watched even with no configs). Replicas compact independently: the
-  read keeps the largest replica, so a replica whose broker does not clean shows.
+  read keeps every replica, so the rules can compare them.
 - `CompactedTopicConfig` <- the watched cluster's topic configs
   (`infra.topic_configs.describe_topic_configs`, `describe_compacted_topics`), only when
   the caller gives a client config; cached by `TopicConfigCache`.
@@ -20,10 +20,10 @@ The size and run reads span compaction_lag.growth_window_s (2 h by default), far
 than the detector's 300-s lookback, so they are bounded: sizes are read for the one
 series and the compacted topics only, over the window plus two steps (`growth_range`: the
 rule wants a sample at or before the window's start), and reduced in SQL to one point
-per partition per SIZE_STEP_S (60 s: the largest size any replica had in that minute,
-stamped with the minute's last scrape). At most compacted partitions x (window / 60 s +
-3) rows reach the driver: ~6,200 for __consumer_offsets' 50 partitions over 2 h, whatever
-the scrape interval and the replication factor. The read scans the window's
+per replica per SIZE_STEP_S (60 s: the largest size the replica had in that minute,
+stamped with its broker's last scrape in it). At most compacted replicas x (window / 60 s
++ 3) rows reach the driver: ~18,600 for __consumer_offsets' 50 partitions at replication
+factor 3 over 2 h, whatever the scrape interval. The read scans the window's
 silver.broker_metrics files (date partitions skip the other days) at every evaluation
 that the window cache does not answer (window_cache.py). Cleaner runs are few (one per cleaned log per pass).
 """
@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from detectors.compaction_lag import (
     CONSUMER_OFFSETS,
+    SIZE_STEP_S,
     CleanerGauges,
     CleanerRun,
     CompactedTopicConfig,
@@ -58,7 +59,6 @@ CLEANER_METRICS = {
     "kafka_log_logcleaner_deadthreadcount": ("dead_thread_count", "max"),
 }
 LONG_MAX = 2 ** 63 - 1  # max.compaction.lag.ms left at its default: no limit
-SIZE_STEP_S = 60        # one size per compacted partition per this many seconds
 
 
 def read_cleaner_gauges(sql: LakeSql, r: TimeRange) -> list[CleanerGauges]:
@@ -141,10 +141,10 @@ def _compacted_sql(topics: Mapping[str, set[str]]) -> tuple[str, list]:
 def read_partition_sizes(sql: LakeSql, r: TimeRange,
                          topics: Mapping[str, set[str]],
                          step_s: float = SIZE_STEP_S) -> list[PartitionSize]:
-    """One size per compacted partition per step of the range: the largest replica's
-    (replicas compact independently; a replica that is not cleaned is the one that
-    grows), at the step's last scrape. `topics`: cluster -> compacted topics
-    (__consumer_offsets is always read)."""
+    """One size per replica of each compacted partition per step of the range: the
+    largest its broker reported in the step (replicas compact independently: the rules
+    compare them). `topics`: cluster -> compacted topics (__consumer_offsets is always
+    read)."""
     source = broker_metrics(sql, r, (LOG_SIZE,))
     if source is None:
         return []
@@ -152,19 +152,17 @@ def read_partition_sizes(sql: LakeSql, r: TimeRange,
     compacted, cparams = _compacted_sql(topics)
     step_ms = int(step_s * 1000)
     rows = sql.rows(
-        'SELECT cluster, topic, "partition", step_ms, max(ts_ms) AS ts_ms, '
-        "max(value) AS size_bytes, "
-        # the largest replica; of equal ones the lowest broker id (a set order, not Spark's)
-        "arg_max(broker, [value, -CAST(broker AS DOUBLE)]) AS broker FROM ("
+        'SELECT cluster, topic, "partition", broker, step_ms, max(ts_ms) AS ts_ms, '
+        "max(value) AS size_bytes FROM ("
         "SELECT cluster, topic, TRY_CAST(element_at(labels, 'partition')[1] AS INTEGER) "
         f'AS "partition", broker, ts_ms, ts_ms - ts_ms % ? AS step_ms, value FROM ({query}) '
         f'WHERE {compacted}) WHERE "partition" IS NOT NULL '
-        'GROUP BY cluster, topic, "partition", step_ms',
+        'GROUP BY cluster, topic, "partition", broker, step_ms',
         [step_ms, *params, *cparams], t=ds)
     return [PartitionSize(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
                           observed_ms=int(x["ts_ms"]), size_bytes=float(x["size_bytes"]),
                           broker=int_or_none(x["broker"]))
-            for x in sorted_rows(rows, ("cluster", "topic", "partition", "ts_ms"))]
+            for x in sorted_rows(rows, ("cluster", "topic", "partition", "ts_ms", "broker"))]
 
 
 # --- compacted topics' configs -------------------------------------------------------------

@@ -122,21 +122,23 @@ def inputs(spark, lake, config):
     return read_inputs(spark, lake, config, END - 300_000, END, CONFIGS)
 
 
-def test_one_size_per_compacted_partition_per_minute_the_largest_replica(inputs):
+def test_one_size_per_compacted_replica_per_minute(inputs):
     r = growth_range(TimeRange(END - 300_000, END), WINDOW_S)
     assert r.start_ms == END - (WINDOW_S + 2 * SIZE_STEP_S) * 1000
     by_tp: dict[tuple[str, int], list] = {}
     for s in inputs.partition_sizes:
-        by_tp.setdefault((s.topic, s.partition), []).append(s)
+        by_tp.setdefault((s.topic, s.partition, s.broker), []).append(s)
     # Compacted only: users from the configs, __consumer_offsets always; not events.
-    assert set(by_tp) == {("__consumer_offsets", 7), ("users", 0), ("users", 1), ("users", 2)}
+    assert set(by_tp) == {(t, p, b) for t, p in (("__consumer_offsets", 7), ("users", 0),
+                                                 ("users", 1), ("users", 2)) for b in BROKERS}
     step = SIZE_STEP_S * 1000
     minutes = range(r.start_ms, END, step)        # the range starts on a minute
-    for (topic, partition), series in by_tp.items():
-        # The minute's last scrape (50 s into it), the largest replica's bytes (broker 2).
-        assert [(s.observed_ms, s.size_bytes, s.broker) for s in series] == [
-            (m + step - SCRAPE_MS, size(topic, partition, 2, m + step - SCRAPE_MS), 2)
-            for m in minutes], (topic, partition)
+    for (topic, partition, broker), series in by_tp.items():
+        # The minute's last scrape (50 s into it), the replica's largest bytes in it.
+        assert [(s.observed_ms, s.size_bytes) for s in series] == [
+            (m + step - SCRAPE_MS, max(size(topic, partition, broker, m + k * SCRAPE_MS)
+                                        for k in range(step // SCRAPE_MS)))
+            for m in minutes], (topic, partition, broker)
         assert all(s.cluster == CLUSTER for s in series)
 
 

@@ -341,3 +341,106 @@ def test_a_partition_that_grows_although_cleaned_has_a_growing_key_space(series,
     assert (d.cause, d.severity) == ("compacted_key_space_growing", Severity.WARNING)
     assert d.evidence["cleaner_runs"] == 4 and d.evidence["max_reduction_pct"] == 1.2
     assert "new keys" in d.explanation
+
+
+# --- rule 6: a broker whose cleaner does not run ---------------------------------------
+
+def replica_sizes(sizes_by_broker, topic_name="accounts", partition=0, at_s=(0, 60, 120)):
+    """{broker: [bytes at each step]} -> per-replica sizes, 10 s into each step."""
+    return [PartitionSize("c1", topic_name, partition, T0 + int(t * 1000) + 10_000, b, broker)
+            for broker, values in sizes_by_broker.items() for t, b in zip(at_s, values)]
+
+
+def gauges_of(*brokers, until_s=130, every_s=10):
+    return [CleanerGauges("c1", b, T0 + k * 1000, time_since_last_run_ms=5000.0)
+            for b in brokers for k in range(0, until_s + 1, every_s)]
+
+
+# broker 1 restarted with log.cleaner.enable=false: no gauges of it after the restart,
+# its replica of a topic cleaned at ratio 0.1 at 9x the others' (the others cleaned)
+OFF = {1: [460_000, 1_216_000, 1_974_000], 3: [146_000, 127_000, 135_000],
+       4: [140_000, 128_000, 135_000]}
+ACCOUNTS = [topic("accounts", ratio=0.1)]
+
+
+def test_a_silent_broker_whose_replica_outgrew_the_cleaned_ones_has_no_cleaner_running():
+    gauges = gauges_of(3, 4) + gauges_of(1, until_s=0)
+    [d] = detect_compaction_lag(gauges, sizes=replica_sizes(OFF), topic_configs=ACCOUNTS)
+    assert (d.entity, d.cause, d.severity) == ("broker:1", "cleaner_not_running",
+                                                Severity.HIGH)
+    [div] = d.evidence["diverged"]
+    assert (div["own_bytes"], div["largest_other_bytes"]) == (1_974_000, 135_000)
+    assert div["allowance"] == pytest.approx(1 / 0.9, abs=1e-4)
+    assert d.evidence["last_cleaner_gauge_ms"] == T0
+
+
+def test_either_sign_alone_is_no_finding():
+    # silent, but its replica within the allowance of the others: an exporter rule missing
+    near = {1: [150_000, 140_000, 140_000], 3: OFF[3], 4: OFF[4]}
+    assert detect_compaction_lag(gauges_of(3, 4), sizes=replica_sizes(near),
+                                 topic_configs=ACCOUNTS) == []
+    # outgrown, but its cleaner publishes its gauges (rules 1-4 judge it)
+    assert [d.cause for d in detect_compaction_lag(
+        gauges_of(1, 3, 4), sizes=replica_sizes(OFF), topic_configs=ACCOUNTS)] == []
+    # no broker publishes cleaner gauges at all: nothing to tell a silent one by
+    assert detect_compaction_lag([], sizes=replica_sizes(OFF), topic_configs=ACCOUNTS) == []
+
+
+def test_the_allowance_follows_the_topics_dirty_ratio():
+    """At the default ratio 0.5 a replica may be twice a just-cleaned one."""
+    twice = {1: [200_000, 250_000, 270_000], 3: [146_000, 127_000, 135_000],
+             4: [140_000, 128_000, 135_000]}
+    gauges = gauges_of(3, 4)
+    assert detect_compaction_lag(gauges, sizes=replica_sizes(twice),
+                                 topic_configs=[topic("accounts")]) == []
+    assert [d.cause for d in detect_compaction_lag(
+        gauges, sizes=replica_sizes(twice), topic_configs=ACCOUNTS)] == ["cleaner_not_running"]
+
+
+def test_the_growth_rule_takes_the_largest_replica_per_step():
+    from detectors.compaction_lag import largest_per_step
+    series = largest_per_step(replica_sizes(OFF))
+    assert [(x.broker, x.size_bytes) for x in series] == [
+        (1, 460_000), (1, 1_216_000), (1, 1_974_000)]
+    tie = largest_per_step(replica_sizes({4: [5], 3: [5]}, at_s=(0,)))
+    assert [x.broker for x in tie] == [3]
+
+
+# --- rule 5c: past the topic's max.compaction.lag.ms -----------------------------------
+
+def carts(values, step_s=60):
+    """One sample a step, as the reader gives them (each step's largest)."""
+    return [PartitionSize("c1", "carts", 0, T0 + i * step_s * 1000, v, 3)
+            for i, v in enumerate(values)]
+
+
+PROMISE = CompactedTopicConfig("c1", "carts", max_compaction_lag_ms=60_000)
+
+
+def test_a_partition_growing_uncleaned_past_its_topics_promise_is_not_compacted():
+    """An open transaction: every replica grows, every cleaner looks well; the topic
+    promised compaction within a minute and four minutes passed."""
+    pinned = carts([100_000, 400_000, 700_000, 1_000_000, 1_300_000, 1_600_000])
+    [d] = detect_compaction_lag([], sizes=pinned, topic_configs=[PROMISE])
+    assert (d.entity, d.cause, d.severity) == ("carts-0", "compacted_partition_growing",
+                                                Severity.WARNING)
+    assert d.evidence["max_compaction_lag_ms"] == 60_000 and d.evidence["window_ms"] >= 90_000
+
+
+@pytest.mark.parametrize("why,series,runs,configs", [
+    ("cleaned: it shrank in the span",
+     carts([100_000, 400_000, 700_000, 1_000_000, 300_000, 600_000]), [], [PROMISE]),
+    ("a cleaner run on it in the span",
+     carts([100_000, 400_000, 700_000, 1_000_000, 1_300_000, 1_600_000]),
+     [CleanerRun("c1", 3, "carts", 0, T0 + 250_000)], [PROMISE]),
+    ("no promise: the topic sets no max.compaction.lag.ms (the growth window judges it)",
+     carts([100_000, 400_000, 700_000, 1_000_000, 1_300_000, 1_600_000]), [],
+     [CompactedTopicConfig("c1", "carts")]),
+    ("not watched for the promise and its backoffs yet",
+     carts([100_000, 400_000]), [], [PROMISE]),
+    ("idle: not growing", carts([100_000] * 6), [], [PROMISE]),
+    ("new: empty until a step ago, not written for the promise yet",
+     carts([0, 0, 0, 0, 300_000, 600_000]), [], [PROMISE]),
+])
+def test_what_keeps_its_promise_or_cannot_be_judged_yet(why, series, runs, configs):
+    assert detect_compaction_lag([], sizes=series, runs=runs, topic_configs=configs) == [], why
