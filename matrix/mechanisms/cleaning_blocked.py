@@ -15,8 +15,7 @@ cleaner signal at all.
   partitions are cleaned. The fault restarts that broker with the setting
   (LocalCluster.node_config; a controlled restart), and `heal` restarts it without.
   Expected: compaction_lag on that broker, with a cause that says its cleaner does not
-  run ("cleaner_stalled", or "cleaner_not_running", a name the detector does not have
-  yet). Explained: the compacted partitions it hosts, and what a controlled restart
+  run ("cleaner_stalled", or "cleaner_not_running": compaction_lag rule 6). Explained: the compacted partitions it hosts, and what a controlled restart
   leaves (retried commits, its partners loaded).
 - `OpenTransaction`: a transactional producer begins a transaction on a compacted topic,
   writes, and neither commits nor aborts (an application stuck or partitioned away with a
@@ -28,7 +27,9 @@ cleaner signal at all.
   max.compaction.lag.ms old. `heal` aborts the transaction. Expected: compaction_lag on
   the partition ("compacted_partition_growing", or "cleaning_blocked_by_open_transaction",
   a name the detector does not have yet); a finding that blames a broker's cleaner is
-  a wrong cause and stays unexplained.
+  a wrong cause and stays unexplained. Seen by compaction_lag rule 5c (the topic's
+  max.compaction.lag.ms), but later than the target while sizes are sampled once a
+  minute and the topic promises one minute.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from matrix.truth import Expect
 log = logging.getLogger(__name__)
 
 CLEANER_OFF = {"log.cleaner.enable": "false"}
-# Causes a correct monitor may give; the second of each is not in the detector's
-# vocabulary yet.
+# Causes a correct monitor may give (the second of BLOCKED is not in the detector's
+# vocabulary).
 NOT_RUNNING = ("cleaner_stalled", "cleaner_not_running")
 BLOCKED = ("compacted_partition_growing", "cleaning_blocked_by_open_transaction")
 

@@ -24,8 +24,9 @@ run.notes: the offsets before, the log start and end when they vanished, how man
 messages the group read twice (committed minus log start, summed).
 
 Expected: offset_rewind on the group's partitions, with a cause that says the offsets
-vanished ("offsets_deleted" or "offsets_expired", names the detector does not have yet),
-or "unknown"; an admin deletion may also be called an operator reset. Explained: the
+vanished ("offsets_deleted" or "offsets_expired", detectors/vanished_offsets.py), or
+"unknown" where nothing tells the two apart; an admin deletion may also be called an
+operator reset. Explained: the
 client's reset of the group (offset_reset, any cause: librdkafka logs the reset to
 BEGINNING for want of a committed offset).
 """
