@@ -187,6 +187,6 @@ def rescore(config, names: list[str] | None, *, corpus: Path | None = None,
 
 def doc(out=sys.stdout) -> int:
     results.DOC.write_text(results.render_doc(results.newest("live"), results.newest("replay"),
-                                              catalog()))
+                                              catalog(), results.first_tries()))
     print(f"wrote {results.DOC}", file=out)
     return 0

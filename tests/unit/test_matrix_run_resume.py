@@ -148,3 +148,19 @@ def test_the_rules_version_follows_the_detection_code_and_nothing_else(tmp_path)
     assert results.rules_version(tmp_path) == before
     (tmp_path / "detectors" / "x.py").write_text("A = 2\n")
     assert results.rules_version(tmp_path) != before
+
+
+def test_first_tries_are_each_scenarios_oldest_live_result(tmp_path):
+    def write(stamp, rows):
+        (tmp_path / f"matrix-live-{stamp}.json").write_text(json.dumps(
+            {"mode": "live", "command": "c", "date": stamp, "commit": f"c{stamp[-1]}",
+             "scenarios": [{"scenario": n, "fault_class": "rewind", "passed": p,
+                            "error": e} for n, p, e in rows]}))
+    write("20260101T000001", [("a", False, None), ("b", True, None)])
+    write("20260102T000002", [("a", True, None), ("c", False, "RuntimeError: not caused")])
+    firsts = {x["scenario"]: x for x in results.first_tries(tmp_path)}
+    assert (firsts["a"]["passed"], firsts["a"]["commit"]) == (False, "c1")
+    assert firsts["c"]["error"] and firsts["b"]["passed"]
+    doc = results.render_doc(None, None, [], list(firsts.values()))
+    assert "| 20260101T000001 | c1 | 2 | 1/2 | a | - |" in doc
+    assert "| 20260102T000002 | c2 | 1 | 0/0 | - | c |" in doc
