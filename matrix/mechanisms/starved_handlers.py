@@ -22,7 +22,9 @@ leads, on top of the workload. The fault holds until the finding arrives or dura
 run.notes: the thread counts, the load, and the worst request-queue size and handler
 idle share read from the broker's JMX exporter while it lasted. A broker whose handlers
 stayed idle more than STARVED_IDLE of the time was not starved: the run is not caused
-(an error), not a miss of the detector.
+(an error), not a miss of the detector. On the 2-core development VM even the fsync-bound
+load left the one handler 35% idle at the lowest: this scenario needs a faster load
+generator (or a slower disk) than that machine has.
 
 Expected: slow_broker on the broker, cause request_handlers_saturated (or
 network_threads_saturated when the network threads are cut too). Explained: its victims
@@ -198,8 +200,9 @@ class StarvedRequestHandlers(MatrixFault):
                 ctx.sleep(2.0)
             run.notes["starved_s"] = round((now_ms() - run.fault_ms) / 1000, 1)
             lowest = worst.get("handler_idle_min")
-            found = until is not None and until()
-            if lowest is not None and lowest > STARVED_IDLE and not (found or ctx.stopping()):
+            # Whatever was found: a broker with idle handlers was not starved, and the run
+            # does not test what the scenario is about.
+            if lowest is not None and lowest > STARVED_IDLE and not ctx.stopping():
                 raise RuntimeError(f"broker {self.broker} was not starved: its handlers were "
                                    f"idle {lowest:.0%} of the time at the lowest "
                                    f"(starved: under {STARVED_IDLE:.0%})")
