@@ -190,9 +190,13 @@ def test_a_line_or_a_clock_ahead_quarantines_itself_and_blinds_no_broker(kafka_c
     # the agents refused the two lines, whole
     assert [q["raw"].encode() for q in by_source[("request_log", 1)]] == [bad_request]
     assert [q["raw"].encode() for q in by_source[("broker_log", 2)]] == [bad_server]
-    # silver refused broker 3's JMX rows stamped 10 minutes ahead, and nothing else
+    # silver refused broker 3's JMX rows stamped 10 minutes ahead, and nothing else. The
+    # lead is measured against bronze's ingest time, so it is short of AHEAD_S by the
+    # scrape's way through the agent and bronze: seconds, over a minute on a loaded CI
+    # host; 3 minutes of that still leaves these far above the 60-s quarantine bound.
     jmx = by_source.pop(("silver.broker_metrics", 3))
-    assert all(AHEAD_S - 60 < (q["ts_ms"] - q["ingest_ts_ms"]) / 1000 < AHEAD_S + 5 for q in jmx)
+    leads = sorted((q["ts_ms"] - q["ingest_ts_ms"]) / 1000 for q in jmx)
+    assert AHEAD_S - 180 < leads[0] and leads[-1] < AHEAD_S + 5, leads[:3] + leads[-3:]
     assert set(by_source) == {("request_log", 1), ("broker_log", 2)}, sorted(by_source)
     # no broker's rows were late because of another's line or clock
     late = [q for q in quarantine if q["reason"] == "late_beyond_watermark"
