@@ -467,7 +467,7 @@ def _commits_and_what_they_point_at(x: _Reading) -> None:
     out.commits = out.timed("commits", lambda: read_commits(
         sql, r, election_tps, reset_gtps | removed_gtps, seed=x.commit_seed))
     offset_tps = (election_tps | {(c.cluster, c.topic, c.partition) for c in out.commits}
-                  | {(x.cluster, x.topic, x.partition) for x in removals}
+                  | {(y.cluster, y.topic, y.partition) for y in removals}
                   | {(e.cluster, e.topic, e.partition) for e in out.resets}
                   | {(t.cluster, t.topic, t.partition) for t in out.truncations})
     groups = {(c.cluster, c.group) for c in out.commits}

@@ -42,6 +42,7 @@ partition offsets, client resets, log truncations and group membership.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -58,6 +59,7 @@ from detectors.partition_signals import (
     PartitionOffsets,
     client_event_meaning,
 )
+from core.signals_sql import in_names_sql
 from infra.lake_sql import LakeSql, range_sql
 from jobs.detector_inputs.tables import TimeRange, int_or_none, sorted_rows
 
@@ -303,8 +305,6 @@ def with_positions(sql: LakeSql, removals: Sequence[OffsetRemoval],
     """Each removal with its group's last commit on the partition before it: over
     COMMIT_SEED_S, then POSITION_LOOKBACK_S for the rest; `cache` keeps the answers
     (keyed by removal) across evaluations."""
-    import dataclasses
-
     cache = {} if cache is None else cache
     todo = [x for x in removals if x not in cache]
     for back_s in (COMMIT_SEED_S, POSITION_LOOKBACK_S):
@@ -329,8 +329,6 @@ def with_delete_requests(sql: LakeSql, removals: Sequence[OffsetRemoval]
     """Each removal with the DeleteGroups and OffsetDelete requests its cluster's brokers
     served within DELETE_REQUEST_WINDOW_MS (silver.request_windows), or None where no
     broker of the cluster has request windows then."""
-    import dataclasses
-
     if not removals:
         return []
     w = DELETE_REQUEST_WINDOW_MS
@@ -341,9 +339,9 @@ def with_delete_requests(sql: LakeSql, removals: Sequence[OffsetRemoval]
         return list(removals)
     where, params = range_sql(r.start_ms - w, r.end_ms)
     rows = sql.rows("SELECT cluster, ts_ms, ts_ms + window_ms AS end_ms, "
-                    f"sum(CASE WHEN api IN ({', '.join('?' for _ in DELETE_APIS)}) "
+                    f"sum(CASE WHEN {in_names_sql(DELETE_APIS)} "
                     "THEN requests ELSE 0 END) AS deletes FROM t "
-                    f"WHERE {where} GROUP BY ALL", [*DELETE_APIS, *params], t=ds)
+                    f"WHERE {where} GROUP BY ALL", params, t=ds)
     out = []
     for x in removals:
         near = [y for y in rows if y["cluster"] == x.cluster
