@@ -82,6 +82,7 @@ are declared in schemas/ (docs/edge-aggregation.md).
 from __future__ import annotations
 
 from collections import deque
+from typing import Iterable
 
 from core.latency_histogram import bucket_of
 from core.signals import judged_ms
@@ -449,3 +450,25 @@ class WindowAggregator:
         if state["resume_key"] is not None:
             self._hold = state["resume_key"]
         self._conns = {(r, a): deque([(p, ts, wm)]) for r, a, p, ts, wm in state["connections"]}
+
+
+def line_position(record_id: str) -> tuple[int, int]:
+    """A request-log record's line position, (inode, byte offset), from its record id
+    (``<cluster>:<broker>:<inode>:<offset>``, as the agent names it)."""
+    try:
+        inode, offset = record_id.rsplit(":", 2)[-2:]
+        return int(inode), int(offset)
+    except ValueError:
+        raise ValueError(f"request-log record id {record_id!r} is not "
+                         "<cluster>:<broker>:<inode>:<offset>") from None
+
+
+def aggregate(records: Iterable[dict], cluster: str, broker: int,
+              **options) -> list[Output]:
+    """The windows an agent would have sent for one broker's parsed request records (each
+    with its agent record id), every window emitted: what a recording kept as records
+    becomes what the pipeline reads. `options`: WindowAggregator's keyword arguments."""
+    agg = WindowAggregator(cluster, broker, **options)
+    for rec in sorted(records, key=lambda r: line_position(r["record_id"])):
+        agg.add(rec, line_position(rec["record_id"]))
+    return agg.ready() + agg.flush_all()

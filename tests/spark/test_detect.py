@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from core.findings import AnomalyType, Status
+from core.latency_histogram import ALPHA
 from infra.lake import Lake
 from ingest.broker_log import parse_lines
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
@@ -48,16 +49,11 @@ from jobs.detect import (
     replay,
     start_detector_query,
 )
-from jobs.detector_inputs import (
-    UNCLEAN_METER,
-    TimeRange,
-    read_inputs,
-    read_stage_windows,
-    request_stage_rows,
-)
-from jobs.detector_inputs.slow_broker import WINDOW_CLOSE_SLACK_MS
+from infra.lake_sql import LakeSql
+from ingest.request_log_agent import WHOLE_APIS
+from ingest.request_windows import aggregate
+from jobs.detector_inputs import UNCLEAN_METER, TimeRange, read_inputs
 from jobs.pipeline import Pipeline
-from jobs.silver import release
 from jobs.streams import QUARANTINE, stream
 from schemas import broker_metrics
 
@@ -231,20 +227,29 @@ def metric_records() -> list[dict]:
     return recs
 
 
-@pytest.fixture(scope="module")
-def full_config(kmon_config):
-    """The full request-log mode: this module's telemetry is request_stages records, one per
-    request, as the agents ship them in that mode (the windows mode's reads:
-    tests/spark/test_request_windows_pipeline.py)."""
-    return kmon_config.with_overrides(request_log={"mode": "full"})
+def request_stream_records(config) -> list[tuple[str, dict]]:
+    """(stream, record) of what the request-log agents send for `request_records()`: each
+    broker's windows (its lines in time order, as its log holds them), and the OffsetCommit
+    lines whole."""
+    by_broker: dict[int, list[dict]] = {}
+    for rec in sorted(request_records(), key=lambda r: r["ts_ms"]):
+        lines = by_broker.setdefault(rec["broker"], [])
+        lines.append(dict(rec, record_id=f"{CLUSTER}:{rec['broker']}:1:{100 * len(lines)}"))
+    out = []
+    for broker, lines in sorted(by_broker.items()):
+        out += [(o.stream, o.record) for o in aggregate(
+            lines, CLUSTER, broker, **config.request_log.aggregator_options())]
+        out += [("request_stages", r) for r in lines if r["api"] in WHOLE_APIS]
+    return out
 
 
 @pytest.fixture(scope="module")
-def lake(spark, full_config, tmp_path_factory) -> Lake:
+def lake(spark, kmon_config, tmp_path_factory) -> Lake:
     lake = Lake(str(tmp_path_factory.mktemp("detect") / "lake"))
     sink = LandingSink(lake.landing_root, "test")
-    for name, records in (("request_stages", request_records()),
-                          ("log_events", log_event_records()),
+    for name, rec in request_stream_records(kmon_config):
+        sink.send(name, "k", rec)
+    for name, records in (("log_events", log_event_records()),
                           ("offset_commits", commit_records()),
                           ("partition_offsets", partition_offset_records())):
         for i, rec in enumerate(records):
@@ -252,9 +257,11 @@ def lake(spark, full_config, tmp_path_factory) -> Lake:
             sink.send(name, "k", rec)
     sink.flush()
     # client_offset_events is left out: a table that does not exist yields no input.
-    streams = tuple(stream(s) for s in ("request_stages", "log_events", "offset_commits",
+    streams = tuple(stream(s) for s in ("request_stages", "request_windows",
+                                        "follower_fetch_windows", "client_send_windows",
+                                        "request_exemplars", "log_events", "offset_commits",
                                         "partition_offsets", QUARANTINE))
-    Pipeline(spark, lake, full_config.pipeline, streams=streams).process_available()
+    Pipeline(spark, lake, kmon_config.pipeline, streams=streams).process_available()
     quarantined = spark.read.format("delta").load(lake.table("silver", QUARANTINE)).count()
     assert quarantined == 0
     write_silver_broker_metrics(spark, lake, metric_records())
@@ -278,8 +285,8 @@ def write_silver_broker_metrics(spark, lake: Lake, records: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def findings_a(spark, lake, full_config):
-    return evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_a")
+def findings_a(spark, lake, kmon_config):
+    return evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_a")
 
 
 def _one(findings, type_, entity):
@@ -294,8 +301,8 @@ def _table_rows(spark, lake, table):
 
 # --- tests ------------------------------------------------------------------------------------
 
-def test_inputs_are_aggregated_in_spark(spark, lake, full_config):
-    inputs = read_inputs(spark, lake, full_config, NOW_A - 300_000, NOW_A)
+def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
+    inputs = read_inputs(spark, lake, kmon_config, NOW_A - 300_000, NOW_A)
     # Closed windows of three brokers' Produce and Fetch (and broker 1's OffsetCommit lines),
     # nothing past NOW_A (the closing record's window is later).
     assert {(w.broker, w.api) for w in inputs.stage_windows} == {
@@ -304,7 +311,9 @@ def test_inputs_are_aggregated_in_spark(spark, lake, full_config):
         T0 + k * W for k in range(6)}
     slow = [w for w in inputs.stage_windows if w.api == "Produce" and w.broker == 1
             and w.window_start_ms >= SLOW_FROM]
-    assert len(slow) == 3 and all(w.total_p99_ms == 600.0 and w.remote_p99_ms == 590.0
+    # The edge's histograms: within their bucket error (core/latency_histogram.py).
+    assert len(slow) == 3 and all(w.total_p99_ms == pytest.approx(600.0, rel=ALPHA)
+                                  and w.remote_p99_ms == pytest.approx(590.0, rel=ALPHA)
                                   for w in slow)
     gaps = {(f.leader, f.follower, f.window_start_ms): f.max_fetch_gap_ms
             for f in inputs.follower_fetches}
@@ -333,31 +342,29 @@ def test_inputs_are_aggregated_in_spark(spark, lake, full_config):
     assert [(g.broker, g.dead_thread_count) for g in dead] == [(2, 1)]
 
 
-def test_a_producers_own_requests_per_window_and_broker(spark, lake, full_config):
-    """The slow-link rule's broker side (read_producer_times): the producers asked for
-    only, whole windows of the range, the p99 and p50 of their own Produce TotalTime."""
-    from jobs.detector_inputs import read_producer_times
+def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config):
+    """The slow-link rule's broker side (read_window_producer_times): the producers asked
+    for only, whole windows of the range, the p99 and p50 of their own Produce TotalTime
+    (from the edge's histograms: within their bucket error)."""
+    from jobs.detector_inputs import read_window_producer_times
 
-    sb = full_config.slow_broker
+    sb = kmon_config.slow_broker
     r = TimeRange(T0, END)
-    got = read_producer_times(spark, lake, sb, r, {"producer-acks-all", "nobody"})
-    assert {((x.window_start_ms - T0) // W, x.broker): (x.client_id, x.requests, x.total_p99_ms,
-                                                        x.total_p50_ms)
-            for x in got} == {
-        (w, b): ("producer-acks-all", 100, *[600.0 if b == 1 and T0 + w * W >= SLOW_FROM
-                                             else 10.0] * 2)
-        for w in range(6) for b in (1, 2, 3)}
-    stages = request_stage_rows(spark, lake, r)
-    try:
-        assert read_producer_times(spark, lake, sb, r, {"producer-acks-all"}, stages) == got
-    finally:
-        release(stages)
-    assert read_producer_times(spark, lake, sb, r, set()) == []
-    assert read_producer_times(spark, lake, sb, TimeRange(T0 + 5, T0 + W + 5),
-                               {"producer-acks-all"}) == [], "no whole window in the range"
+    sql = LakeSql(lake)
+    got = read_window_producer_times(sql, sb, r, {"producer-acks-all", "nobody"})
+    assert {((x.window_start_ms - T0) // W, x.broker): (x.client_id, x.requests)
+            for x in got} == {(w, b): ("producer-acks-all", 100)
+                              for w in range(6) for b in (1, 2, 3)}
+    for x in got:
+        want = 600.0 if x.broker == 1 and x.window_start_ms >= SLOW_FROM else 10.0
+        assert x.total_p99_ms == pytest.approx(want, rel=ALPHA)
+        assert x.total_p50_ms == pytest.approx(want, rel=ALPHA)
+    assert read_window_producer_times(sql, sb, r, set()) == []
+    assert read_window_producer_times(sql, sb, TimeRange(T0 + 5, T0 + W + 5),
+                                      {"producer-acks-all"}) == [], "no whole window"
 
 
-def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, full_config):
+def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_config):
     """The live detector's window cache in the full mode (window_cache.py; here reading
     20 s again of a 60 s range, as the lake holds 60 s): evaluated every 10 s across the
     slow windows, then once past the last telemetry, the per-window reads give what whole
@@ -367,74 +374,14 @@ def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, full_con
     cache = WindowReadCache(reread_s=20)
     first = SLOW_FROM + 3_000
     for now in (first, first + W, first + 2 * W, END + W + 3_000):
-        cached = read_inputs(spark, lake, full_config, now - 60_000, now, window_cache=cache)
-        whole = read_inputs(spark, lake, full_config, now - 60_000, now)
+        cached = read_inputs(spark, lake, kmon_config, now - 60_000, now, window_cache=cache)
+        whole = read_inputs(spark, lake, kmon_config, now - 60_000, now)
         for name in ("stage_windows", "follower_fetches", "client_rtts", "producer_times"):
             assert sorted(map(repr, getattr(cached, name))) == sorted(
                 map(repr, getattr(whole, name))), (name, now - T0)
         assert whole.stage_windows and whole.follower_fetches
         if now > first:       # from the newest window the last read had, or 20 s back
             assert cache.windows_read["stage_windows"] < 40_000, now - T0
-
-
-def test_windows_gold_has_not_closed_are_computed_from_silver_the_same_way(
-        spark, lake, full_config, tmp_path):
-    """A lake with silver but no gold.request_stages_10s (pipeline.fast_stage_table = false,
-    or the 10-s query a trigger behind): the detector gets the same windows from silver."""
-    silver_only = tmp_path / "lake"
-    silver_only.mkdir()
-    (silver_only / "silver").symlink_to(Path(lake.root) / "silver")
-    r = TimeRange(NOW_A - 300_000, NOW_A)
-    settle = full_config.pipeline.fast_watermark_s * 1000
-    sb = full_config.slow_broker
-    from_gold = read_stage_windows(spark, lake, sb, r, settle)
-    # Produce in the six windows; follower fetches from 2 s before T0, so one window more;
-    # the OffsetCommit lines in the first two.
-    assert {(w.broker, w.api, w.window_start_ms) for w in from_gold} == (
-        {(b, "Produce", T0 + k * W) for b in (1, 2, 3) for k in range(6)}
-        | {(b, "Fetch", T0 + k * W) for b in (1, 2, 3) for k in range(-1, 6)}
-        | {(1, "OffsetCommit", T0), (1, "OffsetCommit", T0 + W)})
-    from_silver = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle)
-    key = lambda w: (w.broker, w.api, w.window_start_ms)  # noqa: E731
-    # The same windows with the same numbers, but for the last: gold's query saw the
-    # closing record 10 minutes ahead, while nothing after NOW_A is read from silver (a
-    # replay sees what a live run saw). There every broker's newest row (a follower fetch)
-    # is within a second before NOW_A: a window closes once every broker is
-    # WINDOW_CLOSE_SLACK_MS (1 s) past its end, so the one ending at NOW_A is
-    # still open. Under the streaming watermark alone (10 s) the one before it would be too.
-    slack = WINDOW_CLOSE_SLACK_MS
-    assert WINDOW_CLOSE_SLACK_MS < W < settle + 1000
-    closed = [w for w in from_gold if w.window_start_ms + W <= NOW_A - slack]
-    assert {w.window_start_ms for w in from_gold} - {w.window_start_ms for w in closed} == {
-        T0 + 5 * W}
-    assert sorted(from_silver, key=key) == sorted(closed, key=key)
-    # Evaluated at SLOW_FROM + W, nothing later is read: every broker's newest row is just
-    # before it, so the windows that ended a slack before those rows are closed and the
-    # one they are in is not yet.
-    early = read_stage_windows(spark, Lake(str(silver_only)), sb,
-                               TimeRange(NOW_A - 300_000, SLOW_FROM + W), settle)
-    assert {w.window_start_ms for w in early} == {T0 - W, T0, T0 + W, T0 + 2 * W}  # T0 - W: Fetch
-    # A broker that stops logging holds the windows back no longer than the watermark: with
-    # broker 3's rows gone from the last 25 s, the others close what ended 10 s before
-    # their newest row.
-    stages = request_stage_rows(spark, Lake(str(silver_only)), r)
-    try:
-        gone = stages.where(~((F.col("broker") == 3) & (F.col("ts_ms") >= NOW_A - 25_000)))
-        held = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle, gone)
-        # Two clusters in one lake, the second with that silent broker: it holds back its
-        # own cluster's windows, not the first one's.
-        two = stages.unionByName(gone.withColumn("cluster", F.lit("other")))
-        both = read_stage_windows(spark, Lake(str(silver_only)), sb, r, settle, two)
-    finally:
-        release(stages)
-    assert max(w.window_start_ms for w in held) == NOW_A - 3 * W   # ends NOW_A - 20 s
-    assert {w.window_start_ms for w in held if w.broker == 3} <= {
-        T0 + k * W for k in range(-1, 4)}
-    assert {w.cluster for w in from_silver} == {CLUSTER}
-    assert sorted((w for w in both if w.cluster == CLUSTER), key=key) == sorted(
-        from_silver, key=key)
-    assert sorted((w for w in both if w.cluster == "other"), key=key) == sorted(
-        (dataclasses.replace(w, cluster="other") for w in held), key=key)
 
 
 def test_slow_broker_names_the_stage_and_the_follower(findings_a):
@@ -444,12 +391,13 @@ def test_slow_broker_names_the_stage_and_the_follower(findings_a):
     assert victim.evidence["stage"] == "remote"
     assert victim.evidence["api"] == "Produce"
     assert victim.evidence["slow_follower"] == "broker:3"
-    assert victim.evidence["total_p99_ms"] == 600.0
+    assert victim.evidence["total_p99_ms"] == pytest.approx(600.0, rel=ALPHA)
     assert (victim.first_seen_ms, victim.last_seen_ms) == (SLOW_FROM, END)
-    # the slow requests themselves: broker 1's slowest Produce requests of the span (all
-    # 600 ms here: the earliest first), with their stage times and client
+    # the slow requests themselves, exact (the edge keeps them whole): broker 1's slowest
+    # Produce requests of the span (all 600 ms here: the earliest first), with their stage
+    # times and client
     slow = victim.evidence["slow_requests"]
-    assert victim.evidence["slow_requests_source"] == "silver.request_stages"
+    assert victim.evidence["slow_requests_source"] == "silver.request_exemplars"
     assert [r["ts_ms"] for r in slow] == [SLOW_FROM + 500 + i * 95 for i in range(5)]
     assert {(r["api"], r["client_id"], r["total_ms"], r["remote_ms"], r["judged_ms"])
             for r in slow} == {("Produce", "producer-acks-all", 600.0, 590.0, 600.0)}
@@ -505,32 +453,32 @@ def test_unclean_election_and_its_effects_are_one_incident(findings_a):
     assert dead.cause == "cleaner_dead"
 
 
-def test_rows_hold_the_finding_and_read_back_the_same(spark, lake, full_config, findings_a):
+def test_rows_hold_the_finding_and_read_back_the_same(spark, lake, kmon_config, findings_a):
     table = _table_rows(spark, lake, "anomalies_a")
     assert table.schema == ANOMALY_SCHEMA
     assert table.count() == len(findings_a)
     row = table.where(F.col("entity") == "broker:1").first()
     assert json.loads(row["evidence_json"])["slow_follower"] == "broker:3"
     assert row["date"] == dt.date(2026, 1, 1)
-    back = read_findings(spark, lake.table("gold", "anomalies_a"), NOW_A, full_config)
+    back = read_findings(spark, lake.table("gold", "anomalies_a"), NOW_A, kmon_config)
     assert {f.finding_id: f.to_row() for f in back} == {f.finding_id: f.to_row()
                                                         for f in findings_a}
 
 
 def test_evaluating_again_adds_no_rows_and_a_signal_gone_long_enough_resolves(
-        spark, lake, full_config):
-    first = evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_d")
+        spark, lake, kmon_config):
+    first = evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_d")
     path = lake.table("gold", "anomalies_d")
     version = DeltaTable.forPath(spark, path).history(1).first()["version"]
-    again = evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_d")
+    again = evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_d")
     assert [f.to_row() for f in again] == [f.to_row() for f in first]
     # Nothing changed: nothing was written.
     assert DeltaTable.forPath(spark, path).history(1).first()["version"] == version
     assert _table_rows(spark, lake, "anomalies_d").count() == len(first)
 
-    resolve_after_ms = int(full_config.findings.resolve_after_s * 1000)
+    resolve_after_ms = int(kmon_config.findings.resolve_after_s * 1000)
     later = END + resolve_after_ms
-    evaluate(spark, lake, full_config, later, 300, table="anomalies_d")
+    evaluate(spark, lake, kmon_config, later, 300, table="anomalies_d")
     rows = {(r["type"], r["entity"]): r for r in _table_rows(spark, lake, "anomalies_d").collect()}
     assert len(rows) == len(first)
     for entity in ("broker:1", "broker:3"):
@@ -540,44 +488,44 @@ def test_evaluating_again_adds_no_rows_and_a_signal_gone_long_enough_resolves(
     assert rows[("unclean_election", "unclean-t-0")]["status"] == "open"
 
 
-def test_carrying_the_last_result_reads_what_the_table_holds(spark, lake, full_config):
+def test_carrying_the_last_result_reads_what_the_table_holds(spark, lake, kmon_config):
     # The detector query starts each evaluation from the last one's result (carried)
     # instead of reading the table back: after a first sighting and after a resolution,
     # what it carries is what the table would give, row for row.
     path = lake.table("gold", "anomalies_c")
-    chain_ms = int(full_config.correlation.chain_window_s * 1000)
-    later = END + int(full_config.findings.resolve_after_s * 1000)
+    chain_ms = int(kmon_config.correlation.chain_window_s * 1000)
+    later = END + int(kmon_config.findings.resolve_after_s * 1000)
 
     def same(carried, now_ms):
-        back = read_findings(spark, path, now_ms, full_config)
+        back = read_findings(spark, path, now_ms, kmon_config)
         assert back, now_ms
         assert ({f.finding_id: f.to_row() for f in carried_findings(carried, now_ms,
-                                                                     full_config)}
+                                                                     kmon_config)}
                 == {f.finding_id: f.to_row() for f in back}), now_ms
 
-    first = evaluate(spark, lake, full_config, NOW_A, 300, table="anomalies_c")
+    first = evaluate(spark, lake, kmon_config, NOW_A, 300, table="anomalies_c")
     same(first, later)
-    carried = evaluate(spark, lake, full_config, later, 300, table="anomalies_c",
+    carried = evaluate(spark, lake, kmon_config, later, 300, table="anomalies_c",
                        previous=first)
     assert any(f.status is Status.RESOLVED for f in carried)
     for now_ms in (later, later + chain_ms + 1):    # resolved ones leave the carry in step
         same(carried, now_ms)
 
 
-def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, full_config, findings_a):
+def test_replay_gives_the_same_finding_ids_and_is_idempotent(spark, lake, kmon_config, findings_a):
     start, end = T0, END + 300_000
-    replayed = replay(spark, lake, full_config, start, end, 180, lookback_s=300,
+    replayed = replay(spark, lake, kmon_config, start, end, 180, lookback_s=300,
                       table="anomalies_r")
     assert {f.finding_id for f in replayed} == {f.finding_id for f in findings_a}
     rows = sorted(tuple(r) for r in _table_rows(spark, lake, "anomalies_r").collect())
-    again = replay(spark, lake, full_config, start, end, 180, lookback_s=300,
+    again = replay(spark, lake, kmon_config, start, end, 180, lookback_s=300,
                    table="anomalies_r")
     assert [f.to_row() for f in again] == [f.to_row() for f in replayed]
     assert sorted(tuple(r) for r in _table_rows(spark, lake, "anomalies_r").collect()) == rows
 
 
 def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
-        spark, lake, full_config, findings_a):
+        spark, lake, kmon_config, findings_a):
     calls, background = [], []
 
     def on_findings(findings, now_ms):
@@ -588,7 +536,7 @@ def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
         # The write-behind: after the hand-over, before the MERGE.
         background.append((findings, now_ms, _table_rows(spark, lake, "anomalies_q").count()))
 
-    query = start_detector_query(spark, lake, full_config, {"availableNow": True},
+    query = start_detector_query(spark, lake, kmon_config, {"availableNow": True},
                                  on_findings, clock=lambda: NOW_A, lookback_s=300,
                                  table="anomalies_q", query_name="detect_anomalies_test",
                                  in_background=in_background)
@@ -604,7 +552,7 @@ def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
 
 
 def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
-        spark, lake, full_config, findings_a):
+        spark, lake, kmon_config, findings_a):
     """On a processing-time trigger each tick's MERGE runs while the next tick reads; the
     writes stay in order (one at a time) and stop() leaves the table holding the last
     evaluation's rows. Each tick first waits for fresh data (`wait_for_data`, silver's
@@ -620,7 +568,7 @@ def test_the_running_query_writes_behind_and_stop_waits_for_the_last_write(
         order.append("wait")
         return 0.25
 
-    query = start_detector_query(spark, lake, full_config, {"processingTime": "1 second"},
+    query = start_detector_query(spark, lake, kmon_config, {"processingTime": "1 second"},
                                  lambda findings, now_ms: ticks.append(now_ms),
                                  clock=clock, lookback_s=300,
                                  table="anomalies_w", query_name="detect_anomalies_wb",

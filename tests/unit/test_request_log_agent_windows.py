@@ -18,6 +18,7 @@ from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
 from ingest.request_log import parse_request_line
 from ingest.request_log_agent import RequestLogAgent, RequestLogSource, WindowSettings
+from ingest.request_windows import aggregate
 from tests.unit.test_request_windows import CORPUS_LOG
 
 # Broker 2 of the same recording: its first lines hold OffsetCommits (broker 1 coordinates
@@ -74,20 +75,22 @@ def unique(sink: RecordingSink) -> dict[tuple[str, str], dict]:
 
 
 def reference(log, lines) -> dict[tuple[str, str], dict]:
-    """What the agent must send for `lines`, the content of file `log`: one aggregator fed
-    every line at once (its exemplar samples hash the line's inode and offset, so it must
-    be the same file), and the OffsetCommit records."""
+    """What the agent must send for `lines`, the content of file `log`: the windows
+    `aggregate` builds from the parsed records (its exemplar samples hash the line's inode
+    and offset, so it must be the same file), and the OffsetCommit records."""
     inode, at = log.stat().st_ino, 0
-    agg = SETTINGS.aggregator(RequestLogSource("bursty", 2, log), None)
     out: dict[tuple[str, str], dict] = {}
+    records = []
     for raw in lines:
-        rec = parse_request_line(raw.rstrip(b"\n"), cluster="bursty", broker=2)
-        agg.add(rec, (inode, at))
+        rid = f"bursty:2:{inode}:{at}"
+        rec = {**parse_request_line(raw.rstrip(b"\n"), cluster="bursty", broker=2),
+               "record_id": rid}
+        records.append(rec)
         if rec["api"] == "OffsetCommit":
-            rid = f"bursty:2:{inode}:{at}"
-            out[("request_stages", rid)] = json.loads(json.dumps({**rec, "record_id": rid}))
+            out[("request_stages", rid)] = json.loads(json.dumps(rec))
         at += len(raw)
-    for o in agg.ready() + agg.flush_all():
+    # Given out of order: aggregate takes the lines' order from their ids.
+    for o in aggregate(records[::-1], "bursty", 2, **SETTINGS.options):
         out[(o.stream, o.record["record_id"])] = json.loads(json.dumps(o.record))
     return out
 
