@@ -6,7 +6,7 @@ Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [
 Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or `./kmonw demo
 --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary folder (the
 evaluation writes findings), then runs `jobs.detect.evaluate` at each `--at` time (epoch
-ms; default: 60 s and 360 s before the newest request row) `--repeats` times (each
+ms; default: 60 s and 360 s before the newest request window) `--repeats` times (each
 `--advance` seconds later than the last), the way the detector query does (same config,
 same parallel reads; from the second repeat on, the last result and the baselines are
 carried over, unless `--like-replay`). It prints each read's wall time and row count, then
@@ -33,13 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-READS = ("request_stage_rows", "read_stage_windows", "read_client_sends", "read_baselines",
-         "read_follower_fetches", "read_log_events", "read_resets", "read_commits",
-         "read_commit_requests",
+READS = ("read_log_events", "read_resets", "read_commits", "read_commit_requests",
          "read_memberships", "read_partition_offsets", "read_meter_ticks", "read_leader_epochs",
          "read_cleaner_gauges", "read_cleaner_runs", "read_partition_sizes", "read_client_rtts",
-         "read_producer_times",
-         # the request-log windows mode's (KMON__REQUEST_LOG__MODE=windows)
          "read_window_stage_windows", "read_window_client_sends",
          "read_window_follower_windows", "read_window_baselines", "read_window_producer_times")
 
@@ -111,10 +107,9 @@ def main() -> int:
         from pyspark.sql import functions as F
         from delta.tables import DeltaTable
 
-        # The newest request (full mode) or request window (windows mode, a fleet's lake).
         newest = max((spark.read.format("delta").load(lake.table("silver", t))
                       .agg(F.max("ts_ms")).first()[0] or 0)
-                     for t in ("request_stages", "request_windows")
+                     for t in ("request_windows",)
                      if DeltaTable.isDeltaTable(spark, lake.table("silver", t)))
         at = [newest - 360_000, newest - 60_000]
     # Like the detector query: each evaluation after the first at a time starts from the

@@ -9,10 +9,10 @@ best of three runs each:
 (a0) raw read: the file in 1-MiB chunks split into lines, no per-line object;
 (a) read: ingest/file_tailer.py's `read_lines` over the file, the agent's read path (a
     TailedLine and a Position per line);
-(b) parse: `parse_request_line` of each line (today's agent does (a) + (b) + a sink send);
+(b) parse: `parse_request_line` of each line (a per-request agent did (a) + (b) + a send);
 (c) aggregate: `WindowAggregator.add` of already parsed records, then its emission;
 (d) read + parse + aggregate: the edge path of issue 24, short of the sink;
-(e) agent: the request-log agent itself in the windows mode (`RequestLogAgent.poll_once`
+(e) agent: the request-log agent itself, default window settings (`RequestLogAgent.poll_once`
     until the file is read, then its shutdown emission) into a `LandingSink` in a temporary
     folder: (d) plus the agent's per-line handling, the records' JSON and the files, the
     figure the issue's target is about.
@@ -133,8 +133,8 @@ def edge_path(path: Path) -> list:
 
 
 def agent_path(path: Path) -> None:
-    """The windows-mode agent over the whole file, from a fresh position, into a landing
-    folder that is thrown away."""
+    """The agent over the whole file, from a fresh position, into a landing folder that
+    is thrown away."""
     with tempfile.TemporaryDirectory() as tmp:
         agent = RequestLogAgent(
             [RequestLogSource("bench", 1, path)], LandingSink(Path(tmp) / "landing", "bench"),

@@ -143,8 +143,8 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
     config = Config().with_overrides(
         spark={"storage_root": str(lake_root)},
         watch={"cluster": sim.cluster},
-        request_log={"mode": "windows", **{k: v for k, v in profile.items() if v is not None}},
-        pipeline={"bronze_tables": False, "fast_stage_table": False})
+        request_log={k: v for k, v in profile.items() if v is not None},
+        pipeline={"bronze_tables": False})
     seen: list[tuple[float, list]] = []
     evaluated: list[float] = []             # wall ms at each hand-over
 

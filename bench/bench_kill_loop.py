@@ -308,9 +308,9 @@ def run(rounds: int, down_s: float, settle_s: float, action_every_s: float,
         write_config(config_path, {
             "watch": {"cluster": CLUSTER, "bootstrap_servers": wbs},
             "telemetry": {"bootstrap_servers": mbs, "topic_prefix": PREFIX},
-            # Every request line its own record, so each line is counted by its id (the
-            # default windows mode sums them into windows: bench_fault counts those).
-            "request_log": {"mode": "full"},
+            # Every request line also whole, so each line is counted by its id (the
+            # windows sum them: bench_fault counts those).
+            "request_log": {"full_brokers": [n.node_id for n in watched.broker_nodes]},
             "pipeline": {"source": "kafka", "exporter_port": port, "progress_interval_s": 30},
             "spark": {"storage_root": str(work / "lake")},
             "remediation": {"topic": f"{PREFIX}remediation", "executor_group": f"{PREFIX}executor",
@@ -515,15 +515,13 @@ def count(config, watched, state: Path, actions: list, groups: list[str],
     from infra.spark_session import build_spark_session
     from ingest.file_tailer import PositionStore
     from jobs.pipeline import Pipeline
-    from jobs.streams import streams_for
 
     spark = build_spark_session(config)
     lake = Lake(config.storage_root)
     try:
         Pipeline(spark, lake, config.pipeline,
                  kafka_options=spark_kafka_options(config.telemetry, "telemetry"),
-                 topic_prefix=config.telemetry.topic_prefix,
-                 streams=streams_for("full")).process_available()
+                 topic_prefix=config.telemetry.topic_prefix).process_available()
 
         def ids(table: str) -> list[str]:
             return [r[0] for r in spark.read.format("delta").load(lake.table("silver", table))

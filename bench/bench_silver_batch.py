@@ -1,13 +1,12 @@
 """Where a silver micro-batch spends its time, on the demo's own telemetry.
 
 Run: .kmon/venv/bin/python -m bench.bench_silver_batch [--batch-seconds 60] [--batches 6]
-     [--recording freeze-short-5b --mode windows]
+     [--recording freeze-short-5b]
 
 Input: the telemetry captured from a four-fault demo run (demo/capture/landing: ~210,000
 records over 680 s from three brokers, the replay mode's input), or with `--recording`
 a fault-matrix recording (tests/corpus/<name>) whose recorded broker files go through the
-real request-log and broker-log agents in `--mode` (full: one record per request;
-windows: the edge's window streams), as its replay does. The bench cuts each
+real request-log and broker-log agents, as its replay does. The bench cuts each
 stream into files of `--file-seconds` of event time (the agents flush about that often),
 dates them in event-time order, and runs the `silver` query (jobs/silver.py, the demo's
 streams, no bronze tables as in the demo) with availableNow over a fresh lake, reading
@@ -73,15 +72,15 @@ def cut_capture(landing: Path, file_seconds: float, source: Path = CAPTURE) -> i
     return files
 
 
-def recording_landing(name: str, mode: str, work: Path, config) -> Path:
-    """A corpus recording's landing folder as its live run would have written it in
-    request-log `mode`: its recorded streams copied, its broker files through the agents."""
+def recording_landing(name: str, work: Path, config) -> Path:
+    """A corpus recording's landing folder as its live run would have written it: its
+    recorded streams copied, its broker files through the agents."""
     from infra.lake import Lake
     from matrix.corpus import recordings, replay_config, run_file_agents
 
     rec = recordings(names=[name])[0]
     root = work / "agents"
-    rconfig = replay_config(config, rec, root).with_overrides(request_log={"mode": mode})
+    rconfig = replay_config(config, rec, root)
     lake = Lake(rconfig.storage_root)
     for stream_dir in sorted((rec.path / "landing").iterdir()):
         shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
@@ -151,15 +150,13 @@ def main() -> None:
     ap.add_argument("--recording", default=None,
                     help="a fault-matrix recording (tests/corpus/NAME) instead of the demo "
                          "capture")
-    ap.add_argument("--mode", choices=("full", "windows"), default="full",
-                    help="the request-log agents' mode for --recording (default full)")
     args = ap.parse_args()
 
     from infra.lake import Lake
     from infra.spark_session import build_spark_session
     from jobs import silver
     from jobs.pipeline import Pipeline
-    from jobs.streams import streams_for
+    from jobs.streams import STREAMS
     from kmon.config import load_config
 
     work = Path(tempfile.mkdtemp(prefix="kmon-bench-silver-"))
@@ -170,7 +167,7 @@ def main() -> None:
     landing = work / "lake" / "landing"
     source = CAPTURE
     if args.recording:
-        source = recording_landing(args.recording, args.mode, work, config)
+        source = recording_landing(args.recording, work, config)
     files = cut_capture(landing, args.file_seconds, source)
     streams = sorted(p.name for p in landing.iterdir())
     per_batch = max(1, round(len(streams) * args.batch_seconds / args.file_seconds))
@@ -187,7 +184,7 @@ def main() -> None:
     settings = dataclasses.replace(config.pipeline, max_files_per_trigger=per_batch,
                                    bronze_tables=False, write_threads=args.write_threads)
     pipe = Pipeline(spark, lake, settings,
-                    streams=tuple(s for s in streams_for(args.mode) if s.name in streams))
+                    streams=tuple(s for s in STREAMS if s.name in streams))
     group = next(g for g in pipe.groups() if g[0] == "silver")
     pipe.ensure_tables()
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
@@ -211,7 +208,7 @@ def main() -> None:
     from bench.result_file import machine_header, save
     save("silver-batch", {**machine_header("silver_batch", "bench.bench_silver_batch", None),
                           "label": args.label, "recording": args.recording or "demo capture",
-                          "mode": args.mode, "batches": n, "rows": rows,
+                          "batches": n, "rows": rows,
                           "wall_s": round(elapsed, 1), "rows_per_s": round(rows / elapsed),
                           "batch_lines": handler.lines[:args.batches]})
     if args.stages:

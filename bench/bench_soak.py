@@ -248,7 +248,6 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     from infra.spark_session import build_spark_session, log_retention
     from jobs.detect import ANOMALIES_TABLE, ensure_anomalies_table
     from jobs.pipeline import Pipeline
-    from jobs.streams import streams_for
     from jobs.table_docs import cookbook_queries
     from kmon.config import Config
 
@@ -261,7 +260,7 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     lake_root = work / "lake"
     config = Config().with_overrides(
         spark={"storage_root": str(lake_root)}, watch={"cluster": sim.cluster},
-        request_log={"mode": "windows"}, maintenance={"every_h": 0})
+        maintenance={"every_h": 0})
     spark = build_spark_session(config)
     lake = Lake(str(lake_root))
     staging = work / "staging"
@@ -279,7 +278,7 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
           + (f"; resumed after batch {st['delivered']} of {days * batches_per_day}, "
              f"{len(st['snapshots'])} days done" if resumed else ""), file=out, flush=True)
 
-    pipeline = Pipeline(spark, lake, config.pipeline, streams=streams_for("windows"))
+    pipeline = Pipeline(spark, lake, config.pipeline)
     queries = [*cookbook_queries(), *WINDOWS_QUERIES]
     section = config.maintenance
     # A day is maintained once the simulated clock is closed_after_h past its end AND two

@@ -9,8 +9,7 @@ demo0/summary.json; `./kmonw demo` in its work folder) and the kmon log of the s
 (.kmon/logs/kmon-demo-<stamp>.log, the newest one after the run). The log's lines read
 are the silver query's "silver batch N: R rows of S streams in T s" and the detector
 query's "detectors at ...: ... rows written in T s". Prints the figures and writes them to
-bench/results/demo-run-<stamp>.json, with the request-log mode the log names (`--mode` if
-it names none). Two runs compare only on the same machine at about the same time: the
+bench/results/demo-run-<stamp>.json. Two runs compare only on the same machine at about the same time: the
 same demo's batches took twice as long on this 2-core machine from one afternoon to the
 next.
 
@@ -64,9 +63,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--summary", required=True, type=Path, help="the demo's summary.json")
     ap.add_argument("--log", required=True, type=Path, help="the kmon log of the same run")
-    ap.add_argument("--mode", default=None,
-                    help="the request-log mode the run used (default: the summary's, else "
-                         "'full' or 'windows' from the streams the silver batches held)")
     ap.add_argument("--label", default="", help="what this run measures, kept in the result")
     args = ap.parse_args()
     for path in (args.summary, args.log):
@@ -80,8 +76,6 @@ def main() -> int:
         print(f"{args.log}: no silver batch lines; is it the kmon log of a demo run?",
               file=sys.stderr)
         return 2
-    mode = args.mode or summary.get("request_log_mode") or (
-        "windows" if any("silver.request_windows" in x for x in lines) else "full")
 
     for f in out["faults"]:
         t = f["time_to_detect_s"]
@@ -92,7 +86,7 @@ def main() -> int:
 
     from bench.result_file import machine_header, save
     path = save("demo-run", {**machine_header("demo_run", "bench.demo_run", None),
-                             "label": args.label, "request_log_mode": mode,
+                             "label": args.label,
                              "summary": str(args.summary), "log": str(args.log), **out})
     return 0 if path else 1
 

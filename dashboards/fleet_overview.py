@@ -8,7 +8,8 @@ worst broker, which tells a server problem (RequestQueue, Local) from a replicat
 replicated, offline, unclean elections).
 
 The percentiles are the JMX exporter's Yammer histograms: smoothed over the last few
-minutes and late. The request log (silver.request_stages) has every request's timings.
+minutes and late. The request log's 10-s windows (silver.request_windows) count every
+request, with 2 %-exact stage percentiles.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`kmon demo --capture` and `kmon demo --replay`: a demo run's telemetry, kept small, fed
 again through the same pipeline and detectors with no cluster.
 
-The capture keeps every stream's landing files gzipped (request_stages only around the
-slow-broker fault) and a manifest of the run's time range, its compacted topics' configs
+The capture keeps every stream's landing files gzipped (the request-log agents' windows
+are small: a few hundred rows per broker and hour) and a manifest of the run's time range, its compacted topics' configs
 and its faults. The replay copies them into a fresh lake, runs every query once over
 them, evaluates the detectors every `REPLAY_STEP_S` captured seconds, and prints the
 findings and the same summary as a live demo.
@@ -24,33 +24,21 @@ from demo.summary import summary_table, table_width
 from kmon.config import Config
 
 CAPTURE_DIR = Path(__file__).resolve().parent / "capture"
-REQUEST_HISTORY_S = 180   # request timings kept before the slow-broker fault (the baseline)
 REPLAY_STEP_S = 60.0      # the replay evaluates the detectors every this many captured seconds
 REPLAY_ACTION = "(replay: no queue)"   # the action column: no decision step in a replay
 
 
 def capture(lake_landing: Path, outcomes: list[FaultOutcome], start_ms: int, end_ms: int,
-            topic_configs: list[dict], dest: Path = CAPTURE_DIR, out=sys.stdout, *,
-            request_log_mode: str) -> Path:
-    """Keep a demo run's telemetry, small, for `kmon demo --replay`.
-
-    Every stream's landing files are kept gzipped, except request_stages (by far the
-    biggest), whose lines are kept only around the slow-broker fault: the other faults do
-    not need request timings, and without them the detectors simply see no traffic.
-    """
+            topic_configs: list[dict], dest: Path = CAPTURE_DIR, out=sys.stdout) -> Path:
+    """Keep a demo run's telemetry, every stream's landing files gzipped, for
+    `kmon demo --replay`."""
     import gzip
 
     shutil.rmtree(dest, ignore_errors=True)
-    slow = next((o for o in outcomes if o.name == "slow_broker"), None)
-    keep_from = (slow.started_ms - REQUEST_HISTORY_S * 1000) if slow else None
-    keep_until = (slow.detected_ms or end_ms) + 30_000 if slow else None
     for stream_dir in sorted(p for p in Path(lake_landing).iterdir() if p.is_dir()):
         lines = []
         for f in sorted(stream_dir.glob("*.jsonl")):
             lines += f.read_bytes().splitlines(keepends=True)
-        if stream_dir.name == "request_stages":
-            lines = [x for x in lines if keep_from is not None
-                     and keep_from <= json.loads(x).get("ts_ms", 0) <= keep_until]
         if lines:   # one gzipped file per stream, in the order the agents wrote them
             target = dest / "landing" / stream_dir.name
             target.mkdir(parents=True, exist_ok=True)
@@ -58,7 +46,6 @@ def capture(lake_landing: Path, outcomes: list[FaultOutcome], start_ms: int, end
                            compresslevel=9) as g:
                 g.writelines(lines)
     manifest = {"start_ms": start_ms, "end_ms": end_ms, "topic_configs": topic_configs,
-                "request_log_mode": request_log_mode,
                 "faults": [{"name": o.name, "started_ms": o.started_ms,
                             "until_ms": o.detected_ms or end_ms} for o in outcomes]}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -72,18 +59,13 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
     from infra.lake import Lake
     from infra.spark_session import build_spark_session
     from jobs.pipeline import Pipeline
-    from jobs.streams import streams_for
 
     manifest = load_manifest()
     root = config.work_dir / "demo-replay"
     shutil.rmtree(root, ignore_errors=True)
-    # The live demo's settings (its cleaner backoff, no 10-s stage table, its resolve
-    # time), so the replay judges the capture by the same rules the run that made it did.
-    # The request-log mode of the run that made the capture (its streams): the capture kept
-    # before the manifest named it holds a request_stages record per request ("full").
-    config = demo_config(config).with_overrides(
-        spark={"storage_root": str(root / "lake")},
-        request_log={"mode": manifest.get("request_log_mode", "full")})
+    # The live demo's settings (its cleaner backoff, its resolve time), so the replay
+    # judges the capture by the same rules the run that made it did.
+    config = demo_config(config).with_overrides(spark={"storage_root": str(root / "lake")})
     lake = Lake(config.storage_root)
     p = Progress(4, out)
     p.step(f"copying the captured telemetry ({size_mb(CAPTURE_DIR):.1f} MB, "
@@ -93,8 +75,7 @@ def run_replay(config: Config, *, summary_json: str | None = None, step_s: float
     p.step("starting Spark with Delta; every query once over the captured telemetry")
     spark = build_spark_session(config)
     try:
-        Pipeline(spark, lake, config.pipeline,
-                 streams=streams_for(config.request_log.mode)).process_available()
+        Pipeline(spark, lake, config.pipeline).process_available()
         tracker = replay_detectors(spark, lake, config, manifest, step_s or REPLAY_STEP_S, p, out)
         outcomes = replayed_outcomes(manifest, tracker)
         p.step("summary (times are detector time on complete data, not pipeline latency)")

@@ -276,7 +276,7 @@ class LiveDemo:
                                             self.config.watch.cluster)
         capture(Path(self.config.storage_root) / "landing", self.outcomes, self.warm_start_ms,
                 int(time.time() * 1000), [dataclasses.asdict(c) for c in configs], dest,
-                self.out, request_log_mode=self.config.request_log.mode)
+                self.out)
 
     def write_summary_json(self, path: Path, report: Path | None) -> None:
         path.write_text(json.dumps({

@@ -45,10 +45,8 @@ def demo_config(config: Config) -> Config:
                        "extra_broker_config": brokers},
         spark={"storage_root": str(root / "lake")},
         # The default triggers (silver 10 s, detectors 20 s). Two cores hold three
-        # brokers, the workload, the agents and Spark: no 10-s stage table, the
-        # slow-broker detector computes those windows from silver (jobs/detector_inputs/),
-        # one stateful query fewer.
-        pipeline={"bronze_tables": False, "fast_stage_table": False},
+        # brokers, the workload, the agents and Spark: no bronze copy.
+        pipeline={"bronze_tables": False},
         # Faults follow each other within minutes: a finding left open by one (a cleaner
         # frozen with its broker) must resolve before the next fault of its kind, or that
         # fault's finding is an update of the old one (the demo waits, clear_wait_s).

@@ -5,23 +5,21 @@ embedded mode). Each poll reads new complete lines of every file, parses them at
 (`ingest.request_log`: bodies dropped, stage timings and a topic summary kept), sends
 records and malformed lines (to ``quarantine``, with their reason), flushes the sink, and
 only then saves the file positions (the loop is ingest/tail_agent.py; a line the parser
-raises on is quarantined too, never retried forever). Two modes:
+raises on is quarantined too, never retried forever).
 
-- ``full`` (`windows` None): one ``request_stages`` record per request line, with
-  ``record_id = <cluster>:<broker>:<inode>:<byte offset>``, the same on a re-send after a
-  crash, so the silver job drops repeats and a restart neither loses nor duplicates rows.
-- ``windows`` (issue 24, fleet scale): each broker's lines go through a
-  `WindowAggregator` (ingest/request_windows.py), and the agent publishes what it emits:
-  the four window streams (request_windows, follower_fetch_windows, client_send_windows,
-  request_exemplars), each record under its own deterministic record_id. OffsetCommit
-  lines still go out whole to ``request_stages`` too: they say who committed what (the
-  offset-rewind detector's evidence), and they are few; so does every line of a broker
-  in `WindowSettings.full_brokers` (root-cause work on one broker). The aggregator's checkpoint is
-  saved beside the position, which is its resume position (the earliest line of a window
-  not emitted yet: a restart re-reads from there, and the restored aggregator skips what
-  emitted windows already counted). At the end of `run` every open window is emitted
-  (`flush_all`): its checkpoint is saved before those records are sent and again after,
-  as the aggregator requires.
+What goes out is windows (issue 24, fleet scale): each broker's lines go through a
+`WindowAggregator` (ingest/request_windows.py), and the agent publishes what it emits: the
+four window streams (request_windows, follower_fetch_windows, client_send_windows,
+request_exemplars), each record under its own deterministic record_id. Some lines also go
+out whole to ``request_stages``, with ``record_id = <cluster>:<broker>:<inode>:<byte
+offset>`` (the same on a re-send, so the silver job drops repeats): the OffsetCommit lines
+(`WHOLE_APIS`: they say who committed what, the offset-rewind detector's evidence, and they
+are few), and every line of a broker in `WindowSettings.full_brokers` (root-cause work on
+one broker; no detector reads those rows). The aggregator's checkpoint is saved beside the
+position, which is its resume position (the earliest line of a window not emitted yet: a
+restart re-reads from there, and the restored aggregator skips what emitted windows already
+counted). At the end of `run` every open window is emitted (`flush_all`): its checkpoint is
+saved before those records are sent and again after, as the aggregator requires.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from ingest.tail_agent import QUARANTINE, TailAgent
 log = logging.getLogger(__name__)
 
 STREAM = "request_stages"
-# Request lines that go out whole in the windows mode too.
+# Request lines that go out whole besides their windows, from every broker.
 WHOLE_APIS = frozenset({"OffsetCommit", "TxnOffsetCommit"})
 __all__ = ["QUARANTINE", "STREAM", "RequestLogAgent", "RequestLogSource", "WindowSettings"]
 
@@ -58,7 +56,7 @@ class RequestLogSource:
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """The windows mode: the aggregator's keyword arguments, and the brokers whose
+    """The aggregator's keyword arguments (none: its defaults), and the brokers whose
     requests go out one record each too (besides their windows, which the detectors
     read for every broker)."""
     options: dict = field(default_factory=dict)
@@ -69,36 +67,34 @@ class WindowSettings:
 
 
 class RequestLogAgent(TailAgent[RequestLogSource]):
-    """Tail, parse, publish (each request, or its windows), then remember where it got to."""
+    """Tail, parse, publish windows (and some requests whole), then remember where it got
+    to."""
 
     STREAM = STREAM
     SOURCE = SOURCE
 
-    def __init__(self, *args, windows: WindowSettings | None = None, **kw):
+    def __init__(self, *args, windows: WindowSettings, **kw):
         super().__init__(*args, **kw)
         self.windows = windows
-        self._aggs: dict[str, WindowAggregator] = {}
         self._after: dict[str, Position] = {}    # after the last line read, per source
-        if windows is not None:
-            for src in self.sources:
-                self._aggs[src.name] = windows.aggregator(src, self._saved_states.get(src.name))
+        self._aggs: dict[str, WindowAggregator] = {
+            src.name: windows.aggregator(src, self._saved_states.get(src.name))
+            for src in self.sources}
 
     def _handle(self, src: RequestLogSource, lines: list[TailedLine],
                 now_ms: int) -> Position | None:
         origin = str(src.path)
-        agg = self._aggs.get(src.name)
+        agg = self._aggs[src.name]
+        whole = src.broker in self.windows.full_brokers
         for tl in lines:
             record_id = f"{src.cluster}:{src.broker}:{tl.inode}:{tl.start}"
-            use = None if agg is None else partial(
-                self._aggregate, agg, src.name, record_id, (tl.inode, tl.start),
-                src.broker in self.windows.full_brokers)
+            use = partial(self._aggregate, agg, src.name, record_id, (tl.inode, tl.start),
+                          whole)
             self._deliver(src.name, record_id,
                           partial(parse_request_line, tl.data, cluster=src.cluster,
                                   broker=src.broker),
                           source=SOURCE, raw=tl.data, cluster=src.cluster, now_ms=now_ms,
                           origin=origin, broker=src.broker, use=use)
-        if agg is None:
-            return lines[-1].after if lines else None
         if lines:
             self._after[src.name] = lines[-1].after
         self._send_windows(src.name, agg)
@@ -125,20 +121,15 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
                 if (pos := self._resume(src.name, self._aggs[src.name])) is not None}
 
     def _state(self, src: RequestLogSource) -> dict | None:
-        agg = self._aggs.get(src.name)
-        return None if agg is None else agg.checkpoint()
+        return self._aggs[src.name].checkpoint()
 
     def _forget(self, src: RequestLogSource) -> None:
-        if self.windows is not None:
-            self._aggs[src.name] = self.windows.aggregator(
-                src, self._saved_states.get(src.name))
-            self._after.pop(src.name, None)
+        self._aggs[src.name] = self.windows.aggregator(src, self._saved_states.get(src.name))
+        self._after.pop(src.name, None)
 
     def finish(self) -> None:
         """Emit every open window (shutdown): the checkpoint first, then the records, then
         the checkpoint again (ingest/request_windows.py says why)."""
-        if not self._aggs:
-            return
         outs = {name: agg.flush_all() for name, agg in self._aggs.items()}
         if not any(outs.values()):
             return

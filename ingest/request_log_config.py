@@ -1,13 +1,12 @@
 """The [request_log] config section: what the request-log agents ship (issue 24).
 
-Kept apart from the agent so the configuration loads without it. ``mode = "windows"``
-(the default) ships the edge aggregation's per-window histograms and exemplars
-(ingest/request_windows.py), whose volume follows the number of brokers, not of requests;
-``mode = "full"`` ships one request_stages record per request instead (tens of busy
-brokers at most on a 2-core driver; on a few brokers it is the cheaper mode: the windows
-mode's four more streams cost every silver micro-batch four more Delta appends);
-`full_brokers` keeps some brokers on the per-request path (root-cause work on one broker)
-while the rest aggregate.
+Kept apart from the agent so the configuration loads without it. The agents ship the edge
+aggregation's per-window histograms and exemplars (ingest/request_windows.py), whose volume
+follows the number of brokers, not of requests; OffsetCommit requests also go out whole to
+request_stages. `full_brokers` names brokers whose every request also goes out whole to
+request_stages, besides their windows, for root-cause work on them (as the exemplars do
+for some requests); no detector reads those rows. (The ``mode`` key is gone: windows are
+the only wire format, and a file that still sets it fails as an unknown key.)
 """
 
 from __future__ import annotations
@@ -16,18 +15,12 @@ from dataclasses import dataclass
 
 from core.config_keys import ConfigError, _key
 
-MODES = ("full", "windows")
-
 
 @dataclass(frozen=True)
 class RequestLogSection:
-    mode: str = _key("What the request-log agents ship: 'full' (a request_stages record per "
-                     "request) or 'windows' (per broker, request key and window: counts, stage "
-                     "histograms and exemplars; OffsetCommit requests still whole)", "windows",
-                     choices=MODES)
-    full_brokers: list = _key("In the windows mode, brokers (node ids) whose requests also go "
-                              "out one record each to request_stages (root-cause work; the "
-                              "detectors read every broker's windows)", [])
+    full_brokers: list = _key("Brokers (node ids) whose every request also goes out whole, "
+                              "one record each, to request_stages, besides its windows "
+                              "(root-cause work; no detector reads those rows)", [])
     window_s: int = _key("Window length of the edge aggregation, seconds", 10, min=1, max=60)
     lateness_s: float = _key("How long after a window's end (in the broker's own request "
                              "times) the agent waits before sending it; later lines go out in "

@@ -1,9 +1,9 @@
 """Edge aggregation of one broker's request log into 10-s windows (issue 24, fleet scale).
 
-Today the request-log agent ships one `request_stages` record per broker request; 2,000
-brokers make that too many. A `WindowAggregator` takes the records `parse_request_line`
-gives for one broker, in file order, and ships per window instead (a window record's
-``ts_ms`` is its window's start: the request's completion time ``t - t % window_ms``):
+One `request_stages` record per broker request is too many for 2,000 brokers. A
+`WindowAggregator` takes the records `parse_request_line` gives for one broker, in file
+order, and ships per window instead (a window record's ``ts_ms`` is its window's start:
+the request's completion time ``t - t % window_ms``):
 
 - ``request_windows``: per request key (the API; Fetch split into ``Fetch:consumer`` and
   ``Fetch:follower``, Produce by acks: ``Produce:acks=-1`` ...; controller-listener
@@ -13,25 +13,25 @@ gives for one broker, in file order, and ships per window instead (a window reco
   the max and the histogram (core/latency_histogram.py) as two parallel arrays; the
   exemplar accounting (ingest/request_exemplars.py) and how many clients were folded.
 - ``follower_fetch_windows``: per follower (fetch_replica_id): requests, the max fetch
-  gap, the send_ms histogram; what jobs/detector_inputs/slow_broker.py
-  `read_follower_fetches` computes from raw rows. Per connection (replica id, remote
-  address) the gap is ``max(0, (ts_ms - total_ms) - the previous line's ts_ms)``; the
-  previous completion is remembered across windows (and across a restart, in the
-  checkpoint). Spark orders a connection's rows by (ts_ms, correlation_id); the edge takes
-  them in file order, which is the same: a connection belongs to one network thread, and
-  Kafka answers its requests one at a time, in order.
+  gap, the send_ms histogram (jobs/detector_inputs/request_windows.py
+  `read_window_follower_windows`). Per connection (replica id, remote address) the gap is
+  ``max(0, (ts_ms - total_ms) - the previous line's ts_ms)``; the previous completion is
+  remembered across windows (and across a restart, in the checkpoint). The edge takes a
+  connection's lines in file order, which is their (ts_ms, correlation_id) order: a
+  connection belongs to one network thread, and Kafka answers its requests one at a
+  time, in order.
 - ``client_send_windows``: per client and request key, replica fetches and controller
   traffic left out (as the detector's read does): requests, sends at or over
   `send_threshold_ms`, the send_ms histogram and max; for the `top_clients` busiest
   clients of the key's window plus every client with a slow send, the rest summed in one
-  record with client_id None (a request without a client id counts as ``(none)``, as in
-  jobs/detector_inputs/client_sends.py). For Produce keys also the TotalTime histogram,
-  and how many of the requests followed another on their connection (client id, remote
-  address) in the window (``followed``) and how many of those the broker read within
-  QUEUED_GAP_MS of answering the one before (``queued``: they had waited in the socket);
-  what jobs/detector_inputs/client_rtts.py `read_producer_times` computes from raw rows
-  for the slow-link rule. A late delta starts its connections afresh: its first request
-  on each is not counted as following one.
+  record with client_id None (a request without a client id counts as ``(none)``). For
+  Produce keys also the TotalTime histogram, and how many of the requests followed
+  another on their connection (client id, remote address) in the window (``followed``)
+  and how many of those the broker read within QUEUED_GAP_MS of answering the one before
+  (``queued``: they had waited in the socket); what the slow-link rule reads
+  (jobs/detector_inputs/request_windows.py `read_window_producer_times`). A late delta
+  starts its connections afresh: its first request on each is not counted as following
+  one.
 - ``request_exemplars``: the selected requests whole (ingest/request_exemplars.py).
 
 Emission. A window is emitted when the broker's newest ts_ms (the watermark) reaches its
@@ -72,11 +72,11 @@ crash between the send and the save then cannot reissue those ids with other con
 Speed (bench/bench_edge_aggregation.py, CPU time of one core of a 2-vCPU VM): about
 210,000 parsed lines/s aggregated (4.8 us a line on its recorded log), a third of it in
 the stage counting (request_window_records.count_stages); reading and parsing a line cost
-about 13 us more, so the windows-mode agent as a whole handles about 54,000 lines/s.
+about 13 us more, so the agent as a whole handles about 54,000 lines/s.
 
-The request-log agent's windows mode (ingest/request_log_agent.py) runs one aggregator
-per broker file and saves its checkpoint beside the file position; the streams' tables
-are declared in schemas/ (docs/edge-aggregation.md).
+The request-log agent (ingest/request_log_agent.py) runs one aggregator per broker file
+and saves its checkpoint beside the file position; the streams' tables are declared in
+schemas/ (docs/edge-aggregation.md).
 """
 
 from __future__ import annotations

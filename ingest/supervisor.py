@@ -92,12 +92,13 @@ class BrokerHost:
 
 def build_agents(*, cluster_name: str, hosts: list[BrokerHost], offsets_client: dict | None,
                  sink_for: Callable[[str], Sink], state_dir: Path,
-                 registry: CollectorRegistry, clock: Callable[[], float] = time.time,
-                 jmx_interval_s: float = 10.0, end_offsets_interval_s: float = 10.0,
-                 request_windows: WindowSettings | None = None) -> list[Supervised]:
+                 registry: CollectorRegistry, request_windows: WindowSettings,
+                 clock: Callable[[], float] = time.time, jmx_interval_s: float = 10.0,
+                 end_offsets_interval_s: float = 10.0) -> list[Supervised]:
     """One agent per kind of source that `hosts` name, plus the __consumer_offsets reader
     and the end-offsets agent when `offsets_client` (librdkafka settings) is given.
-    `request_windows`: the request-log agent's windows mode (None: full)."""
+    `request_windows`: the request-log agent's window settings ([request_log],
+    kmon/monitor.py `request_windows`)."""
     from ingest.broker_log_agent import BrokerLogAgent, broker_log_sources
     from ingest.file_tailer import PositionStore
     from ingest.jmx_scraper import JmxScraper, JmxSource
@@ -139,8 +140,8 @@ def build_agents(*, cluster_name: str, hosts: list[BrokerHost], offsets_client: 
 
 def embedded_agents(*, cluster_name: str, nodes, bootstrap: str, client_config: dict,
                     sink_for: Callable[[str], Sink], state_dir: Path,
-                    registry: CollectorRegistry, clock: Callable[[], float] = time.time,
-                    request_windows: WindowSettings | None = None) -> list[Supervised]:
+                    registry: CollectorRegistry, request_windows: WindowSettings,
+                    clock: Callable[[], float] = time.time) -> list[Supervised]:
     """Every agent for brokers whose files are on this machine (`nodes`: LocalCluster nodes)."""
     hosts = [BrokerHost(n.node_id, n.request_log, n.log_dir, n.metrics_url) for n in nodes]
     return build_agents(cluster_name=cluster_name, hosts=hosts,

@@ -320,9 +320,7 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
                              window_cache=window_cache, commit_seed=commit_seed, sql=sql)
         if on_inputs is not None:
             on_inputs(now_ms, inputs)
-        detections = attach_slow_requests(
-            sql, run_detectors(inputs, config, now_ms),
-            windows_mode=config.request_log.mode == "windows")
+        detections = attach_slow_requests(sql, run_detectors(inputs, config, now_ms))
     finally:
         if own_sql:
             sql.close()

@@ -1,25 +1,14 @@
 """Gold: windowed aggregates over silver, the tables dashboards, detectors and SQL start from.
 
-- ``gold.request_stages_1m``: per cluster / broker / API / minute, the request count and
-  p50, p99 and p999 of every stage (`percentile_approx`, relative rank error about
-  1/accuracy). The watermark equals silver's lateness bound for request_stages, so a row
-  silver kept is never dropped here.
-- ``gold.request_stages_10s``: the same per 10 seconds with a short watermark, for the
-  detectors (a finding within a minute needs windows that close within seconds; the
-  detector computes the windows this table has not released yet from silver with
-  `stage_percentiles` too, and all of them when pipeline.fast_stage_table is false). Rows
-  later than its watermark are left out of this table only; Spark counts them
-  (``numRowsDroppedByWatermark`` in the query progress, exported as a metric) and the
-  minute table still has them.
+The request stage tables come from the edge's window histograms (jobs/gold_windows.py);
+this module holds the offset tables and the streaming helpers they share:
+
 - ``gold.offset_commits_1m``: per cluster / group / topic / partition / minute: commits,
   the last committed offset, the lowest and highest, tombstones.
 - ``gold.offset_lag_1m``: per cluster / group / topic / partition / minute: the partition's
   latest offset (from partition_offsets) against the group's last commit at or before the
   minute's end, and the lag between them. Written by MERGE on its key, so a replayed
   batch rewrites the same rows.
-
-Quorum traffic on the controller listener is left out of the stage tables: it is not
-client traffic.
 """
 
 from __future__ import annotations
@@ -29,33 +18,9 @@ from pyspark.sql import functions as F
 
 from infra.lake import Lake, skipping_properties
 
-STAGES = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
-          "response_queue_ms", "send_ms")
-QUANTILES = (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))
-PERCENTILE_ACCURACY = 10_000
 # Commits can arrive late when the offsets reader catches up after being down; the minute
 # table keeps them for this long (later ones are counted in the query progress).
 COMMITS_WATERMARK = "10 minutes"
-
-
-def stage_percentiles(silver: DataFrame, window: str = "1 minute",
-                      watermark: str = "2 minutes") -> DataFrame:
-    """Windowed stage percentiles (works on a batch or a streaming DataFrame)."""
-    qs = F.array(*[F.lit(q) for _, q in QUANTILES])
-    aggs = [F.count(F.lit(1)).alias("requests")]
-    aggs += [F.percentile_approx(s, qs, PERCENTILE_ACCURACY).alias(f"_{s}") for s in STAGES]
-    if silver.isStreaming:
-        silver = silver.withWatermark("ts", watermark)
-    agg = (silver.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
-           .groupBy(F.window("ts", window).alias("w"), "cluster", "broker", "api")
-           .agg(*aggs))
-    cols = [F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
-            "cluster", "broker", "api", "requests"]
-    for s in STAGES:
-        name = s[:-3]
-        cols += [F.col(f"_{s}")[i].alias(f"{name}_{label}_ms")
-                 for i, (label, _) in enumerate(QUANTILES)]
-    return agg.select(*cols).withColumn("date", F.to_date("window_start"))
 
 
 def offset_commits_per_minute(commits: DataFrame, watermark: str = "10 minutes") -> DataFrame:
@@ -123,12 +88,6 @@ def silver_stream(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
     return spark.readStream.format("delta").load(lake.table("silver", name))
 
 
-def start_stage_percentiles(spark: SparkSession, lake: Lake, table: str, window: str,
-                            watermark: str, trigger: dict | None = None):
-    out = stage_percentiles(silver_stream(spark, lake, "request_stages"), window, watermark)
-    return start_append(out, lake, table, trigger)
-
-
 def start_offset_commits_1m(spark: SparkSession, lake: Lake, watermark: str,
                             trigger: dict | None = None):
     out = offset_commits_per_minute(silver_stream(spark, lake, "offset_commits"), watermark)
@@ -192,17 +151,6 @@ def start_offset_lag_1m(spark: SparkSession, lake: Lake, trigger: dict | None = 
 
 
 GOLD_COLUMNS = {
-    "request_stages_1m / request_stages_10s": {
-        "window_start": "Start of the window (UTC)",
-        "window_end": "End of the window (exclusive)",
-        "cluster": "Watched cluster",
-        "broker": "Broker node id",
-        "api": "Request type (Produce, Fetch, ...)",
-        "requests": "Requests completed in the window",
-        "<stage>_p50_ms / _p99_ms / _p999_ms": "Percentiles of each stage: total, "
-            "request_queue, local, remote, throttle, response_queue, send (ms)",
-        "date": "Partition column: the window's UTC date",
-    },
     "offset_commits_1m": {
         "window_start": "Start of the minute", "window_end": "End of the minute",
         "cluster": "Watched cluster", "group_id": "Consumer group", "topic": "Topic",

@@ -1,19 +1,18 @@
-"""Gold from the edge's window histograms (the request-log windows mode, issue 24).
+"""Gold request stage tables from the edge's window histograms (ingest/request_windows.py).
 
-In the windows mode ([request_log] mode = "windows") silver.request_stages holds only the
-requests still shipped whole (OffsetCommits, and every request of `full_brokers`); the
-stage percentiles come from silver.request_windows, by merging histograms in Spark SQL
-(jobs/histogram_sql.py: exact merges, percentiles within the bucket scheme's 2 %). State
-and work follow brokers x request keys x windows, not requests.
+silver.request_stages holds only the requests shipped whole (OffsetCommits, and every
+request of request_log.full_brokers); the stage percentiles come from
+silver.request_windows, by merging histograms in Spark SQL (jobs/histogram_sql.py: exact
+merges, percentiles within the bucket scheme's 2 %). State and work follow brokers x
+request keys x windows, not requests.
 
-- ``gold.request_stages_1m`` / ``gold.request_stages_10s``: the same table and columns as
-  in the full mode (jobs/gold.py), per cluster, broker, API and window, so the report,
-  the cookbook's queries and any dashboard read them unchanged. Every request key of the
-  API (Fetch:consumer and Fetch:follower, Produce's acks) and every emission of a window
-  is merged; controller-listener traffic is left out, as in the full mode. The 1-minute
-  table has one more column, ``total_excl_remote_p99_ms`` (the p99 of total - remote per
-  request, from its own histogram): the slow-broker baselines of the purgatory APIs read
-  it (jobs/detector_inputs/request_windows.py), so an hour of baselines is 60 rows per
+- ``gold.request_stages_1m``: per cluster, broker, API and minute, the requests and every
+  stage's p50 / p99 / p999. Every request key of the API (Fetch:consumer and
+  Fetch:follower, Produce's acks) and every emission of a window is merged;
+  controller-listener traffic is left out (it is not client traffic). One more column,
+  ``total_excl_remote_p99_ms`` (the p99 of total - remote per request, from its own
+  histogram): the slow-broker baselines of the purgatory APIs read it
+  (jobs/detector_inputs/request_windows.py), so an hour of baselines is 60 rows per
   broker and API instead of 360 windows' histograms.
 - ``gold.request_keys_1m``: per cluster, broker, request key and minute, the counts,
   bytes, and every stage's p50 / p99 / p999 and max: the split the API rows merge away
@@ -29,13 +28,9 @@ the query's watermark (one for every group) passes its end, so every broker's ro
 minute arrive in the same micro-batch: the batch is complete for that minute, and the
 API rows and the fleet rollup merged from it are exact. The three appends of a batch go
 through BatchAppends, so a batch replayed after a restart is written once. The watermark
-is request_windows' lateness bound, as in the full mode: a late delta the agent sends
-within it is in the minute; a minute's rows are final about that long after it ends.
-
-The 10-s table is one plain streaming aggregation per API with the short watermark of
-the full mode's 10-s table (pipeline.fast_watermark_s): rows later than it are left out
-of this table only. The detectors do not read it in the windows mode: they merge
-silver.request_windows themselves (jobs/detector_inputs/request_windows.py).
+is request_windows' lateness bound: a late delta the agent sends within it is in the
+minute; a minute's rows are final about that long after it ends. The detectors read the
+10-s windows from silver.request_windows themselves (jobs/detector_inputs/request_windows.py).
 """
 
 from __future__ import annotations
@@ -45,7 +40,7 @@ from pyspark.sql import functions as F
 
 from infra.lake import Lake, skipping_properties
 from jobs.batch_appends import BatchAppends
-from jobs.gold import silver_stream, start_append
+from jobs.gold import silver_stream
 from jobs.histogram_sql import QUANTILES, quantile_label, stage_percentiles
 
 # The seven stage timings of the stage tables; the histograms also hold total_minus_remote,
@@ -74,20 +69,6 @@ def _framed(df: DataFrame, group_cols: list[str]) -> DataFrame:
     rest = [c for c in df.columns if c != _WINDOW]
     return df.select(F.col(f"{_WINDOW}.start").alias("window_start"),
                      F.col(f"{_WINDOW}.end").alias("window_end"), *rest)
-
-
-def api_stage_percentiles(windows: DataFrame, window: str = "1 minute",
-                          watermark: str = "330 seconds") -> DataFrame:
-    """gold.request_stages_* rows (jobs/gold.py's columns) from request_windows rows: per
-    window, cluster, broker and API, every key and emission merged (batch or stream)."""
-    df = _client_windows(windows, window, watermark)
-    group = [_WINDOW, "cluster", "broker", "api"]
-    out = stage_percentiles(df, group, STAGES, QUANTILES, totals=("requests",),
-                            sum_and_max=False, keep_histograms=False)
-    return (_framed(out, group)
-            .select("window_start", "window_end", "cluster", "broker", "api", "requests",
-                    *_percentile_columns())
-            .withColumn("date", F.to_date("window_start")))
 
 
 def key_minutes(windows: DataFrame, watermark: str = "330 seconds") -> DataFrame:
@@ -143,7 +124,8 @@ def write_minute_batch(lake: Lake, appends: BatchAppends, minutes: DataFrame,
         if minutes.isEmpty():
             return
         for table, make in MINUTE_TABLES.items():
-            # gold.request_stages_1m may come from the full mode, without OWN_TIME_P99.
+            # merge_schema: a gold.request_stages_1m written by an older kmon lacks
+            # OWN_TIME_P99.
             appends.append(make(minutes), lake.table("gold", table), f"gold_windows_{table}",
                            batch_id, partition_by=("date",), merge_schema=True)
     finally:
@@ -180,14 +162,6 @@ def start_minute_tables(spark: SparkSession, lake: Lake, watermark: str,
     return writer.trigger(**(trigger or {"processingTime": "60 seconds"})).start()
 
 
-def start_fast_table(spark: SparkSession, lake: Lake, table: str, window: str,
-                     watermark: str, trigger: dict | None = None):
-    """gold.request_stages_10s (or `table`) over silver.request_windows, appended."""
-    out = api_stage_percentiles(silver_stream(spark, lake, "request_windows"), window,
-                                watermark)
-    return start_append(out, lake, table, trigger)
-
-
 _STAGE_PERCENTILES = ("Percentiles of each stage: total, request_queue, local, remote, "
                       "throttle, response_queue, send (ms; from merged histograms, within "
                       "2 % of the exact value)")
@@ -198,8 +172,15 @@ _COUNT_DOCS = {
     "response_bytes": "Bytes of the responses",
 }
 GOLD_COLUMNS = {
-    "request_stages_1m (windows mode)": {
-        "(every column of request_stages_1m above)": "As in the full mode",
+    "request_stages_1m": {
+        "window_start": "Start of the minute (UTC)",
+        "window_end": "End of the minute (exclusive)",
+        "cluster": "Watched cluster",
+        "broker": "Broker node id",
+        "api": "Request type (Produce, Fetch, ...)",
+        "requests": "Requests completed in the minute",
+        "<stage>_p50_ms / _p99_ms / _p999_ms": _STAGE_PERCENTILES,
+        "date": "Partition column: the minute's UTC date",
         OWN_TIME_P99: "p99 of (total - remote) per request, the own time the slow-broker "
                       "rule judges for purgatory APIs (Fetch, JoinGroup, SyncGroup): its "
                       "baselines read it; floored at 0 (ms, within 2 %)",

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 
 from infra.lake import Lake, register_tables, skipping_properties
 from jobs import bronze, gold, gold_windows, silver
-from jobs.streams import STREAMS, Stream, streams_for
+from jobs.streams import STREAMS, Stream
 from jobs.validation import add_constraints, constraint_properties
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,7 @@ class Pipeline:
     settings: object                      # kmon.config.PipelineSection
     kafka_options: dict[str, str] | None = None   # Spark Kafka source options (source=kafka)
     topic_prefix: str = "kmon."
-    # The full request-log mode's streams; `kmon run` and the replays pass
-    # streams_for(config.request_log.mode) (the windows mode adds four).
-    streams: tuple[Stream, ...] = streams_for("full")
+    streams: tuple[Stream, ...] = STREAMS
     on_batch: Callable[[dict], None] | None = None  # silver batch stats, e.g. to the exporter
     extra_queries: list[Callable[[dict | None], object]] = field(default_factory=list)
     queries: list = field(default_factory=list)
@@ -224,26 +222,13 @@ class Pipeline:
         if once:
             _await(started)
         names = {s.name for s in self.streams}
-        gold_trigger = trig(st.gold_trigger_s)
         spark, lake, launch = self.spark, self.lake, self._launch
         if "request_windows" in names:
-            # The windows mode: the stage tables from the edge's histograms; request_stages
-            # holds only the requests still shipped whole (a full_broker's are in both).
+            # The stage minutes from the edge's histograms (request_stages holds only the
+            # requests kept whole).
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_windows")
             started.append(launch(lambda: gold_windows.start_minute_tables(
                 spark, lake, f"{lateness} seconds", slow)))
-            if st.fast_stage_table:
-                started.append(launch(lambda: gold_windows.start_fast_table(
-                    spark, lake, "request_stages_10s", f"{st.fast_window_s} seconds",
-                    f"{st.fast_watermark_s} seconds", gold_trigger)))
-        elif "request_stages" in names:
-            lateness = next(s.lateness_s for s in self.streams if s.name == "request_stages")
-            started.append(launch(lambda: gold.start_stage_percentiles(
-                spark, lake, "request_stages_1m", "1 minute", f"{lateness} seconds", slow)))
-            if st.fast_stage_table:
-                started.append(launch(lambda: gold.start_stage_percentiles(
-                    spark, lake, "request_stages_10s", f"{st.fast_window_s} seconds",
-                    f"{st.fast_watermark_s} seconds", gold_trigger)))
         if "offset_commits" in names and self.reader_tables:
             started.append(launch(lambda: gold.start_offset_commits_1m(
                 spark, lake, gold.COMMITS_WATERMARK, slow)))

@@ -28,8 +28,6 @@ class PipelineSection:
                               4, min=1, max=64)
     silver_trigger_s: float = _key("Micro-batch interval of the silver query (every stream not "
                                    "in slow_streams), seconds", 10.0, min=0.5, max=3600)
-    gold_trigger_s: float = _key("Micro-batch interval of gold.request_stages_10s (what the "
-                                 "slow-broker detector reads), seconds", 10.0, min=0.5, max=3600)
     detect_trigger_s: float = _key("How often the detectors evaluate, seconds", 20.0, min=1,
                                    max=3600)
     detect_after_silver_commit: bool = _key(
@@ -56,16 +54,6 @@ class PipelineSection:
                                   "watermarks follow the newest row of every source",
                                   MAX_EVENT_AHEAD_S, min=10,
                                   max=86400)
-    fast_window_s: int = _key("Window of gold.request_stages_10s, seconds", 10, min=1, max=60)
-    fast_watermark_s: int = _key("Watermark of the fast stage table: its windows close this long "
-                                 "after the newest row (rows later than this are counted in the "
-                                 "query progress and kept by the minute table)", 10, min=1, max=600)
-    fast_stage_table: bool = _key("Run the streaming query that writes gold.request_stages_10s. "
-                                  "Either way the slow-broker detector takes the windows that "
-                                  "table has not closed yet from silver.request_stages; false "
-                                  "leaves the table out and the detector computes every window "
-                                  "from silver at each evaluation: one stateful query fewer on a "
-                                  "small machine, more work per evaluation on a large fleet", True)
     offset_lag_lookback_days: int = _key("How far back gold.offset_lag_1m looks for a group's "
                                          "last commit", 7, min=1, max=365)
     max_offsets_per_trigger: int = _key("Kafka source: most records per micro-batch per query "

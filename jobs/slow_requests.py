@@ -7,12 +7,11 @@ broker and an API gets, in ``evidence["slow_requests"]``, the slowest `limit` re
 that broker and API over the finding's span (not for a slow follower, whose API and
 stage are observed on the leaders it holds back), judged as the slow-broker rule judges them
 (total time, or total - remote for the purgatory APIs: a Fetch parked by fetch.max.wait.ms
-is not slow):
-
-- in the request-log windows mode, from silver.request_exemplars: the requests the edge
-  kept whole (over the exemplar threshold, the slowest of each window, errors, a sample);
-  ``evidence["slow_requests_source"]`` says so;
-- in the full mode, from silver.request_stages, every request.
+is not slow), from silver.request_exemplars: the requests the edge kept whole (over the
+exemplar threshold, the slowest of each key and window, errors, a sample), so the top
+`limit` of a span are its true top when request_log.exemplar_slowest >= `limit` (a
+request in a span's top is in its own window's top); ``evidence["slow_requests_source"]``
+names the table.
 
 One query per evaluation that has such detections (none otherwise; DuckDB over
 infra/lake_sql.py): the detections' (cluster, broker, API, span) filters in one read, the
@@ -29,7 +28,7 @@ from core.signals_sql import judged_sql
 from infra.lake_sql import LakeSql, range_sql
 
 LIMIT = 5
-EXEMPLARS, STAGES_TABLE = "request_exemplars", "request_stages"
+EXEMPLARS = "request_exemplars"
 # Per request: these columns, rounded ms for the times.
 TIMES = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
          "response_queue_ms", "send_ms")
@@ -69,39 +68,36 @@ def slowest_sql(wanted: list[tuple[int, Detection]], columns: Sequence[str], whe
     return sql, [*params, *where_params, int(limit)]
 
 
-def _record(r: dict, reasons: bool) -> dict:
+def _record(r: dict) -> dict:
     out = {k: r[k] for k in FIELDS}
     out["error_codes"] = list(out["error_codes"] or [])
     out["judged_ms"] = round(float(r["_judged_ms"]), 3)
     out.update({k: None if r[k] is None else round(float(r[k]), 3) for k in TIMES})
-    if reasons:
-        out["kept_because"] = list(r["exemplar_reasons"] or [])
+    out["kept_because"] = list(r["exemplar_reasons"] or [])
     return out
 
 
 def attach_slow_requests(sql: LakeSql, detections: list[Detection],
-                         *, windows_mode: bool, limit: int = LIMIT) -> list[Detection]:
+                         *, limit: int = LIMIT) -> list[Detection]:
     """`detections` with each slow-broker one's slow requests in its evidence (module
     docstring); the others, and all of them when the table is missing, as they were."""
     wanted = _wanted(detections)
     if not wanted:
         return detections
-    name = EXEMPLARS if windows_mode else STAGES_TABLE
     start_ms = min(d.first_seen_ms for _, d in wanted)
     end_ms = max(d.last_seen_ms for _, d in wanted)
-    ds = sql.dataset("silver", name, start_ms=start_ms, end_ms=end_ms)
+    ds = sql.dataset("silver", EXEMPLARS, start_ms=start_ms, end_ms=end_ms)
     if ds is None:
         return detections
-    cols = [*FIELDS, *TIMES, "cluster", "broker", "is_controller_traffic",
-            *(["exemplar_reasons"] if windows_mode else [])]
+    cols = [*FIELDS, *TIMES, "cluster", "broker", "is_controller_traffic", "exemplar_reasons"]
     where, params = range_sql(start_ms, end_ms)
     query, qparams = slowest_sql(wanted, cols, where, params, limit)
     found: dict[int, list[dict]] = {}
     for r in sql.rows(query, qparams, t=ds):
-        found.setdefault(r["_finding"], []).append(_record(r, windows_mode))
+        found.setdefault(r["_finding"], []).append(_record(r))
     out = list(detections)
     for i, d in wanted:
         evidence = {**d.evidence, "slow_requests": found.get(i, []),
-                    "slow_requests_source": f"silver.{name}"}
+                    "slow_requests_source": f"silver.{EXEMPLARS}"}
         out[i] = dataclasses.replace(d, evidence=evidence)
     return out

@@ -28,9 +28,6 @@ class Stream:
     # and still count; later rows go to quarantine as late_beyond_watermark. None: no
     # lateness bound (commits and quarantine records are kept whenever they arrive).
     lateness_s: int | None = 120
-    # Shipped only in the request-log agent's windows mode (issue 24); a pipeline reads
-    # them when that mode is on (`streams_for`).
-    windows_mode: bool = False
 
     @property
     def table(self) -> ModuleType:
@@ -50,7 +47,8 @@ class Stream:
 
 
 STREAMS: tuple[Stream, ...] = (
-    Stream("request_stages", "broker request log: per-request stage timings"),
+    Stream("request_stages", "broker request log: the requests kept whole (OffsetCommit and "
+           "TxnOffsetCommit, and every request of request_log.full_brokers)"),
     Stream("broker_metrics", "broker JMX metrics scraped from the Prometheus exporter"),
     Stream("log_events", "broker server, controller, state-change and log-cleaner logs"),
     Stream("client_offset_events", "client log lines about offset resets and out-of-range"),
@@ -63,28 +61,16 @@ STREAMS: tuple[Stream, ...] = (
     # The request-log agent's edge aggregation (ingest/request_windows.py). A window's
     # late delta can come up to the aggregator's retain_ms (300 s) after its start.
     Stream("request_windows", "broker request log aggregated at the edge: per key and 10-s "
-           "window, counts and stage histograms", lateness_s=330, windows_mode=True),
+           "window, counts and stage histograms", lateness_s=330),
     Stream("follower_fetch_windows", "per leader, follower and 10-s window: fetches and gaps",
-           lateness_s=330, windows_mode=True),
+           lateness_s=330),
     Stream("client_send_windows", "per broker, key, client and 10-s window: send times",
-           lateness_s=330, windows_mode=True),
+           lateness_s=330),
     Stream("request_exemplars", "requests the edge kept whole (slow, slowest, errors, a "
-           "sample)", lateness_s=330, windows_mode=True),
+           "sample)", lateness_s=330),
 )
 
 BY_NAME = {s.name: s for s in STREAMS}
-REQUEST_LOG_MODES = ("full", "windows")
-
-
-def streams_for(request_log_mode: str) -> tuple[Stream, ...]:
-    """The streams a pipeline reads when the request-log agents run in this mode:
-    ``full`` (one request_stages record per request) leaves the window streams out;
-    ``windows`` reads them too (request_stages still carries the OffsetCommit lines, and
-    every request of brokers kept in full mode)."""
-    if request_log_mode not in REQUEST_LOG_MODES:
-        raise ValueError(f"request-log mode {request_log_mode!r}: one of "
-                         f"{', '.join(REQUEST_LOG_MODES)}")
-    return tuple(s for s in STREAMS if not s.windows_mode or request_log_mode == "windows")
 
 
 def stream(name: str) -> Stream:

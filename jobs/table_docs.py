@@ -71,14 +71,11 @@ def markdown() -> str:
             f" Checks: {', '.join(checks)}." if checks else "")
         lines += _table(f"silver.{s.name}", intro + rules, t.COLUMNS)
     lines += ["## Gold", ""]
-    for name, cols in GOLD_COLUMNS.items():
-        names = " / ".join(f"gold.{n.strip()}" for n in name.split("/"))
-        lines += _table(names, "Windowed aggregate (jobs/gold.py; in the request-log "
-                        "windows mode the stage tables come from merged histograms, "
-                        "jobs/gold_windows.py).", cols)
     for name, cols in WINDOWS_GOLD_COLUMNS.items():
-        lines += _table(f"gold.{name}", "Windowed aggregate of the request-log windows mode "
-                        "only (jobs/gold_windows.py).", cols)
+        lines += _table(f"gold.{name}", "Per minute, from the request-log agents' merged "
+                        "window histograms (jobs/gold_windows.py).", cols)
+    for name, cols in GOLD_COLUMNS.items():
+        lines += _table(f"gold.{name}", "Windowed aggregate (jobs/gold.py).", cols)
     lines += _table("gold.pipeline_batches", "One row per silver micro-batch: what came in, "
                     "what was kept, quarantined or late.", BATCH_COLUMNS)
     for title, intro, cols in extra_tables():

@@ -145,6 +145,11 @@ def _coerce(value: Any, typ: type, where: str) -> Any:
             return dict(value)
         raise ConfigError(f"{where}: expected a table, got {value!r}")
     if typ is list:
+        if isinstance(value, str):     # from the environment: a TOML array, "[1, 2]"
+            try:
+                value = tomllib.loads(f"v = {value}")["v"]
+            except tomllib.TOMLDecodeError:
+                pass
         if isinstance(value, list):
             return list(value)
         raise ConfigError(f"{where}: expected a list, got {value!r}")

@@ -61,12 +61,10 @@ def sink_factory(config: Config, lake):
 
 
 def request_windows(config: Config):
-    """The request-log agents' windows mode from [request_log] (None: the full mode)."""
+    """The request-log agents' window settings from [request_log]."""
     from ingest.request_log_agent import WindowSettings
 
     rl = config.request_log
-    if rl.mode != "windows":
-        return None
     return WindowSettings(rl.aggregator_options(),
                           full_brokers=frozenset(int(b) for b in rl.full_brokers))
 
@@ -156,7 +154,6 @@ class Monitor:
         from infra.spark_session import build_spark_session
         from ingest.supervisor import AgentSupervisor
         from jobs.pipeline import Pipeline
-        from jobs.streams import streams_for
 
         config = self.config
         if exporter_port:
@@ -177,8 +174,7 @@ class Monitor:
 
         self.pipeline = Pipeline(
             self.spark, self.lake, config.pipeline, kafka_options=kafka_options,
-            topic_prefix=config.telemetry.topic_prefix, on_batch=on_batch,
-            streams=streams_for(config.request_log.mode))
+            topic_prefix=config.telemetry.topic_prefix, on_batch=on_batch)
         self.decisions = _decision_step(config, self.spark, self.lake,
                                         self.watched_bootstrap)
         if self.decisions is not None:

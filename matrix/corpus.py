@@ -243,7 +243,6 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
     names): prepare one recording at a time."""
     from infra.lake import Lake
     from jobs.pipeline import Pipeline
-    from jobs.streams import streams_for
 
     shutil.rmtree(root, ignore_errors=True)
     config = replay_config(config, rec, root)
@@ -253,8 +252,7 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
             copy_detector_metrics(stream_dir, Path(lake.landing(stream_dir.name)))
         else:
             shutil.copytree(stream_dir, Path(lake.landing(stream_dir.name)))
-    pipeline = Pipeline(spark, lake, config.pipeline,
-                        streams=streams_for(config.request_log.mode), reader_tables=False)
+    pipeline = Pipeline(spark, lake, config.pipeline, reader_tables=False)
     if empty_lakes is not None:
         empty_lakes.copy_into(pipeline, lake.root)
     run_file_agents(config, lake, rec, root)

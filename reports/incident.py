@@ -97,33 +97,21 @@ def _choose_apis(named: set[str], apis: Query) -> list[str]:
 
 
 def _stage_rows(spark, cluster: str, broker: int, api: str, start_ms: int, end_ms: int,
-                have_gold: bool, have_silver: bool, silver: str) -> tuple[Query, set[str]]:
+                have_gold: bool, have_silver: bool) -> tuple[Query, set[str]]:
     """A broker's stage p99s over the window and the tables they came from ("gold",
     "silver"): gold's minutes, and silver's for the minutes gold has not written yet (the
     gold job lags its watermark; a report right after an incident would end before it)."""
     if have_gold and have_silver:
         rows = run_query(spark, q.stages_gold_then_silver(cluster, broker, api, start_ms,
-                                                          end_ms, silver))
+                                                          end_ms))
         return rows, {s for v in rows.column("source") for s in v.split(" + ")}
     if have_gold:
         rows = run_query(spark, q.stages_gold(cluster, broker, api, start_ms, end_ms))
         return rows, {"gold"} if rows.rows else set()
     if have_silver:
-        rows = run_query(spark, q.stages_silver(cluster, broker, api, start_ms, end_ms, silver))
+        rows = run_query(spark, q.stages_silver(cluster, broker, api, start_ms, end_ms))
         return rows, {"silver"} if rows.rows else set()
     return Query(q.stages_gold(cluster, broker, api, start_ms, end_ms)), set()
-
-
-def _stage_silver(spark, cluster: str, broker: int, start_ms: int, end_ms: int) -> str:
-    """Where a broker's stage minutes come from when gold has not written them: the
-    window histograms when the lake has them for this broker and window (the request-log
-    windows mode, where silver.request_stages holds only OffsetCommits), else the
-    per-request rows."""
-    if _exists(spark, q.WINDOWS_SILVER) and spark.sql(
-            q.broker_apis_silver(cluster, broker, start_ms, end_ms, q.WINDOWS_SILVER)
-            ).limit(1).count():
-        return q.WINDOWS_SILVER
-    return q.STAGES_SILVER
 
 
 def _slow_requests(findings: Iterable[Finding], cluster: str, broker: int) -> dict:
@@ -146,23 +134,21 @@ def _slow_requests(findings: Iterable[Finding], cluster: str, broker: int) -> di
 
 def _broker_section(spark, cluster: str, broker: int, named_apis: set[str], start_ms: int,
                     end_ms: int, markers: tuple[Marker, ...], notes: list[str]) -> BrokerSection:
-    silver = _stage_silver(spark, cluster, broker, start_ms, end_ms)
+    silver = q.STAGES_SILVER
     have_gold, have_silver = _exists(spark, q.STAGES_1M), _exists(spark, silver)
     apis = Query(q.broker_apis_gold(cluster, broker, start_ms, end_ms))
     if have_gold:
         apis = run_query(spark, apis.sql)
     if not apis.rows and have_silver:
-        apis = run_query(spark, q.broker_apis_silver(cluster, broker, start_ms, end_ms,
-                                                     silver))
+        apis = run_query(spark, q.broker_apis_silver(cluster, broker, start_ms, end_ms))
     charts = []
     for api in _choose_apis(named_apis, apis):
         attrs = {"cluster": cluster, "broker": str(broker), "api": api}
         rows, sources = _stage_rows(spark, cluster, broker, api, start_ms, end_ms,
-                                    have_gold, have_silver, silver)
+                                    have_gold, have_silver)
         source, note = q.STAGES_1M, ("p99 of each stage per minute; the stages of one "
                                      "request add up to its total, their p99s need not")
-        rows_of = (f"the window histograms of {silver}" if silver == q.WINDOWS_SILVER
-                   else f"the per-request rows of {silver}")
+        rows_of = f"the window histograms of {silver}"
         if sources == {"silver"}:
             source = silver
             note = (f"{q.STAGES_1M} has no rows for broker {broker} {api} in this window: "

@@ -16,16 +16,14 @@ spike visible.
 from __future__ import annotations
 
 from core.findings import Severity
-from jobs.gold import PERCENTILE_ACCURACY, STAGES
 from jobs.histogram_sql import collected_quantile_sql, collected_sql
 from jobs.pipeline_config import PipelineSection
 
 ANOMALIES = "gold.anomalies"
 STAGES_1M = "gold.request_stages_1m"
-STAGES_SILVER = "silver.request_stages"
-# The request-log windows mode's silver table: per broker, request key and 10-s window,
-# stage histograms (jobs/gold_windows.py); request_stages then holds only OffsetCommits.
-WINDOWS_SILVER = "silver.request_windows"
+# Per broker, request key and 10-s window, the edge's stage histograms (jobs/gold_windows.py
+# merges them into STAGES_1M).
+STAGES_SILVER = "silver.request_windows"
 COMMITS_1M = "gold.offset_commits_1m"
 LAG_1M = "gold.offset_lag_1m"
 COMMITS_SILVER = "silver.offset_commits"
@@ -36,7 +34,8 @@ FINDING_COLUMNS = ("finding_id", "cluster", "type", "severity", "entity_kind", "
                    "first_seen_ms", "last_seen_ms", "status", "evidence_json", "cause",
                    "explanation", "suggested_action", "incident_id", "related", "resolved_ms")
 
-STAGE_NAMES = tuple(s[:-3] for s in STAGES)          # total, request_queue, ...
+STAGE_NAMES = ("total", "request_queue", "local", "remote", "throttle", "response_queue",
+               "send")
 P99_COLUMNS = tuple(f"{n}_p99_ms" for n in STAGE_NAMES)
 MINUTE_MS = 60_000
 # Candidate bucket widths; the report uses the narrowest that keeps a series this short.
@@ -137,10 +136,8 @@ def broker_apis_gold(cluster: str, broker: int, start_ms: int, end_ms: int) -> s
             f"GROUP BY api\nORDER BY requests DESC, api")
 
 
-def broker_apis_silver(cluster: str, broker: int, start_ms: int, end_ms: int,
-                       silver: str = STAGES_SILVER) -> str:
-    count = "sum(requests)" if silver == WINDOWS_SILVER else "count(*)"
-    return (f"SELECT api, {count} AS requests\nFROM {silver}\n"
+def broker_apis_silver(cluster: str, broker: int, start_ms: int, end_ms: int) -> str:
+    return (f"SELECT api, sum(requests) AS requests\nFROM {STAGES_SILVER}\n"
             f"WHERE {_broker_filter(cluster, broker)}\n"
             f"  AND NOT coalesce(is_controller_traffic, false)\n"
             f"  AND {_range('ts', start_ms, end_ms)}\n"
@@ -161,34 +158,27 @@ def stages_gold(cluster: str, broker: int, api: str, start_ms: int, end_ms: int)
             f"{where}GROUP BY 1\nORDER BY t_ms")
 
 
-def stages_silver(cluster: str, broker: int, api: str, start_ms: int, end_ms: int,
-                  silver: str = STAGES_SILVER) -> str:
+def stages_silver(cluster: str, broker: int, api: str, start_ms: int, end_ms: int) -> str:
     """The same p99s straight from silver (gold has none for the window)."""
     return (_silver_stage_p99s(cluster, broker, api, start_ms, end_ms,
-                               bucket_ms(start_ms, end_ms), silver) + "\nORDER BY t_ms")
+                               bucket_ms(start_ms, end_ms)) + "\nORDER BY t_ms")
 
 
 def _silver_stage_p99s(cluster: str, broker: int, api: str, start_ms: int, end_ms: int,
-                       width: int, silver: str) -> str:
-    """Per bucket of `width`: t_ms, requests and each stage's p99 from `silver`: the
-    per-request rows of silver.request_stages (percentile_approx), or in the windows mode
-    the histograms of silver.request_windows, every key, window and emission of the
-    bucket merged (within the bucket scheme's 2 %)."""
+                       width: int) -> str:
+    """Per bucket of `width`: t_ms, requests and each stage's p99 from the histograms of
+    silver.request_windows, every key, window and emission of the bucket merged (within
+    the bucket scheme's 2 %)."""
     where = (f"WHERE {_broker_filter(cluster, broker)} AND api = {literal(api)}\n"
              f"  AND NOT coalesce(is_controller_traffic, false)\n"
              f"  AND {_range('ts', start_ms, end_ms)}\n"
              f"GROUP BY 1")
-    if silver != WINDOWS_SILVER:
-        cols = ",\n  ".join(["count(*) AS requests",
-                             *(f"percentile_approx({s}, 0.99, {PERCENTILE_ACCURACY}) AS {c}"
-                               for s, c in zip(STAGES, P99_COLUMNS))])
-        return f"SELECT {_bucket('ts', width)} AS t_ms,\n  {cols}\nFROM {silver}\n{where}"
     hists = ",\n    ".join(["sum(requests) AS requests",
                               *(f"{collected_sql(n)} AS {n}" for n in STAGE_NAMES)])
     p99s = ",\n  ".join(["requests", *(f"{collected_quantile_sql(n, 0.99)} AS {c}"
                                         for n, c in zip(STAGE_NAMES, P99_COLUMNS))])
     return (f"SELECT t_ms,\n  {p99s}\nFROM (\n  SELECT {_bucket('ts', width)} AS t_ms,\n"
-            f"    {hists}\n  FROM {silver}\n{_indent(where)}\n)")
+            f"    {hists}\n  FROM {STAGES_SILVER}\n{_indent(where)}\n)")
 
 
 def _indent(sql: str, by: str = "  ") -> str:
@@ -223,7 +213,7 @@ def _gold_then_silver(gold: str | None, silver: str, columns: tuple[str, ...],
 
 
 def stages_gold_then_silver(cluster: str, broker: int, api: str, start_ms: int,
-                            end_ms: int, silver: str = STAGES_SILVER) -> str:
+                            end_ms: int) -> str:
     """The gold minutes, then the minutes after gold's last one computed from silver.
 
     The gold job writes a minute only once its watermark has passed it (append mode, 2
@@ -236,7 +226,7 @@ def stages_gold_then_silver(cluster: str, broker: int, api: str, start_ms: int,
                 f"{', '.join(('requests', *P99_COLUMNS))}\nFROM {STAGES_1M}\n"
                 f"WHERE {_broker_filter(cluster, broker)} AND api = {literal(api)}\n"
                 f"  AND {_range('window_start', start_ms, end_ms)}")
-    silver_sql = _silver_stage_p99s(cluster, broker, api, start_ms, end_ms, MINUTE_MS, silver)
+    silver_sql = _silver_stage_p99s(cluster, broker, api, start_ms, end_ms, MINUTE_MS)
     bucketed = ("sum(requests) AS requests", *(f"max({c}) AS {c}" for c in P99_COLUMNS))
     return _gold_then_silver(gold_sql, silver_sql, ("requests", *P99_COLUMNS), bucketed,
                              bucket_ms(start_ms, end_ms))

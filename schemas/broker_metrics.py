@@ -10,8 +10,8 @@ per-partition series, the log size, keeps its topic in ``topic`` and its partiti
 
 `METRICS` lists every series the scraper keeps, with what it means. The stage histograms
 (kafka.network:type=RequestMetrics) come from Yammer histograms with exponentially decaying
-reservoirs: smoothed toward the last few minutes, and late; the request log
-(silver.request_stages) has every request's exact timings.
+reservoirs: smoothed toward the last few minutes, and late; the request log's windows
+(silver.request_windows) count every request, with 2 %-exact stage percentiles.
 """
 
 from __future__ import annotations

@@ -7,23 +7,19 @@ small per-window, per-entity or per-event rows. A table that does not exist yet 
 empty input; nothing later than end_ms is ever read, so a replay over history sees what a
 live evaluation at end_ms would have seen (given complete data).
 
-Two engines. The reads of the request-log windows mode (the default) and every other
-input read through `infra.lake_sql.LakeSql`: delta-rs snapshots and DuckDB in the
-detector's own process, no JVM (that module says why: each Spark read cost 2-5 s on a
-loaded host). Still through Spark: the slow-broker baselines (an hour of gold minutes,
-cached: `BaselineCache`), and the full mode's per-request reads of silver.request_stages
-(slow_broker.py, client_sends.py, client_rtts.py `read_producer_times`), a mode for
-root-cause work and tests.
+Two engines. Every input but one is read through `infra.lake_sql.LakeSql`: delta-rs
+snapshots and DuckDB in the detector's own process, no JVM (that module says why: each
+Spark read cost 2-5 s on a loaded host). Still through Spark: the slow-broker baselines (an
+hour of gold minutes, cached: `BaselineCache`).
 
 One module per detector's inputs, each docstring saying where every input comes from:
 
-- slow_broker.py: stage windows (gold.request_stages_10s, then silver.request_stages),
-  latency baselines (gold.request_stages_1m), follower fetches (silver.request_stages),
-  ISR shrinks (silver.log_events).
-- client_sends.py: the slow-broker and slow-client rules' per-client send times
-  (silver.request_stages).
+- request_windows.py: the request-log agents' windows: stage windows, latency baselines,
+  follower fetches, per-client send times, producers' own Produce times.
+- slow_broker.py: the baselines' median rule; leaderships, outages and ISR shrinks
+  (silver.log_events).
 - client_rtts.py: the slow-link rule's producers' round trips per broker
-  (silver.client_stats) and their own Produce requests' times (silver.request_stages).
+  (silver.client_stats).
 - partition_signals.py: offset commits, partition offsets, client offset resets, log
   truncations, group membership, who committed (OffsetCommit request-log lines), group
   coordinator loads.
@@ -78,8 +74,7 @@ from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from infra.lake_sql import LakeSql
 from jobs.detection_config import DetectionConfig
-from jobs.detector_inputs.client_rtts import read_client_rtts, read_producer_times
-from jobs.detector_inputs.client_sends import read_client_sends, send_candidates
+from jobs.detector_inputs.client_rtts import read_client_rtts
 from jobs.detector_inputs.request_windows import (
     read_window_baselines,
     read_window_client_sends,
@@ -131,21 +126,12 @@ from jobs.detector_inputs.partition_signals import (
 )
 from jobs.detector_inputs.slow_broker import (
     BASELINE_HISTORY_S,
-    FOLLOWER_GAP_SEED_S,
     ISR_CONFIRM_S,
     ISR_SEED_S,
-    REQUEST_STAGE_KEYS,
     BaselineCache,
-    fresh_windows_until,
-    latency_column,
     leadership_gains_from,
     outages_from,
-    read_baselines,
-    read_follower_fetches,
-    read_stage_windows,
-    request_stage_rows,
     shrinks_from_isr_events,
-    stage_window_from_row,
 )
 from jobs.detector_inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
 from jobs.detector_inputs.window_cache import WindowReadCache
@@ -159,24 +145,22 @@ DETECTOR_METRICS = frozenset({*CLEANER_METRICS, LOG_SIZE, UNCLEAN_METER})
 
 __all__ = [
     "BASELINE_HISTORY_S", "CLEANER_METRICS", "COMMIT_KEY", "COMMIT_ORDER", "COMMIT_SEED_S",
-    "COUNTER_SEED_S", "DETECTOR_METRICS", "FOLLOWER_GAP_SEED_S", "ISR_CONFIRM_S",
-    "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "REQUEST_STAGE_KEYS", "SIZE_STEP_S",
+    "COUNTER_SEED_S", "DETECTOR_METRICS", "ISR_CONFIRM_S",
+    "ISR_SEED_S", "LOG_EVENT_KINDS", "LONG_MAX", "SIZE_STEP_S",
     "UNCLEAN_METER", "BaselineCache", "CommitSeedCache", "DetectorInputs", "TimeRange",
     "TopicConfigCache", "WindowReadCache",
     "check_config", "cleaner_runs_from", "client_reset_from_row", "commit_request_from_row",
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
     "compacted_topics", "dedupe_elections", "describe_compacted_topics",
-    "fresh_windows_until", "growth_range", "latency_column", "leader_epochs_from",
+    "growth_range", "leader_epochs_from",
     "leadership_gains_from",
     "merge_controller_ticks", "read_leader_epochs",
-    "read_baselines", "read_cleaner_gauges", "read_cleaner_runs", "read_client_rtts",
-    "read_producer_times",
-    "read_client_sends",
-    "read_commits", "read_follower_fetches", "read_inputs", "read_log_events",
+    "read_cleaner_gauges", "read_cleaner_runs", "read_client_rtts",
+    "read_commits", "read_inputs", "read_log_events",
     "read_memberships", "read_meter_ticks", "read_partition_offsets",
     "read_partition_sizes", "read_resets",
-    "read_stage_windows", "request_stage_rows", "send_candidates", "shrinks_from_isr_events",
-    "stage_window_from_row", "topic_ids", "truncations_from",
+    "shrinks_from_isr_events",
+    "topic_ids", "truncations_from",
 ]
 
 T = TypeVar("T")
@@ -229,19 +213,14 @@ class DetectorInputs:
 
 
 def check_config(config: DetectionConfig) -> None:
-    """The detector reads gold.request_stages_10s as slow_broker windows: same length."""
-    if float(config.pipeline.fast_window_s) != float(config.slow_broker.window_s):
-        raise ConfigError(
-            f"{config.source}: key 'slow_broker.window_s' ({config.slow_broker.window_s:g}) must "
-            f"equal 'pipeline.fast_window_s' ({config.pipeline.fast_window_s}): the slow-broker "
-            f"detector reads the windows of gold.request_stages_10s")
+    """The slow-broker detector reads the agents' windows as its windows: same length."""
     request_log = getattr(config, "request_log", None)
-    if request_log is not None and request_log.mode == "windows" and \
-            float(request_log.window_s) != float(config.slow_broker.window_s):
+    if request_log is not None and float(request_log.window_s) != float(
+            config.slow_broker.window_s):
         raise ConfigError(
             f"{config.source}: key 'slow_broker.window_s' ({config.slow_broker.window_s:g}) must "
-            f"equal 'request_log.window_s' ({request_log.window_s}) in the windows mode: the "
-            f"slow-broker detector reads the agents' windows")
+            f"equal 'request_log.window_s' ({request_log.window_s}): the slow-broker detector "
+            f"reads the agents' windows")
 
 
 # --- the parallel read -------------------------------------------------------------------------
@@ -270,7 +249,7 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     cleaner histories (jobs/detector_inputs/window_cache.py), and `commit_seed` the
     commits' starting positions (partition_signals.CommitSeedCache).
     `sql`: the caller's reader of the lake without the JVM (infra/lake_sql.py), which the
-    reads ported to it use (the windows mode's request windows); None opens one for this
+    reads ported to it use (all but the baselines); None opens one for this
     call only (its table snapshots are then loaded afresh).
     """
     own_sql = sql is None
@@ -308,12 +287,6 @@ class _Reading:
         return self.config.offset_rewind.evidence_window_s
 
     @property
-    def windows_mode(self) -> bool:
-        """The request-log agents ship windows (jobs/detector_inputs/request_windows.py)."""
-        request_log = getattr(self.config, "request_log", None)
-        return request_log is not None and request_log.mode == "windows"
-
-    @property
     def meter_s(self) -> float:
         return self.config.unclean_election.meter_match_window_s
 
@@ -333,66 +306,32 @@ class _Reading:
 
 
 def _request_stage_chain(x: _Reading) -> None:
-    """silver.request_stages once, then the stage windows (and the client sends they point
-    at) beside the follower fetches and the producers' round trips (then their own
-    requests' times); in the request-log windows mode, the window tables. With the
-    detector query's cache, the per-window reads read only their newest windows
-    (window_cache.py); the client sends judge a client over the whole range, read whole."""
-    from jobs.silver import release
+    """The request windows: the stage windows (then the clients' sends) beside the follower
+    fetches (and the replicas' sends). With the detector query's cache, each read reads
+    only its newest windows (window_cache.py)."""
+    sb = x.config.slow_broker
+    clients: list[ClientSendWindow] = []
 
-    spark, lake, sb, r, out = x.spark, x.lake, x.config.slow_broker, x.r, x.out
-    windows = x.by_window
-    if x.windows_mode:
-        clients: list[ClientSendWindow] = []
+    def stage_windows() -> None:
+        x.out.stage_windows = x.by_window("stage_windows", lambda sub: read_window_stage_windows(
+            x.sql, sb, sub), stream="request_windows")
+        clients.extend(x.by_window("client_sends", lambda sub: read_window_client_sends(
+            x.sql, sb, sub), stream="client_send_windows"))
 
-        def stage_windows() -> None:
-            out.stage_windows = windows("stage_windows", lambda sub: read_window_stage_windows(
-                x.sql, sb, sub), stream="request_windows")
-            clients.extend(windows("client_sends", lambda sub: read_window_client_sends(
-                x.sql, sb, sub), stream="client_send_windows"))
+    def window_followers() -> None:
+        # silver.follower_fetch_windows once for the fetches and the replicas' sends
+        both = x.by_window("follower_windows", lambda sub: read_window_follower_windows(
+            x.sql, sb, sub), stream="follower_fetch_windows")
+        x.out.follower_fetches = [w for w in both if isinstance(w, FollowerFetchWindow)]
+        clients.extend(w for w in both if isinstance(w, ClientSendWindow))
 
-        def window_followers() -> None:
-            # silver.follower_fetch_windows once for the fetches and the replicas' sends
-            both = windows("follower_windows", lambda sub: read_window_follower_windows(
-                x.sql, sb, sub), stream="follower_fetch_windows")
-            out.follower_fetches = [w for w in both if isinstance(w, FollowerFetchWindow)]
-            clients.extend(w for w in both if isinstance(w, ClientSendWindow))
-
-        x.side_by_side(stage_windows, window_followers)
-        out.client_sends = clients
-        return
-    stages = out.timed("request_stages", lambda: request_stage_rows(
-        spark, lake, r.back(FOLLOWER_GAP_SEED_S)))
-    settle_ms = x.config.pipeline.fast_watermark_s * 1000
-    try:
-        def slow_broker_windows() -> None:
-            out.stage_windows = windows("stage_windows", lambda sub: read_stage_windows(
-                spark, lake, sb, sub, settle_ms, stages))
-            out.client_sends = out.timed("client_sends", lambda: read_client_sends(
-                spark, lake, sb, r, out.stage_windows, stages))
-
-        def follower_fetches() -> None:
-            out.follower_fetches = windows("follower_fetches", lambda sub: (
-                read_follower_fetches(spark, lake, sb, sub, stages)))
-
-        def producer_links() -> None:
-            out.client_rtts = windows("client_rtts", lambda sub: read_client_rtts(
-                x.sql, sb, sub))
-            producers = {c.client_id for c in out.client_rtts if c.client_type == "producer"}
-            out.producer_times = windows("producer_times", lambda sub: read_producer_times(
-                spark, lake, sb, sub, producers, stages))
-
-        x.side_by_side(slow_broker_windows, follower_fetches, producer_links)
-    finally:
-        if stages is not None:
-            release(stages)
+    x.side_by_side(stage_windows, window_followers)
+    x.out.client_sends = clients
 
 
 def _baseline_chain(x: _Reading) -> None:
     def read() -> list[LatencyBaseline]:
-        if x.windows_mode:
-            return read_window_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
-        return read_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
+        return read_window_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
 
     x.out.baselines = x.out.timed("baselines", lambda: (
         read() if x.baseline_cache is None else x.baseline_cache(x.r.start_ms, read)))
@@ -400,14 +339,12 @@ def _baseline_chain(x: _Reading) -> None:
 
 def _client_rtt_chain(x: _Reading) -> None:
     """The producers' round trips, then their own Produce requests' times from the edge's
-    client rows, in the request-log windows mode (in the full mode both are read beside
-    the stage windows, `_request_stage_chain`)."""
-    if x.windows_mode:
-        x.out.client_rtts = x.by_window("client_rtts", lambda sub: read_client_rtts(
-            x.sql, x.config.slow_broker, sub))
-        producers = {c.client_id for c in x.out.client_rtts if c.client_type == "producer"}
-        x.out.producer_times = x.by_window("producer_times", lambda sub: (
-            read_window_producer_times(x.sql, x.config.slow_broker, sub, producers)))
+    client rows."""
+    x.out.client_rtts = x.by_window("client_rtts", lambda sub: read_client_rtts(
+        x.sql, x.config.slow_broker, sub))
+    producers = {c.client_id for c in x.out.client_rtts if c.client_type == "producer"}
+    x.out.producer_times = x.by_window("producer_times", lambda sub: (
+        read_window_producer_times(x.sql, x.config.slow_broker, sub, producers)))
 
 
 def _partition_signal_chain(x: _Reading) -> None:

@@ -1,24 +1,23 @@
-"""The slow-broker detector's request inputs in the request-log windows mode (issue 24).
+"""The slow-broker detector's request inputs: the request-log agents' windows.
 
-In the windows mode ([request_log] mode = "windows") the agents ship per broker, request
-key and 10-s window histograms instead of a row per request; these reads give the rules
-the same inputs as jobs/detector_inputs/slow_broker.py and client_sends.py give from
-silver.request_stages, by merging histograms: exact merges, and percentiles within the
-bucket scheme's 2 % (core/latency_histogram.py). The window reads run in DuckDB
-(jobs/histogram_duckdb.py, over infra/lake_sql.py); the baselines, cached for the hour,
-still in Spark (jobs/histogram_sql.py).
+The agents ship per broker, request key and 10-s window histograms
+(ingest/request_windows.py), not a row per request; these reads give the rules their
+inputs by merging histograms: exact merges, and percentiles within the bucket scheme's 2 %
+(core/latency_histogram.py). The window reads run in DuckDB (jobs/histogram_duckdb.py,
+over infra/lake_sql.py); the baselines, cached for the hour, still in Spark
+(jobs/histogram_sql.py).
 
 - `RequestStageWindow` <- silver.request_windows: per cluster, broker, API and window, the
   rows of every request key of the API (Fetch:consumer and Fetch:follower are one Fetch,
-  Produce's acks one Produce, as the per-request rows were) and every emission merged,
+  Produce's acks one Produce) and every emission merged,
   controller-listener traffic left out; the p99 of each stage, and `total_excl_remote` the
   exact p99 of (total - remote) per request, which slow_broker.rules.judged_latency then
   uses for the purgatory APIs. A window row exists only once the agent closed the window (its
   broker's request times `request_log.lateness_s` past its end), so every window in the
   range whose end is at or before the range end counts; a late delta adds to it later.
 - `LatencyBaseline` over the BASELINE_HISTORY_S before the range: the median of the
-  minutes' latency per broker and API, minutes with enough requests, as read_baselines
-  does from gold.request_stages_1m. The minutes come from gold.request_stages_1m as far
+  minutes' latency per broker and API, minutes with enough requests
+  (slow_broker.py `baselines_from_minutes`). The minutes come from gold.request_stages_1m as far
   as it holds them (its total_excl_remote_p99_ms is the own time's p99 from the
   histograms), the newer ones (gold is final about request_windows' lateness after a
   minute; at the start, all of them) from a merge of silver.request_windows per broker,
@@ -33,12 +32,11 @@ still in Spark (jobs/histogram_sql.py).
   buckets whose value reaches the threshold (so within 2 % of it). The edge keeps its
   busiest clients and every client with a slow send (at request_log.send_threshold_ms)
   on their own rows and sums the rest in one row (client_id null), which is left out
-  here: it holds no client the rules could name. Unlike the per-request read, every row
-  of the range is returned: they are few. The replicas' rows and the `FollowerFetchWindow`s
+  here: it holds no client the rules could name. Every row of the range is returned:
+  they are few. The replicas' rows and the `FollowerFetchWindow`s
   come from one read and merge of follower_fetch_windows (`read_window_follower_windows`).
 - `ProducerServerWindow` <- silver.client_send_windows, Produce rows of the producers
-  with round trips (the slow-link rule's own-request times, client_rtts.py
-  `read_producer_times` from raw rows): per window, broker and client, every Produce key
+  with round trips (client_rtts.py; the slow-link rule's own-request times): per window, broker and client, every Produce key
   and emission merged, the requests, the TotalTime p50 and p99 of the merged histogram
   and the share of the requests that followed another on their connection that had
   waited in the socket (counted at the edge, QUEUED_GAP_MS). A producer folded into the
@@ -65,7 +63,6 @@ from detectors.slow_broker import (
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from infra.lake import Lake
 from infra.lake_sql import LakeSql, marks, range_sql
-from jobs.detector_inputs.client_rtts import producer_windows_from
 from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, baselines_from_minutes
 from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, sorted_rows, table
 from jobs.gold_windows import OWN_TIME_P99
@@ -234,7 +231,7 @@ def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
                                r: TimeRange, producers: Iterable[str]
                                ) -> list[ProducerServerWindow]:
     """The given producers' own Produce requests per closed window, broker and client
-    (module docstring), as client_rtts.read_producer_times gives them from raw rows."""
+    (module docstring)."""
     wanted = sorted(set(producers))
     ds = (sql.dataset("silver", "client_send_windows", start_ms=r.start_ms, end_ms=r.end_ms)
           if wanted else None)
@@ -252,3 +249,16 @@ def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
          "client_id": x["client_id"], "requests": x["requests"], "followed": x["followed"],
          "queued": x["queued"], "total_p": [valued(x, "total", 0), valued(x, "total", 1)]}
         for x in rows)
+
+
+def producer_windows_from(rows: Iterable) -> list[ProducerServerWindow]:
+    """Rows of (cluster, window_start_ms, broker, client_id, requests, total_p [p50, p99],
+    followed, queued) as ProducerServerWindows, in window order."""
+    return [ProducerServerWindow(cluster=x["cluster"], window_start_ms=int(x["window_start_ms"]),
+                                 broker=int(x["broker"]), client_id=x["client_id"],
+                                 requests=int(x["requests"]),
+                                 total_p99_ms=float(x["total_p"][1] or 0.0),
+                                 total_p50_ms=float(x["total_p"][0] or 0.0),
+                                 queued_share=(x["queued"] / x["followed"] if x["followed"]
+                                               else None))
+            for x in sorted_rows(rows, ("cluster", "window_start_ms", "broker", "client_id"))]

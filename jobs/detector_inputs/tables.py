@@ -43,7 +43,7 @@ class TimeRange:
 @dataclass(frozen=True)
 class FrozenLake(Lake):
     """A lake that no longer changes (a recording replayed after its pipeline ran): the
-    Spark reads (`table`; the baselines and the full mode's) take each table once and keep
+    Spark reads (`table`; the baselines) take each table once and keep
     it in Spark's cache, so the many evaluations
     over the recorded time filter memory instead of reading the Delta log and the files
     each time (measured on a corpus recording: 4.5 s an evaluation, 2.7 s with the cache).

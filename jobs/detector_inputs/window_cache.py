@@ -1,15 +1,11 @@
 """Incremental window reads for the live detector.
 
 Each evaluation judges the windows of [now - lookback, now) (300 s: 30 windows of 10 s).
-In the request-log windows mode every one of them is a merge of histogram rows (per
-broker and request key); in the full mode the stage windows, the follower
-fetches, the producers' round trips and their own requests' times are aggregates of
-silver rows. From one evaluation to the next, 10 s later, only the newest windows change:
-a window row exists once the window closed (the agent closed it, or every broker's rows
-are past its end), and the later rows of an old window are late deltas. At 2,000 brokers
-a window is about 13,000 histogram rows, so merging all 30 on every evaluation was most
-of its time (bench/bench_fleet.py); on the 3-5 broker corpus recordings, the full mode's
-four reads over the whole lookback were a third of an evaluation.
+Every one of them is a merge of histogram rows (per broker and request key). From one
+evaluation to the next, 10 s later, only the newest windows change: a window row exists
+once the agent closed the window, and the later rows of an old window are late deltas. At
+2,000 brokers a window is about 13,000 histogram rows, so merging all 30 on every
+evaluation was most of its time (bench/bench_fleet.py).
 
 `WindowReadCache` keeps, per read, the merged result of each window it has read, and on
 the next evaluation reads again only the windows that start at or after ``end -

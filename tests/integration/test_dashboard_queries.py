@@ -32,7 +32,7 @@ from dashboards.prometheus_scrape import kafka_scrape_job, kmon_scrape_job
 from dashboards.queries import data_panels, panel_queries
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
-from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource, WindowSettings
 from ingest.sinks import LandingSink
 from tests.conftest import wait_until
 from tests.support.prom_tools import (
@@ -131,12 +131,14 @@ def prometheus(kafka_cluster, tmp_path_factory):
     sources = [RequestLogSource(kafka_cluster.name, n.node_id, n.request_log)
                for n in kafka_cluster.nodes]
     agent = RequestLogAgent(sources, LandingSink(work / "landing", "request-log-test"),
-                            PositionStore(work / "positions.json"), metrics)
-    published = metrics.records.labels("request_log", "request_stages", "published")
+                            PositionStore(work / "positions.json"), metrics,
+                            windows=WindowSettings())
+    published = metrics.records.labels("request_log", "request_windows", "published")
 
     def poll() -> float:
         # The brokers never stop logging (replica fetches, quorum traffic): poll until the
-        # agent has published something, not until it has caught up.
+        # agent has published windows (their time moves past a window's end), not until
+        # it has caught up.
         agent.poll_once()
         return published._value.get()
 

@@ -1,6 +1,8 @@
 """The fleet path: an agent publishes to telemetry topics on a monitoring Kafka (KafkaSink),
 the pipeline reads them with the Spark Kafka source (pipeline.source = "kafka"); the
-monitoring Kafka goes away for a while (every broker paused) and nothing is lost or doubled.
+monitoring Kafka goes away for a while (every broker paused) and nothing is lost or doubled:
+every line counted once in the windows, and every line kept whole once (the broker is one of
+the agent's `full_brokers`).
 
 The session's real 3-broker cluster plays the monitoring Kafka, with its own topic prefix.
 """
@@ -8,7 +10,9 @@ The session's real 3-broker cluster plays the monitoring Kafka, with its own top
 from __future__ import annotations
 
 import json
+import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from infra.lake import Lake
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
-from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource, WindowSettings
 from ingest.sinks import KafkaSink
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
@@ -25,15 +29,23 @@ from jobs.streams import QUARANTINE, stream
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "request_log" / "kafka-4.3.1-request.log"
 
 
+STEP_MS = 100       # between two lines: 500 lines span 50 s, some 10-s windows
+
+
 def _produce_lines(n: int, start: int) -> list[bytes]:
+    """Produce lines `start` .. `start + n - 1`, correlation id k, STEP_MS apart."""
     line = next(l for l in FIXTURE.read_text().splitlines() if '"requestApiKey":0' in l)
+    first = datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
     i = line.index("request:") + 8
     body = json.JSONDecoder().raw_decode(line, i)[0]
     out = []
     for k in range(start, start + n):
+        ms = round(first.timestamp() * 1000) + k * STEP_MS
+        stamp = datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
         body["requestHeader"]["correlationId"] = k
-        out.append((line[:i] + json.dumps(body, separators=(",", ":"))
-                    + " (kafka.request.logger)").encode())
+        out.append((f"[{stamp},{ms % 1000:03d}]" + line[25:i]
+                    + json.dumps(body, separators=(",", ":")) + " (kafka.request.logger)"
+                    ).encode())
     return out
 
 
@@ -49,13 +61,15 @@ def test_agent_to_telemetry_topic_to_silver_survives_the_monitoring_kafka_being_
     sink = KafkaSink({"bootstrap.servers": bs, "delivery.timeout.ms": 6000,
                       "request.timeout.ms": 3000}, topic_prefix=prefix)
     positions = PositionStore(tmp_path / "positions.json")
-    agent = RequestLogAgent([RequestLogSource("tel", 5, log)], sink, positions, metrics)
+    agent = RequestLogAgent([RequestLogSource("tel", 5, log)], sink, positions, metrics,
+                            windows=WindowSettings(full_brokers=frozenset({5})))
     assert agent.poll_once() == 300
 
     # The monitoring Kafka goes away: every broker frozen while the agent publishes more.
     with open(log, "ab") as f:
         f.write(b"\n".join(_produce_lines(200, 300)) + b"\n")
     saved = positions.load()["tel/5"].offset
+    assert saved > 0, "no window closed: the position is still at the first line"
     for n in kafka_cluster.nodes:
         kafka_cluster.pause(n.node_id)
     try:
@@ -67,10 +81,14 @@ def test_agent_to_telemetry_topic_to_silver_survives_the_monitoring_kafka_being_
         for n in kafka_cluster.nodes:
             kafka_cluster.resume(n.node_id)
     deadline = time.monotonic() + 120
-    while positions.load()["tel/5"].offset < log.stat().st_size:
+    # Caught up once the windows the new lines closed are delivered (the last is still open).
+    while positions.load()["tel/5"].offset == saved:
         assert time.monotonic() < deadline, "agent never caught up after the outage"
         agent.poll_once()
         time.sleep(1)
+    done = threading.Event()
+    done.set()
+    agent.run(done)             # a clean stop: the open windows go out
     agent.close()
     sink.close()
 
@@ -78,7 +96,10 @@ def test_agent_to_telemetry_topic_to_silver_survives_the_monitoring_kafka_being_
     kafka_mode = kmon_config.with_overrides(pipeline={"source": "kafka"})
     Pipeline(spark, lake, kafka_mode.pipeline, kafka_options={"kafka.bootstrap.servers": bs},
              topic_prefix=prefix,
-             streams=(stream("request_stages"), stream(QUARANTINE))).process_available()
+             streams=(stream("request_stages"), stream("request_windows"),
+                      stream(QUARANTINE))).process_available()
+    windows = spark.read.format("delta").load(lake.table("silver", "request_windows"))
+    assert windows.groupBy().sum("requests").collect()[0][0] == 500
     bronze = spark.read.format("delta").load(lake.table("bronze", "request_stages"))
     assert bronze.where(f"kafka_topic = '{prefix}request_stages'").count() >= 500
     silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))

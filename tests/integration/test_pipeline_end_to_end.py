@@ -146,11 +146,12 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     # gold window shows two of their micro-batches after event time passes its lateness
     # bound (one moves the watermark, the next writes the window), up to two minutes of
     # two Spark drivers on 2 cores waiting for it.
-    # The full request-log mode: this test follows every request line into silver (the
-    # windows mode's own count of every line across a kill -9 is
+    # Every broker's requests also whole: this test follows every request line into silver
+    # (the windows' own count of every line across a kill -9 is
     # tests/unit/test_request_log_agent_windows.py's).
+    whole = str([n.node_id for n in kafka_cluster.nodes])
     env = kmon_env(kafka_cluster, lake_root, overrides={"KMON__PIPELINE__SLOW_TRIGGER_S": "10",
-                                                        "KMON__REQUEST_LOG__MODE": "full"})
+                                                        "KMON__REQUEST_LOG__FULL_BROKERS": whole})
     state = tmp_path / "agent-state"
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -145,36 +145,31 @@ def _queued_share_here(rows: list[dict], window_start: int) -> float:
     return sum(g <= 2.0 for g in gaps) / len(gaps)
 
 
-def test_a_backlogged_producers_requests_waited_in_the_socket(spark, lake):
-    """read_producer_times on recorded requests (unclean-noloss-3b, live): the share of a
-    producer's requests the broker read as soon as it had answered the one before."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from jobs.detector_inputs import read_producer_times
+def test_a_backlogged_producers_requests_waited_in_the_socket():
+    """The edge's queued share (ingest/request_windows.py, client_send_windows' followed
+    and queued) on recorded requests (unclean-noloss-3b, live): the share of a producer's
+    requests the broker read as soon as it had answered the one before."""
+    from ingest.request_windows import aggregate
 
     rows = _recorded_requests()
-    schema = T.StructType([T.StructField("cluster", T.StringType()),
-                           T.StructField("ts_ms", T.LongType()),
-                           T.StructField("broker", T.IntegerType()),
-                           T.StructField("api", T.StringType()),
-                           T.StructField("client_id", T.StringType()),
-                           T.StructField("remote_addr", T.StringType()),
-                           T.StructField("correlation_id", T.LongType()),
-                           T.StructField("total_ms", T.DoubleType())])
-    stages = spark.createDataFrame(
-        [("local", r["ts_ms"], r["broker"], r["api"], r["client_id"], r["remote_addr"],
-          r["correlation_id"], r["total_ms"]) for r in rows], schema)
-    got = {x.window_start_ms: x for x in read_producer_times(
-        spark, lake, CONFIG, TimeRange(BEFORE[0], BACKLOGGED[1] + W), {"customers-producer"},
-        stages)}
-    assert set(got) == {*BEFORE, *BACKLOGGED}
-    for w, x in got.items():
-        assert x.queued_share == pytest.approx(_queued_share_here(rows, w)), w
-    assert all(got[w].queued_share < 0.2 for w in BEFORE)            # linger.ms apart
-    assert all(got[w].queued_share > 0.75 for w in BACKLOGGED)       # back to back
-    # Not known without the connection.
-    anon = read_producer_times(spark, lake, CONFIG, TimeRange(BEFORE[0], BEFORE[0] + W),
-                               {"customers-producer"},
-                               stages.withColumn("remote_addr", F.lit(None).cast("string")))
-    assert [x.queued_share for x in anon] == [None]
+    records = [{**r, "cluster": "local", "is_controller_traffic": False, "fetch_kind": None,
+                "fetch_replica_id": None, "acks": -1, "error_codes": [], "request_bytes": 100,
+                "response_bytes": 10, "request_queue_ms": 0.0, "local_ms": 0.0,
+                "remote_ms": 0.0, "throttle_ms": 0.0, "response_queue_ms": 0.0,
+                "send_ms": 0.0, "record_id": f"local:3:1:{100 * i}"}
+               for i, r in enumerate(sorted(rows, key=lambda r: (r["ts_ms"],
+                                                                 r["correlation_id"])))]
+    sends = [o.record for o in aggregate(records, "local", 3)
+             if o.stream == "client_send_windows"
+             and o.record["client_id"] == "customers-producer"]
+    got: dict[int, list[int]] = {}
+    for x in sends:
+        n = got.setdefault(x["ts_ms"], [0, 0])
+        n[0] += x["followed"]
+        n[1] += x["queued"]
+    assert {*BEFORE, *BACKLOGGED} <= set(got)
+    share = {w: queued / followed for w, (followed, queued) in got.items()}
+    for w in (*BEFORE, *BACKLOGGED):
+        assert share[w] == pytest.approx(_queued_share_here(rows, w)), w
+    assert all(share[w] < 0.2 for w in BEFORE)            # linger.ms apart
+    assert all(share[w] > 0.75 for w in BACKLOGGED)       # back to back

@@ -365,7 +365,7 @@ def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config
 
 
 def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_config):
-    """The live detector's window cache in the full mode (window_cache.py; here reading
+    """The live detector's window cache (window_cache.py; here reading
     20 s again of a 60 s range, as the lake holds 60 s): evaluated every 10 s across the
     slow windows, then once past the last telemetry, the per-window reads give what whole
     reads give, and after the first read only the newest windows are read again."""

@@ -1,6 +1,7 @@
 """1,000 malformed request log lines of varied kinds, fed through the real agent into the
 running pipeline: every one lands in silver.quarantine with its reason, and the pipeline
-keeps running (valid lines written after them still reach silver)."""
+keeps running (valid lines written after them still reach silver: the broker is one of the
+agent's `full_brokers`, so each also goes out whole to request_stages)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from infra.lake import Lake
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import PositionStore
 from ingest.request_log import MAX_LINE_CHARS
-from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource, WindowSettings
 from ingest.sinks import LandingSink
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
@@ -87,9 +88,8 @@ def test_a_thousand_malformed_lines_are_quarantined_and_the_pipeline_keeps_runni
     registry = CollectorRegistry()
     agent = RequestLogAgent([RequestLogSource("m", 7, log)], LandingSink(lake.landing_root, "t"),
                             PositionStore(tmp_path / "pos.json"), AgentMetrics(registry, "t"),
-                            batch_lines=300)
-    fast = kmon_config.with_overrides(pipeline={"silver_trigger_s": 1,
-                                                 "gold_trigger_s": 2})
+                            batch_lines=300, windows=WindowSettings(full_brokers=frozenset({7})))
+    fast = kmon_config.with_overrides(pipeline={"silver_trigger_s": 1})
     pipeline = Pipeline(spark, lake, fast.pipeline,
         streams=(stream("request_stages"), stream(QUARANTINE)))
     pipeline.start()

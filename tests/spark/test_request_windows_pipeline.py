@@ -19,7 +19,7 @@ RECORDING = "throttled-cleaner-3b"     # three brokers, one of the corpus's smal
 @pytest.fixture(scope="module")
 def lake(spark, kmon_config, tmp_path_factory):
     rec = recordings(names=[RECORDING])[0]
-    config = kmon_config.with_overrides(request_log={"mode": "windows"})
+    config = kmon_config
     prepared = prepare_replay(spark, config, rec, tmp_path_factory.mktemp("windows"))
     lines = {}
     for node in sorted((rec.path / "raw").glob("node-*")):
@@ -210,26 +210,22 @@ def _within(got: float, want: float) -> bool:
 
 @pytest.fixture(scope="module")
 def gold_minutes(spark, lake, tmp_path_factory):
-    """The gold minute tables' and the 10-s table's streaming queries over the replayed
-    silver.request_windows, with a 1-s watermark (the recording is shorter than the
-    pipeline's 330 s lateness, so the pipeline's own run released no minute; and the
-    replay leaves the 10-s table out): every window but the last is released."""
+    """The gold minute tables' streaming query over the replayed silver.request_windows,
+    with a 1-s watermark (the recording is shorter than the pipeline's 330 s lateness, so
+    the pipeline's own run released no minute): every minute but the last is released."""
     import os
 
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from jobs.gold_windows import start_fast_table, start_minute_tables
+    from jobs.gold_windows import start_minute_tables
 
     root, _ = lake
     gold_root = tmp_path_factory.mktemp("gold-windows")
     os.symlink(f"{root}/silver", gold_root / "silver")
     glake = Lake(str(gold_root))
     start_minute_tables(spark, glake, "1 seconds", {"availableNow": True}).awaitTermination()
-    start_fast_table(spark, glake, "request_stages_10s", "10 seconds", "1 seconds",
-                     {"availableNow": True}).awaitTermination()
     out = {t: spark.read.format("delta").load(glake.table("gold", t)).collect()
-           for t in ("request_keys_1m", "request_stages_1m", "fleet_stages_1m",
-                     "request_stages_10s")}
+           for t in ("request_keys_1m", "request_stages_1m", "fleet_stages_1m")}
     return {**out, "lake": glake}
 
 
@@ -295,28 +291,13 @@ def test_gold_api_minutes_and_the_fleet_rollup_merge_the_keys_and_brokers(lake,
         assert sum(r.total_counts) == r.requests
 
 
-def test_the_fast_stage_table_merges_each_windows_keys_and_emissions(gold_minutes):
-    """gold.request_stages_10s in the windows mode: one row per broker, API and 10-s
-    window, its count the lines of that window, its p99 within ALPHA."""
-    exact = _exact_p99s(recordings(names=[RECORDING])[0].path)
-    rows = gold_minutes["request_stages_10s"]
-    assert len(rows) > 50
-    keys = [(r.broker, r.api, int(r.window_start.timestamp() * 1000)) for r in rows]
-    assert len(set(keys)) == len(keys)
-    for k, r in zip(keys, rows):
-        assert r.requests == exact[k]["requests"], k
-        for stage in GOLD_STAGES:
-            assert _within(getattr(r, f"{stage}_p99_ms"), exact[k][stage]), (k, stage)
-
-
 def test_the_reports_stage_minutes_come_from_the_window_histograms(spark, lake):
-    """The incident report's fallback from silver in the windows mode (gold has not written
-    the minutes yet: here it wrote none, the recording being shorter than the lateness):
-    the SQL it prints, run as printed, gives each minute's request count and each
-    stage's p99 within ALPHA of the exact ones; and the report picks that table."""
+    """The incident report's fallback from silver (gold has not written the minutes yet:
+    here it wrote none, the recording being shorter than the lateness): the SQL it
+    prints, run as printed, gives each minute's request count and each stage's p99
+    within ALPHA of the exact ones."""
     from infra.lake import Lake, register_tables
     from reports import queries as q
-    from reports.incident import _stage_silver
 
     root, _ = lake
     register_tables(spark, Lake(root))
@@ -324,11 +305,9 @@ def test_the_reports_stage_minutes_come_from_the_window_histograms(spark, lake):
     cluster = _silver(spark, root, "request_windows").first()["cluster"]
     start = min(m for _, _, m in exact)
     end = max(m for _, _, m in exact) + 60_000
-    assert _stage_silver(spark, cluster, 1, start, end) == q.WINDOWS_SILVER
-    assert _stage_silver(spark, cluster, 99, start, end) == q.STAGES_SILVER
     checked = 0
     for broker in sorted({b for b, _, _ in exact}):
-        sql = q.stages_silver(cluster, broker, "Produce", start, end, q.WINDOWS_SILVER)
+        sql = q.stages_silver(cluster, broker, "Produce", start, end)
         rows = spark.sql(sql).collect()
         want = {}
         for (b, key, minute), v in exact.items():
@@ -373,8 +352,7 @@ def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
                       suggested_action=ActionKind.NONE, evidence={"broker": 1, "api": "Produce"})
     slow = dataclasses.replace(other, type=AnomalyType.SLOW_BROKER,
                                entity_kind=EntityKind.BROKER, entity="broker:1")
-    out = attach_slow_requests(LakeSql(Lake(root)), [other, slow], windows_mode=True,
-                               limit=5)
+    out = attach_slow_requests(LakeSql(Lake(root)), [other, slow], limit=5)
     assert out[0] == other
     got = out[1].evidence["slow_requests"]
     assert out[1].evidence["slow_requests_source"] == "silver.request_exemplars"

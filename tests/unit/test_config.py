@@ -66,6 +66,21 @@ def test_dedicated_controllers_exclude_combined_controllers(tmp_path):
         load_config(f, environ={"KMON__LOCAL_CLUSTER__DEDICATED_CONTROLLERS": "-1"})
 
 
+def test_the_removed_request_log_mode_is_an_unknown_key(tmp_path):
+    """`mode = "full"` is gone (windows are the only wire format): a file or an environment
+    that still sets it fails at start, and the message lists `full_brokers`, what took its
+    place for root-cause work."""
+    f = write(tmp_path, "[request_log]\nmode = 'full'\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(f, environ={})
+    assert "unknown key 'request_log.mode'" in str(e.value)
+    assert "full_brokers" in str(e.value)
+    with pytest.raises(ConfigError, match="unknown key 'request_log.mode'"):
+        load_config(write(tmp_path, ""), environ={"KMON__REQUEST_LOG__MODE": "windows"})
+    with pytest.raises(ConfigError, match="unknown key 'request_log.mode'"):
+        load_config(DEFAULT_CONFIG_FILE, environ={}).with_overrides(request_log={"mode": "full"})
+
+
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="nope.toml: configuration file not found"):
         load_config(tmp_path / "nope.toml", environ={})
@@ -88,3 +103,10 @@ def test_every_key_is_documented():
 def test_the_configuration_reference_file_is_current():
     from kmon.config_reference import PATH, render
     assert PATH.read_text() == render(), "run: python -m kmon.config_reference --write"
+
+
+def test_a_list_key_from_the_environment_is_a_toml_array(tmp_path):
+    cfg = load_config(write(tmp_path, ""), environ={"KMON__REQUEST_LOG__FULL_BROKERS": "[1, 3]"})
+    assert cfg.request_log.full_brokers == [1, 3]
+    with pytest.raises(ConfigError, match="request_log.full_brokers.*expected a list"):
+        load_config(write(tmp_path, ""), environ={"KMON__REQUEST_LOG__FULL_BROKERS": "1, 3"})

@@ -7,7 +7,6 @@ import pytest
 
 from detectors.compaction_lag import CompactedTopicConfig
 from detectors.partition_signals import ResetReason, ResetTarget
-from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
 from detectors.unclean_election import UncleanElectionMeterTick
 from jobs.detector_inputs import (
     CLEANER_METRICS,
@@ -22,10 +21,8 @@ from jobs.detector_inputs import (
     compacted_topics,
     dedupe_elections,
     leader_epochs_from,
-    fresh_windows_until,
     growth_range,
     merge_controller_ticks,
-    send_candidates,
     shrinks_from_isr_events,
     topic_ids,
     truncations_from,
@@ -213,24 +210,6 @@ def test_truncations_and_cleaner_runs_from_log_rows():
         2, "__consumer_offsets", 7, T0, 0.2, 97.4)
 
 
-def stage_row(api="Produce", **kw):
-    base = dict(cluster="c1", broker=1, api=api, window_start_ms=T0, requests=100,
-                total_p99_ms=600.0, request_queue_p99_ms=1.0, local_p99_ms=5.0,
-                remote_p99_ms=3.0, throttle_p99_ms=0.0, response_queue_p99_ms=1.0,
-                send_p99_ms=590.0)
-    return RequestStageWindow(**{**base, **kw})
-
-
-def test_client_data_is_wanted_only_where_send_could_explain_a_slow_row():
-    cfg = SlowBrokerSection()
-    rows = [stage_row(),                                            # slow, send dominates
-            stage_row(broker=2, send_p99_ms=1.0, remote_p99_ms=590.0),   # slow, remote
-            stage_row(broker=3, total_p99_ms=100.0, send_p99_ms=90.0),   # under threshold
-            stage_row(broker=4, requests=2),                             # too few requests
-            stage_row(api="DescribeConfigs")]                            # not watched
-    assert send_candidates(rows, cfg) == [("c1", 1, "Produce", T0)]
-
-
 @pytest.mark.parametrize("entries, expected", [
     ({"cleanup.policy": "delete"}, None),
     ({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.5",
@@ -295,8 +274,9 @@ def test_compacted_topics_by_cluster():
 def test_the_stage_windows_must_be_the_detectors_windows():
     check_config(Config())
     bad = Config().with_overrides(slow_broker={"window_s": 15})
-    with pytest.raises(ConfigError, match="slow_broker.window_s.*pipeline.fast_window_s"):
+    with pytest.raises(ConfigError, match="slow_broker.window_s.*request_log.window_s"):
         check_config(bad)
+    check_config(bad.with_overrides(request_log={"window_s": 15}))
 
 
 def test_a_time_range_is_not_empty_and_reaches_back():
@@ -304,36 +284,3 @@ def test_a_time_range_is_not_empty_and_reaches_back():
     assert r.back(2) == TimeRange(T0 - 2_000, T0 + 1_000)
     with pytest.raises(ValueError):
         TimeRange(T0, T0)
-
-
-# --- windows taken from silver (past what gold.request_stages_10s has closed) ----------------
-
-@pytest.mark.parametrize("newest_ms, until", [
-    pytest.param({}, None, id="no_rows_no_windows"),
-    pytest.param({1: 50_000, 2: 50_000, 3: 50_000}, 49_000,
-                 id="a_window_closes_once_every_broker_is_a_slack_past_its_end"),
-    pytest.param({1: 50_000, 2: 41_500, 3: 50_000}, 40_500,
-                 id="a_broker_behind_holds_the_window_back"),
-    pytest.param({1: 50_000, 2: 20_000, 3: 50_000}, 40_000,
-                 id="a_broker_that_stopped_logging_holds_it_no_longer_than_the_watermark"),
-    pytest.param({1: 50_000}, 49_000, id="one_broker"),
-    pytest.param({1: 500_000, 2: 499_000}, 100_000, id="never_past_the_range_end"),
-])
-def test_silver_windows_close_when_every_broker_has_passed_them(newest_ms, until):
-    one_cluster = {("a", broker): ms for broker, ms in newest_ms.items()}
-    assert fresh_windows_until(one_cluster, TimeRange(0, 100_000), 10_000, 1_000) == (
-        {} if until is None else {"a": until})
-
-
-def test_each_cluster_closes_its_windows_by_its_own_brokers():
-    newest = {("a", 1): 50_000, ("a", 2): 50_000,
-              ("b", 1): 50_000, ("b", 2): 43_000}    # b's broker 2 is behind
-    assert fresh_windows_until(newest, TimeRange(0, 100_000), 10_000, 1_000) == {
-        "a": 49_000, "b": 42_000}
-
-
-def test_a_cluster_whose_agents_lag_closes_no_later_than_the_watermark_of_all():
-    newest = {("a", 1): 90_000, ("a", 2): 90_000,
-              ("b", 1): 30_000, ("b", 2): 20_000}    # b's telemetry is a minute behind
-    assert fresh_windows_until(newest, TimeRange(0, 100_000), 10_000, 1_000) == {
-        "a": 89_000, "b": 80_000}

@@ -1,5 +1,5 @@
-"""The request-log agent's windows mode (issue 24): the real captured request log of the
-bursty-3b corpus through `RequestLogAgent` with a `WindowSettings`, into kmon's Sink
+"""The request-log agent's edge aggregation (issue 24): the real captured request log of
+the bursty-3b corpus through `RequestLogAgent` with a `WindowSettings`, into kmon's Sink
 protocol kept in memory (`RecordingSink`, which can refuse a flush as a down monitoring
 Kafka does). What a restart or a refused flush must not change: every line is counted in
 exactly one window, and every record id that goes out twice goes out the same."""

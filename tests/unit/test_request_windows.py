@@ -216,8 +216,8 @@ def test_a_window_forgotten_after_retain_gets_an_emission_number_never_used():
 # ---- follower fetches --------------------------------------------------------------------
 
 def direct_follower_windows(recs: list[dict], window_ms: int) -> dict:
-    """jobs/detector_inputs/slow_broker.py read_follower_fetches, in plain Python: per
-    connection ordered by (ts_ms, correlation_id), gap = max(0, arrival - previous
+    """The follower fetches from every request line, in plain Python (the reference the
+    edge must match): per connection ordered by (ts_ms, correlation_id), gap = max(0, arrival - previous
     completion); per follower and window: count and max gap."""
     conns = defaultdict(list)
     for r in recs:
@@ -317,8 +317,8 @@ def test_a_producers_queued_requests_are_counted_on_its_connection_within_the_wi
 
 
 def direct_producer_windows(recs: list[dict], window_ms: int) -> dict:
-    """jobs/detector_inputs/client_rtts.py read_producer_times, in plain Python: per
-    connection (client, address) and window, ordered by (ts_ms, correlation_id), any API;
+    """The producers' own Produce times from every request line, in plain Python (the
+    reference the edge must match): per connection (client, address) and window, ordered by (ts_ms, correlation_id), any API;
     per window and producer its Produce requests, those that followed one on their
     connection, those read within QUEUED_GAP_MS, and their TotalTimes."""
     from schemas.client_send_windows import QUEUED_GAP_MS

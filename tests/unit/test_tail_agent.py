@@ -1,5 +1,11 @@
 """The shared file-agent loop (ingest/tail_agent.py), through the request log agent.
 
+The agent aggregates into windows, as it always does, and has its broker among
+`full_brokers`, so every line also goes out whole to request_stages under its line's
+record id: what these tests count. The position it saves is where a restart must re-read
+from, the first line of a window still open (ingest/request_log_agent.py); a line stamped
+a window and its lateness after the others (`LATER_LINE`) closes their window and moves it.
+
 Also home of `RecordingSink`, kmon's own Sink protocol kept in memory (not Kafka), which
 the other agent tests import: it records what a flush made durable and can refuse a flush
 the way a down monitoring Kafka or a full disk does (the buffered records are gone).
@@ -9,20 +15,24 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from ingest.agent_metrics import AgentMetrics
 from ingest.file_tailer import MAX_ROTATED, PositionStore
-from ingest.request_log_agent import RequestLogAgent, RequestLogSource
+from ingest.request_log_agent import RequestLogAgent, RequestLogSource, WindowSettings
 from ingest.sinks import SinkError
 from tests.unit.captured import fixture_lines
 
 pytestmark = pytest.mark.unit
 
-REQUEST_LINES = [line for line in fixture_lines("request_log/kafka-4.3.1-request.log")
-                 if line.strip()][:6]
+_FIXTURE = [line for line in fixture_lines("request_log/kafka-4.3.1-request.log")
+            if line.strip()]
+REQUEST_LINES = _FIXTURE[:6]    # 2.1 s of broker time, in one 10-s window
+# 31.5 s after the last of them: past their window's end and the aggregator's lateness.
+LATER_LINE = _FIXTURE[15]
 
 
 class RecordingSink:
@@ -76,7 +86,20 @@ def rotate(path, keep: int = 5) -> None:
 def request_agent(tmp_path, sink, registry=None):
     src = RequestLogSource("c", 1, tmp_path / "kafka-request.log")
     metrics = AgentMetrics(registry or CollectorRegistry(), "request-log-agent")
-    return RequestLogAgent([src], sink, PositionStore(tmp_path / "pos.json"), metrics)
+    return RequestLogAgent([src], sink, PositionStore(tmp_path / "pos.json"), metrics,
+                           windows=WindowSettings(full_brokers=frozenset({1})))
+
+
+def stop(agent) -> None:
+    """A clean stop: `run`'s last poll, every open window emitted, then close."""
+    done = threading.Event()
+    done.set()
+    agent.run(done)
+    agent.close()
+
+
+def window_requests(sink) -> int:
+    return sum(w["requests"] for w in sink.records("request_windows"))
 
 
 def test_publishes_each_line_with_its_record_id_and_saves_the_position(tmp_path):
@@ -90,8 +113,15 @@ def test_publishes_each_line_with_its_record_id_and_saves_the_position(tmp_path)
     starts = [0, len(REQUEST_LINES[0]) + 1, len(REQUEST_LINES[0]) + len(REQUEST_LINES[1]) + 2]
     assert [r["record_id"] for r in recs] == [f"c:1:{inode}:{s}" for s in starts]
     assert all(r["cluster"] == "c" and r["broker"] == 1 for r in recs)
-    assert PositionStore(tmp_path / "pos.json").load()["c/1"].offset == os.path.getsize(log)
+    # Their window is open: a restart must read them again.
+    assert PositionStore(tmp_path / "pos.json").load()["c/1"] == (inode, 0)
     assert agent.poll_once() == 0 and len(sink.durable) == 3
+    size = os.path.getsize(log)
+    append(log, LATER_LINE + "\n")
+    assert agent.poll_once() == 1
+    assert window_requests(sink) == 3
+    assert PositionStore(tmp_path / "pos.json").load()["c/1"] == (inode, size)
+    assert len(sink.records("request_stages")) == 4
 
 
 def test_malformed_line_goes_to_quarantine_with_reason_and_record_id(tmp_path):
@@ -134,8 +164,16 @@ def test_restart_across_rotation_neither_loses_nor_repeats(tmp_path):
     append(log, REQUEST_LINES[3] + "\n")
     agent = request_agent(tmp_path, sink)           # ... and a new agent resumes
     agent.poll_once()
-    ids = [r["record_id"] for r in sink.records("request_stages")]
-    assert len(ids) == len(set(ids)) == 4
+    stop(agent)
+    # It re-read the open window's lines from the rotated file: sent again, the same
+    # (silver keeps one per id), and counted once.
+    whole = {}
+    for r in sink.records("request_stages"):
+        assert whole.setdefault(r["record_id"], r) == r
+    old, new = os.stat(f"{log}.1").st_ino, os.stat(log).st_ino
+    starts = [0, len(REQUEST_LINES[0]) + 1, len(REQUEST_LINES[0]) + len(REQUEST_LINES[1]) + 2]
+    assert sorted(whole) == sorted([f"c:1:{old}:{s}" for s in starts] + [f"c:1:{new}:0"])
+    assert window_requests(sink) == 4
 
 
 def test_file_rotated_out_of_reach_while_down_is_counted_as_dropped(tmp_path):
@@ -158,7 +196,7 @@ def test_source_names_must_be_unique(tmp_path):
     src = RequestLogSource("c", 1, tmp_path / "a.log")
     with pytest.raises(ValueError, match="unique"):
         RequestLogAgent([src, src], RecordingSink(), PositionStore(tmp_path / "p.json"),
-                        AgentMetrics(CollectorRegistry(), "a"))
+                        AgentMetrics(CollectorRegistry(), "a"), windows=WindowSettings())
 
 
 # ---- lost spans: input the agent cannot read back is quarantined, counted, logged ---------
@@ -173,15 +211,18 @@ def dropped(registry, reason):
 
 
 def one_line_saved(tmp_path):
-    """A request log of one line, read and saved by an agent that then stops: the log, its
-    sink and the saved position."""
+    """A request log of one line, then one whose time closes the first's window, read and
+    saved past the first by an agent that then stops: the log, its sink and the saved
+    position (the start of the second line, whose window is still open)."""
     log = tmp_path / "kafka-request.log"
-    append(log, REQUEST_LINES[0] + "\n")
+    append(log, REQUEST_LINES[0] + "\n" + LATER_LINE + "\n")
     sink = RecordingSink()
     agent = request_agent(tmp_path, sink)
     agent.poll_once()
     agent.close()
-    return log, sink, PositionStore(tmp_path / "pos.json").load()["c/1"]
+    saved = PositionStore(tmp_path / "pos.json").load()["c/1"]
+    assert saved.offset == len(REQUEST_LINES[0]) + 1
+    return log, sink, saved
 
 
 def test_file_rotated_out_of_reach_while_down_is_one_lost_span_row(tmp_path, caplog):
@@ -207,7 +248,7 @@ def test_file_rotated_out_of_reach_while_down_is_one_lost_span_row(tmp_path, cap
     assert row["cluster"] == "c" and row["broker"] == 1 and row["origin"] == str(log)
     assert dropped(registry, "rotated_away") == 1   # once, though found again by the rewind
     assert len([r for r in caplog.records if "lost_span:rotated_away" in r.getMessage()]) == 1
-    assert len(sink.records("request_stages")) == 1 + MAX_ROTATED + 1
+    assert len(sink.records("request_stages")) == 2 + MAX_ROTATED + 1
     agent.close()
     registry = CollectorRegistry()                  # a restart after the save: nothing again
     request_agent(tmp_path, sink, registry).poll_once()
@@ -216,9 +257,9 @@ def test_file_rotated_out_of_reach_while_down_is_one_lost_span_row(tmp_path, cap
 
 def test_restart_before_the_flush_sends_the_same_lost_span_row(tmp_path):
     log = tmp_path / "kafka-request.log"
-    append(log, REQUEST_LINES[0] + "\n" + REQUEST_LINES[1] + "\n")
+    append(log, REQUEST_LINES[0] + "\n" + REQUEST_LINES[1] + "\n" + LATER_LINE + "\n")
     sink = RecordingSink()
-    request_agent(tmp_path, sink).poll_once()
+    request_agent(tmp_path, sink).poll_once()       # saved at LATER_LINE's start
     with open(log, "r+b") as f:                     # truncated in place while down
         f.truncate(0)
     append(log, REQUEST_LINES[2] + "\n")
@@ -250,7 +291,10 @@ def test_file_truncated_while_read_is_a_lost_span_and_reading_goes_on(tmp_path):
     [row] = lost_rows(sink)
     assert row["reason"] == "lost_span:truncated"
     assert dropped(registry, "truncated") == 1
+    append(log, LATER_LINE + "\n")                 # closes the window of what was read
+    assert agent.poll_once() == 1
     assert PositionStore(tmp_path / "pos.json").load()["c/1"].offset == len(REQUEST_LINES[1]) + 1
+    assert window_requests(sink) == 2
 
 
 def test_a_newer_file_that_took_the_saved_inode_is_a_lost_span_not_a_resume(tmp_path):
@@ -270,7 +314,8 @@ def test_a_newer_file_that_took_the_saved_inode_is_a_lost_span_not_a_resume(tmp_
 
 def test_the_lag_grows_while_flushes_fail(tmp_path):
     """What an operator watches during a sink outage: the bytes not yet delivered, from the
-    saved position, not the figure of the last good flush."""
+    saved position (the first line of the window still open), not the figure of the last
+    good flush."""
     log = tmp_path / "kafka-request.log"
     append(log, REQUEST_LINES[0] + "\n")
     sink, registry = RecordingSink(), CollectorRegistry()
@@ -280,13 +325,14 @@ def test_the_lag_grows_while_flushes_fail(tmp_path):
         return registry.get_sample_value("kmon_agent_source_lag_bytes",
                                          {"agent": "request-log-agent", "source": "c/1"})
     agent.poll_once()
-    assert lag() == 0
+    held = len(REQUEST_LINES[0]) + 1                # its window is open
+    assert lag() == held
     sink.fail_flushes = 2
     append(log, REQUEST_LINES[1] + "\n")
     assert agent.poll_once() == 0
-    assert lag() == len(REQUEST_LINES[1]) + 1
-    append(log, REQUEST_LINES[2] + "\n")
+    assert lag() == held + len(REQUEST_LINES[1]) + 1
+    append(log, LATER_LINE + "\n")
     agent.poll_once()
-    assert lag() == len(REQUEST_LINES[1]) + len(REQUEST_LINES[2]) + 2
-    agent.poll_once()                               # the sink is back
-    assert lag() == 0
+    assert lag() == held + len(REQUEST_LINES[1]) + len(LATER_LINE) + 2
+    agent.poll_once()                               # the sink is back: the window closes
+    assert lag() == len(LATER_LINE) + 1
