@@ -22,9 +22,11 @@ size_reduction_pct = reduction_pct); CompactedTopicConfig <- the topic configs
 (AdminClient describeConfigs); PartitionSize <- silver.broker_metrics kafka_log_log_size
 (`topic`, `labels.partition`; scraped by ingest/jmx_scraper.py through the exporter rule
 in infra/resources/jmx-exporter.yaml), compacted topics only (those configs, plus
-__consumer_offsets), the largest replica per partition, one point per minute. Sizes and
-runs are read over growth_window_s (plus two minutes), not the detector's lookback: rule 5
-needs the whole window.
+__consumer_offsets), the largest replica per partition, one point per minute; the
+partitions of a topic whose max.compaction.lag.ms asks a finer step (contract_step_s) are
+read again at that step over rule 5c's span only. Sizes and runs are read over
+growth_window_s (plus two minutes), not the detector's lookback: rule 5 needs the whole
+window.
 
 Facts about the gauges the rules rely on (apache/kafka LogCleanerManager):
 - time-since-last-run-ms is live: "now - the last time a cleaner thread looked for a log
@@ -93,14 +95,22 @@ Per compacted partition (its largest replica per step):
    updates superseded (up to half the partition at min.cleanable.dirty.ratio 0.5), and
    a partition cleaned often in small steps does not grow.
 5c. past its topic's promise: the topic sets max.compaction.lag.ms L, and over the last
-   L + 2 x cleaner_backoff_s (from a sample with data in it) the partition grew (by more
-   than growth_drop_tolerance), never shrank by more than that, and no cleaner run on it
-   was seen. Kafka rolls a segment
+   L + 2 x cleaner_backoff_s (from a sample with data in it; L no shorter than six
+   scrapes, below) the partition grew (by more than growth_drop_tolerance), never shrank
+   by more than that, and no cleaner run on it was seen. Kafka rolls a segment
    when its first record is L old and the cleaner then cleans it within a backoff, so a
    partition of such a topic shrinks or is cleaned at least that often; one that does not
    is not compacted, whatever holds it back (an open transaction pins the last stable
    offset and the cleaner stops there; every replica grows alike and every broker's
    cleaner looks well). The topic's own promise replaces the long growth window.
+   The span starts at a step's last sample and ends at the latest one, so the step's
+   coarseness delays the rule by up to a step or two: nothing against an L of hours, as
+   much as L itself against a minute. So the sizes it judges are at a step of at most
+   L / 6 (contract_step_s: a divisor of the minute, no finer than the 10-s scrape), and
+   the span holds six steps at least: a promise shorter than six scrapes is judged over
+   six (contract_span_ms): over two scrapes or three, a cleaner busy with other logs (a
+   thread cleans one log at a time) or on a loaded broker is seconds late, which is not
+   a partition left uncompacted.
    __consumer_offsets gets its own cause (consumer_offsets_not_compacted) and severity
    high: slow coordinator loads, stale offsets.
    What the cleaner lets grow, and is not lag: the active segment is never cleaned, so a
@@ -156,6 +166,11 @@ PASS_LOOKS = 2   # scrapes in a row at which one cleaner pass must be seen runni
 # One size per replica per this many seconds (the reader's step: the growth rule's two
 # hours of history stay a few thousand rows).
 SIZE_STEP_S = 60
+# The finest step: the JMX scrape interval (ingest/jmx_scraper.py INTERVAL_S); a finer
+# one holds no more samples.
+SIZE_STEP_MIN_S = 10
+# Rule 5c reads a topic's sizes at a step of at most its max.compaction.lag.ms / this.
+CONTRACT_STEPS = 6
 # A broker's cleaner gauges missing this long before its latest size sample (several
 # scrapes at any usual interval) are gone, not late.
 CLEANER_SILENT_MS = 30_000
@@ -468,8 +483,8 @@ def dirty_allowance(topic: CompactedTopicConfig | None, config: CompactionLagSec
     return float("inf") if r >= 1 else 1 / (1 - r)
 
 
-def _step(ms: int) -> int:
-    return ms - ms % (SIZE_STEP_S * 1000)
+def _step(ms: int, step_s: int = SIZE_STEP_S) -> int:
+    return ms - ms % (step_s * 1000)
 
 
 def cleaners_not_running(sizes: Sequence[PartitionSize], gauges: Sequence[CleanerGauges],
@@ -536,12 +551,14 @@ def not_running_detection(cluster: str, a: NotRunning) -> Detection:
 
 # --- partition rule --------------------------------------------------------------------
 
-def largest_per_step(series: Sequence[PartitionSize]) -> list[PartitionSize]:
+def largest_per_step(series: Sequence[PartitionSize],
+                     step_s: int = SIZE_STEP_S) -> list[PartitionSize]:
     """One partition's replica sizes as its largest replica per step (of equal ones the
-    lowest broker), stamped with the step's last scrape: what rule 5 judges."""
+    lowest broker), stamped with the step's last scrape: what rule 5 judges. `step_s`:
+    the step the reader read them at."""
     steps: dict[int, list[PartitionSize]] = defaultdict(list)
     for x in series:
-        steps[_step(x.observed_ms)].append(x)
+        steps[_step(x.observed_ms, step_s)].append(x)
     out = []
     for at in sorted(steps):
         xs = steps[at]
@@ -609,6 +626,25 @@ def assess_growth(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
                             max_reduction_pct=max(known, default=None))
 
 
+def contract_step_s(max_compaction_lag_ms: int | None) -> int:
+    """The size step rule 5c judges a topic at: the coarsest divisor of SIZE_STEP_S no
+    coarser than max.compaction.lag.ms / CONTRACT_STEPS and no finer than SIZE_STEP_MIN_S
+    (SIZE_STEP_S for a topic that sets none). Divisors, so each of these steps lies in one
+    of the growth rule's and a read that starts on a minute starts on a whole step."""
+    if max_compaction_lag_ms is None:
+        return SIZE_STEP_S
+    fits = max_compaction_lag_ms / 1000 / CONTRACT_STEPS
+    return max((s for s in range(SIZE_STEP_MIN_S, SIZE_STEP_S + 1)
+                if SIZE_STEP_S % s == 0 and s <= fits), default=SIZE_STEP_MIN_S)
+
+
+def contract_span_ms(max_compaction_lag_ms: int, cleaner_backoff_s: float) -> int:
+    """Rule 5c's span: the promise, no shorter than CONTRACT_STEPS of the finest step,
+    and two backoffs."""
+    return (max(max_compaction_lag_ms, CONTRACT_STEPS * SIZE_STEP_MIN_S * 1000)
+            + int(2 * cleaner_backoff_s * 1000))
+
+
 @dataclass(frozen=True)
 class ContractMissed:
     topic: str
@@ -626,7 +662,8 @@ def contract_missed(series: Sequence[PartitionSize], runs: Sequence[CleanerRun],
     if topic is None or topic.max_compaction_lag_ms is None or not series:
         return None
     last = series[-1]
-    start = last.observed_ms - topic.max_compaction_lag_ms - 2 * config.cleaner_backoff_s * 1000
+    start = last.observed_ms - contract_span_ms(topic.max_compaction_lag_ms,
+                                                config.cleaner_backoff_s)
     earlier = [x for x in series if x.observed_ms <= start and x.size_bytes > 0]
     if not earlier:
         return None                          # not watched (or not written) that long yet
@@ -779,9 +816,12 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
                           runs: Iterable[CleanerRun] = (),
                           topic_configs: Iterable[CompactedTopicConfig] = (),
                           sizes: Iterable[PartitionSize] = (),
+                          contract_sizes: Iterable[PartitionSize] = (),
                           config: CompactionLagSection | None = None) -> list[Detection]:
     """compaction_lag detections: one per unhealthy broker, one per growing partition.
-    `sizes`: every replica's (rule 6 compares them; rule 5 takes the largest)."""
+    `sizes`: every replica's, at SIZE_STEP_S (rule 6 compares them; rule 5 takes the
+    largest); `contract_sizes`: every replica's of the topics whose contract_step_s is
+    finer, at that step over rule 5c's span (rule 5c judges those partitions by them)."""
     config = config or CompactionLagSection()
     gauges_by_broker: dict[tuple[str, int], list[CleanerGauges]] = defaultdict(list)
     for g in gauges:
@@ -816,16 +856,23 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
     sizes_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
     for s in sizes:
         sizes_by_tp[(s.cluster, s.topic, s.partition)].append(s)
+    finer_by_tp: dict[tuple[str, str, int], list[PartitionSize]] = defaultdict(list)
+    for s in contract_sizes:
+        finer_by_tp[(s.cluster, s.topic, s.partition)].append(s)
     for (cluster, topic, partition), replicas in sorted(sizes_by_tp.items()):
         series = largest_per_step(replicas)
         tp_runs = [r for r in runs
                    if (r.cluster, r.topic, r.partition) == (cluster, topic, partition)]
-        a = assess_growth(series, tp_runs, config, topics.get((cluster, topic)))
+        tc = topics.get((cluster, topic))
+        a = assess_growth(series, tp_runs, config, tc)
         if a.growing:
             detections.append(growth_detection(cluster, a, series[-1].observed_ms))
         elif a.key_space_growing:
             detections.append(key_space_detection(cluster, a, series[-1].observed_ms))
-        elif (c := contract_missed(series, tp_runs, topics.get((cluster, topic)),
-                                   config)) is not None:
-            detections.append(contract_detection(cluster, c, series[-1].observed_ms))
+        else:
+            step = contract_step_s(tc.max_compaction_lag_ms if tc is not None else None)
+            finer = finer_by_tp.get((cluster, topic, partition))
+            judged = largest_per_step(finer, step) if finer and step < SIZE_STEP_S else series
+            if (c := contract_missed(judged, tp_runs, tc, config)) is not None:
+                detections.append(contract_detection(cluster, c, judged[-1].observed_ms))
     return detections

@@ -155,6 +155,7 @@ def run_detectors(inputs: DetectorInputs, config: DetectionConfig, now_ms: int) 
                                  now_ms=now_ms, config=config.offset_rewind),
         *detect_compaction_lag(inputs.cleaner_gauges, runs=inputs.cleaner_runs,
                                topic_configs=inputs.topic_configs, sizes=inputs.partition_sizes,
+                               contract_sizes=inputs.contract_sizes,
                                config=config.compaction_lag),
         *detect_unclean_elections(inputs.elections, meter_ticks=inputs.meter_ticks,
                                   truncations=inputs.truncations,

@@ -90,10 +90,13 @@ from jobs.detector_inputs.compaction import (
     cleaner_runs_from,
     compacted_topic_config,
     compacted_topics,
+    contract_range,
+    contract_steps,
     describe_compacted_topics,
     growth_range,
     read_cleaner_gauges,
     read_cleaner_runs,
+    read_contract_sizes,
     read_partition_sizes,
 )
 from jobs.detector_inputs.elections import (
@@ -151,12 +154,12 @@ __all__ = [
     "TopicConfigCache", "WindowReadCache",
     "check_config", "cleaner_runs_from", "client_reset_from_row", "commit_request_from_row",
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
-    "compacted_topics", "dedupe_elections", "describe_compacted_topics",
-    "growth_range", "leader_epochs_from",
+    "compacted_topics", "contract_range", "contract_steps", "dedupe_elections",
+    "describe_compacted_topics", "growth_range", "leader_epochs_from",
     "leadership_gains_from",
     "merge_controller_ticks", "read_leader_epochs",
     "read_cleaner_gauges", "read_cleaner_runs", "read_client_rtts",
-    "read_commits", "read_inputs", "read_log_events",
+    "read_commits", "read_contract_sizes", "read_inputs", "read_log_events",
     "read_memberships", "read_meter_ticks", "read_partition_offsets",
     "read_partition_sizes", "read_resets",
     "shrinks_from_isr_events",
@@ -195,6 +198,8 @@ class DetectorInputs:
     cleaner_runs: list[CleanerRun] = field(default_factory=list)
     topic_configs: list[CompactedTopicConfig] = field(default_factory=list)
     partition_sizes: list[PartitionSize] = field(default_factory=list)
+    # rule 5c's finer sizes of the topics with a short max.compaction.lag.ms
+    contract_sizes: list[PartitionSize] = field(default_factory=list)
     # Wall seconds of each read (`read_inputs`; reads overlap), logged per evaluation.
     read_s: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
@@ -239,11 +244,11 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     times; log events and client resets, then the commits they
     point at, then those groups' memberships, commit lines and partitions' offsets; meter
     ticks; cleaner gauges; compacted partitions' sizes beside the cleaner runs, over the
-    growing-partition rule's window). Each read is a few small Spark jobs with driver
-    work (planning, the Delta log) between them, so one after another they leave the
-    cores idle between jobs; `parallelism` chains run at once, each in a thread that
-    inherits the caller's scheduler pool. The result does not depend on `parallelism`
-    (1 reads in order).
+    growing-partition rule's window, and the finer sizes rule 5c judges, over its span).
+    Each read is a few small Spark jobs with driver work (planning, the Delta log)
+    between them, so one after another they leave the cores idle between jobs;
+    `parallelism` chains run at once, each in a thread that inherits the caller's
+    scheduler pool. The result does not depend on `parallelism` (1 reads in order).
     `baseline_cache` (the detector query's) may answer the baselines from an earlier read,
     `window_cache` the older windows of the per-window reads and of the metric and
     cleaner histories (jobs/detector_inputs/window_cache.py), and `commit_seed` the
@@ -466,9 +471,14 @@ def _cleaner_gauge_chain(x: _Reading) -> None:
 
 def _compaction_history_chain(x: _Reading) -> None:
     """The cleaner runs and the compacted partitions' sizes (side by side), over the
-    growing-partition rule's window: longer than the range, so read on their own."""
+    growing-partition rule's window: longer than the range, so read on their own; and
+    beside them the finer sizes of the topics with a short max.compaction.lag.ms, over
+    rule 5c's span."""
     r = growth_range(x.r, x.config.compaction_lag.growth_window_s)
     step_ms = int(SIZE_STEP_S * 1000)
+
+    def order(p: PartitionSize) -> tuple:
+        return p.cluster, p.topic, p.partition, p.observed_ms, p.broker
 
     def runs() -> None:
         x.out.cleaner_runs = x.out.timed("cleaner_runs", lambda: _incremental(
@@ -481,10 +491,23 @@ def _compaction_history_chain(x: _Reading) -> None:
         name = "partition_sizes " + repr(sorted((c, sorted(t)) for c, t in topics.items()))
         x.out.partition_sizes = x.out.timed("partition_sizes", lambda: _incremental(
             x, name, r, step_ms, lambda sub: read_partition_sizes(x.sql, sub, topics),
-            lambda p: p.observed_ms - p.observed_ms % step_ms,
-            lambda p: (p.cluster, p.topic, p.partition, p.observed_ms, p.broker)))
+            lambda p: p.observed_ms - p.observed_ms % step_ms, order))
 
-    x.side_by_side(runs, sizes)
+    def contract_sizes() -> None:
+        steps = contract_steps(x.out.topic_configs)
+        span = contract_range(x.r, x.out.topic_configs,
+                              x.config.compaction_lag.cleaner_backoff_s)
+        if span is None:
+            return
+        # Each topic's step divides the minute: the cache keeps and reads again whole
+        # minutes, as for the other sizes.
+        name = "contract_sizes " + repr(sorted((c, sorted(t.items()))
+                                               for c, t in steps.items()))
+        x.out.contract_sizes = x.out.timed("contract_sizes", lambda: _incremental(
+            x, name, span, step_ms, lambda sub: read_contract_sizes(x.sql, sub, steps),
+            lambda p: p.observed_ms - p.observed_ms % step_ms, order))
+
+    x.side_by_side(runs, sizes, contract_sizes)
 
 
 def _run_all(spark: SparkSession, tasks: Sequence[Callable[[], None]],

@@ -26,6 +26,16 @@ stamped with its broker's last scrape in it). At most compacted replicas x (wind
 factor 3 over 2 h, whatever the scrape interval. The read scans the window's
 silver.broker_metrics files (date partitions skip the other days) at every evaluation
 that the window cache does not answer (window_cache.py). Cleaner runs are few (one per cleaned log per pass).
+
+A minute is coarse against a topic that promises compaction within a minute or two
+(max.compaction.lag.ms L): rule 5c's span is L (a minute at least) plus two backoffs,
+and each of its ends can be a step late. So the topics whose `contract_step_s` (L / 6 on
+the divisors of a minute, at least the 10-s scrape) is finer than a minute, those with L
+under 6 minutes, are read a second time, at that step, over that span only
+(`contract_range`: the longest span of them, two of its steps more, from a minute). That
+adds at most their replicas x (6 min + 2 backoffs + 2 min) / 10 s rows, 51 per replica at
+the default 15-s backoff, whatever the growth window; no read at all when every topic's
+L is longer (production's hours) or unset.
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ from typing import Any, Callable, Iterable, Mapping
 from detectors.compaction_lag import (
     CONSUMER_OFFSETS,
     SIZE_STEP_S,
+    contract_span_ms,
+    contract_step_s,
     CleanerGauges,
     CleanerRun,
     CompactedTopicConfig,
@@ -120,6 +132,32 @@ def growth_range(r: TimeRange, growth_window_s: float,
     return TimeRange(start // step_ms * step_ms, r.end_ms)
 
 
+def contract_steps(configs: Iterable[CompactedTopicConfig]) -> dict[str, dict[str, int]]:
+    """cluster -> topic -> its rule-5c step in seconds, for the compacted topics whose
+    max.compaction.lag.ms asks a step finer than SIZE_STEP_S (`contract_step_s`)."""
+    out: dict[str, dict[str, int]] = {}
+    for c in configs:
+        step = contract_step_s(c.max_compaction_lag_ms)
+        if step < SIZE_STEP_S:
+            out.setdefault(c.cluster, {})[c.topic] = step
+    return out
+
+
+def contract_range(r: TimeRange, configs: Iterable[CompactedTopicConfig],
+                   cleaner_backoff_s: float) -> TimeRange | None:
+    """Rule 5c's span before r.end_ms for the topics `contract_steps` names (the longest
+    `contract_span_ms` of them), two of that topic's steps more (a sample at or before
+    the span's start, a step's point being its last scrape), from a SIZE_STEP_S
+    boundary: each of their steps whole, as growth_range. None without such topics."""
+    spans = [contract_span_ms(c.max_compaction_lag_ms, cleaner_backoff_s)
+             + 2 * contract_step_s(c.max_compaction_lag_ms) * 1000
+             for c in configs if contract_step_s(c.max_compaction_lag_ms) < SIZE_STEP_S]
+    if not spans:
+        return None
+    step_ms = SIZE_STEP_S * 1000
+    return TimeRange((r.end_ms - max(spans)) // step_ms * step_ms, r.end_ms)
+
+
 def compacted_topics(configs: Iterable[CompactedTopicConfig]) -> dict[str, set[str]]:
     """cluster -> its compacted topics (those the configs name)."""
     out: dict[str, set[str]] = {}
@@ -128,14 +166,20 @@ def compacted_topics(configs: Iterable[CompactedTopicConfig]) -> dict[str, set[s
     return out
 
 
-def _compacted_sql(topics: Mapping[str, set[str]]) -> tuple[str, list]:
-    """True for rows of a compacted topic: __consumer_offsets, or one the configs name."""
-    parts, params = ["topic = ?"], [CONSUMER_OFFSETS]
+def _named_sql(topics: Mapping[str, Iterable[str]]) -> tuple[list[str], list]:
+    """One condition per cluster, true for rows of the topics named for it."""
+    parts, params = [], []
     for cluster, names in sorted(topics.items()):
         if names:
             parts.append(f"(cluster = ? AND topic IN ({marks(names)}))")
             params += [cluster, *sorted(names)]
-    return "(" + " OR ".join(parts) + ")", params
+    return parts, params
+
+
+def _compacted_sql(topics: Mapping[str, set[str]]) -> tuple[str, list]:
+    """True for rows of a compacted topic: __consumer_offsets, or one the configs name."""
+    parts, params = _named_sql(topics)
+    return "(" + " OR ".join(["topic = ?", *parts]) + ")", [CONSUMER_OFFSETS, *params]
 
 
 def read_partition_sizes(sql: LakeSql, r: TimeRange,
@@ -145,20 +189,47 @@ def read_partition_sizes(sql: LakeSql, r: TimeRange,
     largest its broker reported in the step (replicas compact independently: the rules
     compare them). `topics`: cluster -> compacted topics (__consumer_offsets is always
     read)."""
+    compacted, cparams = _compacted_sql(topics)
+    return _read_sizes(sql, r, compacted, cparams, "?", [int(step_s * 1000)])
+
+
+def read_contract_sizes(sql: LakeSql, r: TimeRange,
+                        steps: Mapping[str, Mapping[str, int]]) -> list[PartitionSize]:
+    """As read_partition_sizes, for the topics of `steps` only (cluster -> topic -> step
+    in seconds, `contract_steps`), each at its own step."""
+    by_step: dict[int, dict[str, list[str]]] = {}
+    for cluster, topics in steps.items():
+        for topic, step_s in topics.items():
+            by_step.setdefault(int(step_s * 1000), {}).setdefault(cluster, []).append(topic)
+    if not by_step:
+        return []
+    whens, step_params, where, where_params = [], [], [], []
+    for step_ms, topics in sorted(by_step.items()):
+        parts, params = _named_sql(topics)
+        whens.append(f"WHEN {' OR '.join(parts)} THEN ?")
+        step_params += [*params, step_ms]
+        where += parts
+        where_params += params
+    return _read_sizes(sql, r, "(" + " OR ".join(where) + ")", where_params,
+                       f"(CASE {' '.join(whens)} END)", step_params)
+
+
+def _read_sizes(sql: LakeSql, r: TimeRange, where: str, where_params: list,
+                step: str, step_params: list) -> list[PartitionSize]:
+    """The largest size per replica per step of the rows `where` selects; `step`: the SQL
+    of a row's step in ms."""
     source = broker_metrics(sql, r, (LOG_SIZE,))
     if source is None:
         return []
     query, params, ds = source
-    compacted, cparams = _compacted_sql(topics)
-    step_ms = int(step_s * 1000)
     rows = sql.rows(
         'SELECT cluster, topic, "partition", broker, step_ms, max(ts_ms) AS ts_ms, '
         "max(value) AS size_bytes FROM ("
         "SELECT cluster, topic, TRY_CAST(element_at(labels, 'partition')[1] AS INTEGER) "
-        f'AS "partition", broker, ts_ms, ts_ms - ts_ms % ? AS step_ms, value FROM ({query}) '
-        f'WHERE {compacted}) WHERE "partition" IS NOT NULL '
+        f'AS "partition", broker, ts_ms, ts_ms - ts_ms % {step} AS step_ms, value '
+        f'FROM ({query}) WHERE {where}) WHERE "partition" IS NOT NULL '
         'GROUP BY cluster, topic, "partition", broker, step_ms',
-        [step_ms, *params, *cparams], t=ds)
+        [*step_params, *params, *where_params], t=ds)
     return [PartitionSize(cluster=x["cluster"], topic=x["topic"], partition=int(x["partition"]),
                           observed_ms=int(x["ts_ms"]), size_bytes=float(x["size_bytes"]),
                           broker=int_or_none(x["broker"]))

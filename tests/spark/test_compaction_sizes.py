@@ -17,6 +17,10 @@ min.cleanable.dirty.ratio 0.5), the replica on broker 2 a little larger than the
   grown since: compacted_partition_growing;
 - users-2 (compacted) is cleaned 8 minutes before the end but loses only 1% (its key
   space grows): no finding, which takes the cleaner runs of the whole window;
+- carts-0 (compacted, max.compaction.lag.ms 60 s) is cleaned 105 s before the end and
+  has grown since, past its 60 s and two 15-s backoffs: compacted_partition_growing, seen
+  only in its sizes of 10 s (its contract step): the minute's last sample after the
+  cleaning is 70 s before the end, too late;
 - events-0 is not compacted: its sizes are never read.
 """
 
@@ -28,13 +32,19 @@ from pathlib import Path
 import pytest
 
 from core.findings import AnomalyType, EntityKind
-from detectors.compaction_lag import CompactedTopicConfig
+from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from infra.lake import Lake
 from ingest.broker_log import parse_lines
 from ingest.jmx_scraper import parse_exposition, record_id
 from ingest.sinks import LandingSink
 from jobs.detect import run_detectors
-from jobs.detector_inputs import SIZE_STEP_S, TimeRange, growth_range, read_inputs
+from jobs.detector_inputs import (
+    SIZE_STEP_S,
+    TimeRange,
+    contract_range,
+    growth_range,
+    read_inputs,
+)
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 from schemas.broker_metrics import LOG_SIZE
@@ -46,11 +56,12 @@ WINDOW_S = 600                    # compaction_lag.growth_window_s in this test
 CLUSTER = "c1"
 BROKERS = {1: 0.97, 2: 1.0, 3: 0.98}   # broker -> its replica's share of the largest
 PARTITIONS = (("__consumer_offsets", 7), ("users", 0), ("users", 1), ("users", 2),
-              ("events", 0))
+              ("carts", 0), ("events", 0))
 # (topic, partition) -> when every broker cleaned it, the share of its bytes it kept
 CLEANED = {("users", 0): (END - 480_000, 0.4), ("users", 1): (END - 900_000, 0.4),
-           ("users", 2): (END - 480_000, 0.99)}
-CONFIGS = [CompactedTopicConfig(CLUSTER, "users")]
+           ("users", 2): (END - 480_000, 0.99), ("carts", 0): (END - 105_000, 0.4)}
+CARTS = CompactedTopicConfig(CLUSTER, "carts", max_compaction_lag_ms=60_000)
+CONFIGS = [CompactedTopicConfig(CLUSTER, "users"), CARTS]
 SERVER_LOG = Path(__file__).parent.parent / "fixtures" / "broker_log" / "kafka-4.3.1-server.log"
 
 
@@ -128,9 +139,11 @@ def test_one_size_per_compacted_replica_per_minute(inputs):
     by_tp: dict[tuple[str, int], list] = {}
     for s in inputs.partition_sizes:
         by_tp.setdefault((s.topic, s.partition, s.broker), []).append(s)
-    # Compacted only: users from the configs, __consumer_offsets always; not events.
+    # Compacted only: users and carts from the configs, __consumer_offsets always; not
+    # events.
     assert set(by_tp) == {(t, p, b) for t, p in (("__consumer_offsets", 7), ("users", 0),
-                                                 ("users", 1), ("users", 2)) for b in BROKERS}
+                                                 ("users", 1), ("users", 2), ("carts", 0))
+                          for b in BROKERS}
     step = SIZE_STEP_S * 1000
     minutes = range(r.start_ms, END, step)        # the range starts on a minute
     for (topic, partition, broker), series in by_tp.items():
@@ -142,20 +155,39 @@ def test_one_size_per_compacted_replica_per_minute(inputs):
         assert all(s.cluster == CLUSTER for s in series)
 
 
+def test_a_short_promise_is_read_again_at_its_step_over_its_span(inputs):
+    # 60 s / 6 = 10 s: one size per replica per scrape, carts only, over the promise, two
+    # 15-s backoffs and two steps, from the minute before.
+    r = contract_range(TimeRange(END - 300_000, END), CONFIGS, 15.0)
+    assert r == TimeRange(END - 120_000, END)
+    assert {(s.topic, s.partition) for s in inputs.contract_sizes} == {("carts", 0)}
+    for broker in BROKERS:
+        series = [s for s in inputs.contract_sizes if s.broker == broker]
+        assert [(s.observed_ms, s.size_bytes) for s in series] == [
+            (ts, size("carts", 0, broker, ts)) for ts in range(r.start_ms, END, SCRAPE_MS)]
+
+
 def test_cleaner_runs_are_read_over_the_growth_window(inputs):
     # 8 minutes back: in the window's 12 minutes, not in the 5-minute range; users-1's
     # cleaning, 15 minutes back, is before the window.
     assert sorted({(c.topic, c.partition, c.end_ms) for c in inputs.cleaner_runs}) == [
-        ("users", 0, END - 480_000), ("users", 2, END - 480_000)]
-    assert sorted(c.broker for c in inputs.cleaner_runs) == [1, 1, 2, 2, 3, 3]
+        ("carts", 0, END - 105_000), ("users", 0, END - 480_000), ("users", 2, END - 480_000)]
+    assert sorted(c.broker for c in inputs.cleaner_runs) == [1, 1, 1, 2, 2, 2, 3, 3, 3]
 
 
 def test_the_rule_fires_for_the_partitions_that_grow_uncleaned(inputs, config):
     found = {f.entity: f for f in run_detectors(inputs, config, END)
              if f.type is AnomalyType.COMPACTION_LAG and f.entity_kind is EntityKind.PARTITION}
-    assert set(found) == {"__consumer_offsets-7", "users-1"}
+    assert set(found) == {"__consumer_offsets-7", "users-1", "carts-0"}
     assert found["__consumer_offsets-7"].cause == "consumer_offsets_not_compacted"
     assert found["users-1"].cause == "compacted_partition_growing"
+    # carts-0 from its first size of 10 s after the cleaning, 100 s before the last one
+    assert found["carts-0"].cause == "compacted_partition_growing"
+    assert found["carts-0"].evidence["window_ms"] == 90_000
+    # Its sizes of the minute alone: the sample before the cleaning, or too recent.
+    assert not [d for d in detect_compaction_lag(
+        [], runs=inputs.cleaner_runs, topic_configs=CONFIGS, sizes=inputs.partition_sizes,
+        config=config.compaction_lag) if d.entity == "carts-0"]
     evidence = found["__consumer_offsets-7"].evidence
     assert evidence["samples"] >= config.compaction_lag.growth_min_samples
     assert evidence["window_ms"] >= WINDOW_S * 1000
@@ -165,6 +197,7 @@ def test_the_rule_fires_for_the_partitions_that_grow_uncleaned(inputs, config):
 def test_without_topic_configs_only_consumer_offsets_is_read(spark, lake, config):
     bare = read_inputs(spark, lake, config, END - 300_000, END)
     assert {(s.topic, s.partition) for s in bare.partition_sizes} == {("__consumer_offsets", 7)}
+    assert bare.contract_sizes == []
 
 
 def test_the_live_detectors_cached_history_reads_equal_whole_reads(spark, lake, config):
@@ -180,9 +213,9 @@ def test_the_live_detectors_cached_history_reads_equal_whole_reads(spark, lake, 
     for now in range(END - 300_000 + 7_000, END + 1, 20_000):
         got = read_inputs(spark, lake, config, now - 300_000, now, CONFIGS, window_cache=cache)
         want = read_inputs(spark, lake, config, now - 300_000, now, CONFIGS)
-        for name in ("partition_sizes", "cleaner_runs", "cleaner_gauges"):
+        for name in ("partition_sizes", "contract_sizes", "cleaner_runs", "cleaner_gauges"):
             assert getattr(got, name) == getattr(want, name), (name, now)
-        compared += len(want.partition_sizes) + len(want.cleaner_runs)
+        compared += len(want.partition_sizes) + len(want.contract_sizes) + len(want.cleaner_runs)
         name = next(k for k in cache.windows_read if k.startswith("partition_sizes"))
         assert now == END - 300_000 + 7_000 or cache.windows_read[name] <= 180_000
     assert compared > 500

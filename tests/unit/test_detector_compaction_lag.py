@@ -444,3 +444,107 @@ def test_a_partition_growing_uncleaned_past_its_topics_promise_is_not_compacted(
 ])
 def test_what_keeps_its_promise_or_cannot_be_judged_yet(why, series, runs, configs):
     assert detect_compaction_lag([], sizes=series, runs=runs, topic_configs=configs) == [], why
+
+
+@pytest.mark.parametrize("lag_ms,step_s", [
+    (None, 60), (7_200_000, 60), (360_000, 60),     # no promise, or one of minutes or hours
+    (300_000, 30), (120_000, 20), (100_000, 15), (90_000, 15), (72_000, 12),
+    (60_000, 10), (5_000, 10),                      # never finer than the scrape
+])
+def test_a_short_promise_is_read_at_a_sixth_of_it_on_the_minutes_divisors(lag_ms, step_s):
+    from detectors.compaction_lag import SIZE_STEP_MIN_S, contract_step_s
+    from ingest.jmx_scraper import INTERVAL_S
+
+    assert contract_step_s(lag_ms) == step_s
+    assert SIZE_STEP_MIN_S == INTERVAL_S
+
+
+def read_at(scrapes, step_s):
+    """What the reader gives: per replica and step, the largest size, at its last scrape."""
+    steps = {}
+    for x in scrapes:
+        key = (x.broker, x.observed_ms - x.observed_ms % (step_s * 1000))
+        top = steps.get(key, x)
+        steps[key] = PartitionSize("c1", x.topic, x.partition,
+                                   max(top.observed_ms, x.observed_ms),
+                                   max(top.size_bytes, x.size_bytes), x.broker)
+    return sorted(steps.values(), key=lambda x: (x.observed_ms, x.broker))
+
+
+def pinned_at(last_s, cleaned_s=()):
+    """carts-0 on three brokers, scraped every 10 s (3.7 s into each ten), growing 25 kB
+    a second from a cleaning at 55 s (the last before an open transaction pins it), and
+    cut to a tenth by any cleaning in `cleaned_s`."""
+    out = []
+    for t in [3.7 + 10 * k for k in range(int((last_s - 3.7) // 10) + 1)]:
+        since = max([55.0, *(c for c in cleaned_s if c <= t)]) if t >= 55 else 0.0
+        grown = 30_000 + 25_000 * (t - since)
+        for b in (3, 4, 5):
+            out.append(PartitionSize("c1", "carts", 0, T0 + int(t * 1000), grown - b, b))
+    return out
+
+
+DEMO_BACKOFF = CompactionLagSection(cleaner_backoff_s=1.0)   # log.cleaner.backoff.ms 1000
+
+
+def test_a_short_promise_is_judged_at_its_own_step_not_the_growth_rules_minute():
+    """max.compaction.lag.ms 60 s, two 1-s backoffs: 62 s of growth from the first sample
+    after the last cleaning (63.7 s) show at the 133.7-s scrape in sizes of 10 s. In sizes
+    of the minute the first sample after it is the minute's last scrape, 113.7 s: 50 s
+    later (open-transaction-5b was found 88 s after its fault, past the 60 s)."""
+    scrapes = pinned_at(133.7)
+    runs = [CleanerRun("c1", b, "carts", 0, T0 + 55_000) for b in (3, 4, 5)]
+    coarse, finer = read_at(scrapes, 60), read_at(scrapes, 10)
+    assert detect_compaction_lag([], sizes=coarse, runs=runs, topic_configs=[PROMISE],
+                                 config=DEMO_BACKOFF) == []
+    [d] = detect_compaction_lag([], sizes=coarse, contract_sizes=finer, runs=runs,
+                                topic_configs=[PROMISE], config=DEMO_BACKOFF)
+    assert (d.entity, d.cause) == ("carts-0", "compacted_partition_growing")
+    assert d.evidence["window_ms"] == 70_000 and d.last_seen_ms == T0 + 133_700
+    # The minute's sizes alone see it 50 s later.
+    late = pinned_at(183.7)
+    [d] = detect_compaction_lag([], sizes=read_at(late, 60), runs=runs,
+                                topic_configs=[PROMISE], config=DEMO_BACKOFF)
+    assert d.last_seen_ms == T0 + 183_700
+
+
+def test_a_short_promise_kept_is_no_finding_at_its_own_step():
+    """The same partition cleaned every 40 s (within its 60 s and two backoffs)."""
+    cleanings = (95.0, 135.0, 175.0)
+    scrapes = pinned_at(203.7, cleaned_s=cleanings)
+    runs = [CleanerRun("c1", b, "carts", 0, T0 + int(c * 1000))
+            for c in (55.0, *cleanings) for b in (3, 4, 5)]
+    assert detect_compaction_lag([], sizes=read_at(scrapes, 60), runs=runs,
+                                 contract_sizes=read_at(scrapes, 10),
+                                 topic_configs=[PROMISE], config=DEMO_BACKOFF) == []
+
+
+def cleaned_every(runs_s, last_s):
+    """customers-0 (max.compaction.lag.ms 5 s) on one broker, scraped every 10 s, growing
+    10 kB a second and cut back to 30 kB by each cleaning at `runs_s`."""
+    sizes = []
+    for t in [3.7 + 10 * k for k in range(int((last_s - 3.7) // 10) + 1)]:
+        since = max([0.0, *(r for r in runs_s if r <= t)])
+        sizes.append(PartitionSize("c1", "customers", 0, T0 + int(t * 1000),
+                                   30_000 + 10_000 * (t - since), 1))
+    return sizes, [CleanerRun("c1", 1, "customers", 0, T0 + int(r * 1000)) for r in runs_s]
+
+
+FIVE_S = CompactedTopicConfig("c1", "customers", max_compaction_lag_ms=5_000)
+
+
+@pytest.mark.parametrize("why,gap_s,found", [
+    ("cleaned every 3 s", 3, False),
+    # cpu-starved-3b: its brokers' cleaners left a 5-s topic 25 s between two cleanings
+    ("a loaded cleaner 25 s late", 25, False),
+    ("no cleaning for 75 s", 75, True),
+])
+def test_a_promise_shorter_than_six_scrapes_is_judged_over_six(why, gap_s, found):
+    runs_s = [3.0 * k for k in range(1, 21)] + [60.0 + gap_s]
+    sizes, runs = cleaned_every(runs_s, 60.0 + gap_s - 1)
+    got = detect_compaction_lag([], sizes=read_at(sizes, 60), runs=runs,
+                                contract_sizes=read_at(sizes, 10), topic_configs=[FIVE_S],
+                                config=DEMO_BACKOFF)
+    assert bool(got) is found, why
+    if found:
+        assert got[0].evidence["window_ms"] >= 62_000
