@@ -25,6 +25,7 @@ saved before those records are sent and again after, as the aggregator requires.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -97,7 +98,7 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
                           origin=origin, broker=src.broker, use=use)
         if lines:
             self._after[src.name] = lines[-1].after
-        self._send_windows(src.name, agg)
+        self._send_windows(src, agg.ready(), now_ms)
         return self._resume(src.name, agg)
 
     def _aggregate(self, agg: WindowAggregator, key: str, record_id: str,
@@ -106,9 +107,23 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         if whole or rec["api"] in WHOLE_APIS:   # a copy: the aggregator may keep rec
             self._publish(key, dict(rec), record_id)
 
-    def _send_windows(self, key: str, agg: WindowAggregator) -> None:
-        for out in agg.ready():      # the aggregator set each record's record_id
-            self._send(out.stream, key, out.record)
+    def _send_windows(self, src: RequestLogSource, outs: list, now_ms: int | None = None
+                      ) -> None:
+        """Send the aggregator's records (each carries its record_id). One that no sink can
+        encode (an exemplar kept whole with a value JSON cannot hold: only a parser bug
+        makes one) goes to quarantine instead, so it cannot stop the agent on every
+        restart; a SinkError is the sink's failure and propagates."""
+        for out in outs:
+            try:
+                self._send(out.stream, src.name, out.record)
+            except SinkError:
+                raise
+            except Exception as e:  # noqa: BLE001 - no input may stop the agent
+                self._quarantine_exception(
+                    src.name, e, repr(out.record)[:2000], out.record["record_id"],
+                    source=SOURCE, cluster=src.cluster,
+                    now_ms=now_ms if now_ms is not None else int(time.time() * 1000),
+                    origin=str(src.path), broker=src.broker)
 
     def _resume(self, name: str, agg: WindowAggregator) -> Position | None:
         """Where a restart must re-read from: the earliest line the aggregator still
@@ -134,9 +149,9 @@ class RequestLogAgent(TailAgent[RequestLogSource]):
         if not any(outs.values()):
             return
         self._save(self._resumes())
+        by_name = {src.name: src for src in self.sources}
         for name, records in outs.items():
-            for out in records:
-                self._send(out.stream, name, out.record)
+            self._send_windows(by_name[name], records)
         try:
             self.sink.flush()
         except SinkError as e:

@@ -98,6 +98,9 @@ FETCH_CONSUMER, FETCH_FOLLOWER = "Fetch:consumer", "Fetch:follower"
 PRODUCE_KEYS = {a: f"Produce:acks={a}" for a in (-1, 0, 1)}
 CHECKPOINT_VERSION = 1
 _INF = float("inf")
+# The record's stage times, every one counted in a window's sums and histograms.
+STAGE_FIELDS = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
+                "response_queue_ms", "send_ms")
 
 
 def request_key(api: str, fetch_kind: str | None, acks: int | None) -> str:
@@ -157,7 +160,13 @@ class WindowAggregator:
 
     # ---- the hot path ------------------------------------------------------------------
     def add(self, rec: dict, position: tuple[int, int]) -> None:
-        """One parsed record and its line's (inode, byte offset), in file order."""
+        """One parsed record and its line's (inode, byte offset), in file order. A record
+        whose stage times are not finite, non-negative numbers raises ValueError before it
+        changes anything: counted, it would make its window unsendable."""
+        for f in STAGE_FIELDS:
+            v = rec[f]
+            if not 0.0 <= v < _INF:     # NaN fails too
+                raise ValueError(f"request-log record {f} = {v!r}: not a time in ms")
         inode, offset = position
         pos = (self._cur_base | offset) if inode == self._cur_inode else self._pos(inode, offset)
         if pos > self._rebuild_at:

@@ -131,12 +131,6 @@ def test_request_log_parser_that_raises_quarantines_the_line_with_the_exception(
         "agent": "request-log-agent", "stream": "request_stages", "outcome": "quarantined"}) == 1
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "a poison pill of the window path: WindowAggregator.add raises on the infinite time "
-    "after adding it to the window's sums and maxes, so the line is quarantined but its "
-    "window record holds inf, and sending it (RequestLogAgent._send_windows, outside "
-    "_deliver) raises out of poll_once on every restart. The per-request path quarantined "
-    "the line when the sink refused it; that path is gone."))
 def test_a_record_the_aggregator_cannot_count_quarantines_its_line(tmp_path, monkeypatch):
     """An infinite time (which the parser refuses; a parser bug could let it through) fails
     in the window aggregator: quarantined, not retried for ever, and its window goes out
@@ -155,13 +149,39 @@ def test_a_record_the_aggregator_cannot_count_quarantines_its_line(tmp_path, mon
     sink = RecordingSink()
     assert request_agent(tmp_path, sink).poll_once() == 3
     [q] = sink.records("quarantine")
-    assert q["reason"].startswith("parser_exception:OverflowError: cannot convert float "
-                                  "infinity")
+    assert q["reason"].startswith("parser_exception:ValueError: request-log record total_ms "
+                                  "= inf")
     assert q["raw"] == PRODUCE
     assert len(sink.records("request_stages")) == 2
     assert PositionStore(tmp_path / "pos.json").load()["c/1"].offset == \
         len(PRODUCE) + len(GOOD[0]) + 2
     assert sum(w["requests"] for w in sink.records("request_windows")) == 1   # GOOD[0]
+
+
+def test_a_kept_request_no_sink_can_encode_is_quarantined_and_its_window_goes_out(
+        tmp_path, monkeypatch):
+    """A value JSON cannot hold in a field the windows only carry (a parser bug): the
+    request is counted, but the exemplar that keeps it whole cannot be sent; it goes to
+    quarantine and the window and every other record go out, once."""
+    parse = request_log_agent.parse_request_line
+
+    def bad_principal(data, **kw):
+        rec = parse(data, **kw)
+        if b"producer-acks-all" in data:
+            rec["principal"] = float("nan")       # JSON has no NaN
+        return rec
+
+    monkeypatch.setattr(request_log_agent, "parse_request_line", bad_principal)
+    log = tmp_path / "kafka-request.log"
+    append(log, PRODUCE + "\n" + GOOD[0] + "\n" + LATER_LINE + "\n")
+    sink = RecordingSink()
+    agent = request_agent(tmp_path, sink)
+    assert agent.poll_once() == 3
+    quarantined = sink.records("quarantine")
+    assert quarantined and all(q["reason"].startswith("parser_exception:ValueError")
+                               for q in quarantined)
+    assert sum(w["requests"] for w in sink.records("request_windows")) == 2
+    assert agent.poll_once() == 0                 # nothing left to fail on
 
 
 def test_landing_sink_refuses_a_record_it_cannot_encode_in_send_not_in_flush(tmp_path):
