@@ -9,7 +9,7 @@ them); by default the recording's agent settings (5 and 20).
 
 Issue 24 asks whether kmon keeps up with a 2,000-broker fleet in the request-log windows
 mode. For each fleet size this runs what `kmon run --no-agents` runs (kmon.monitor.Monitor:
-the silver query, the gold queries of the windows mode, the detector query; Spark
+the silver query, the gold queries, the detector query; Spark
 `local[2]` as configured) on a fresh lake, and plays the agents' part with
 bench/fleet_sim.py: the records of every broker's 10-s window are written beforehand
 (shapes from a real recording, 10,000 requests/s per broker) and each window is moved

@@ -14,7 +14,7 @@ of 1-minute stage percentiles of 2,000 brokers:
 
 The table is written the way the pipeline leaves it: per day one file per minute (the
 minute query appends each finished minute of every broker as one small file), in
-gold.request_stages_1m's columns (jobs/gold_windows.py, with the windows mode's own-time
+gold.request_stages_1m's columns (jobs/gold_windows.py, with the own-time
 column), `--apis` API rows per broker and minute, values from a seeded generator (per
 broker a base latency, a diurnal swing, noise; a few slow brokers). Then each query runs
 `--repeat` times on kmon's own Spark session (kmon.config defaults: local[2], 2 GB

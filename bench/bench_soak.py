@@ -7,7 +7,7 @@ Run: .kmon/venv/bin/python -m bench.bench_soak [--brokers 3] [--days 7]
 Issue 25 asks that kmon's tables stay healthy for months: small files compacted, old
 versions vacuumed, the landing folder and the checkpoints bounded, and the root-cause
 queries as fast on day 7 as on day 1. This runs what `kmon run --no-agents` runs for the
-lake (jobs/pipeline.Pipeline in the request-log windows mode: the silver query over every
+lake (jobs/pipeline.Pipeline over the request-log agents' windows: the silver query over every
 stream, the gold minute tables; Spark `local[2]` as configured, bronze tables on as by
 default) on a fresh lake, and plays the agents' part with bench/fleet_sim.py: `--brokers`
 brokers at 10,000 requests/s each (shapes from a real recording), `--batch-minutes`
@@ -47,7 +47,7 @@ Figures, at the end of each simulated day (after that day's pass):
 - per table: files in the current version, data files on disk, _delta_log files, bytes on
   disk; the same summed over the lake; checkpoint and landing folders' files and bytes;
 - the root-cause queries' times: the cookbook's (docs/cookbook.md, `current_timestamp()`
-  and `current_date()` replaced by the simulated now) and two on the windows mode's tables
+  and `current_date()` replaced by the simulated now) and two on the window tables
   (one broker's stage breakdown over the last day, the slowest exemplars of the day), each
   run twice, the better time kept, with the streams running;
 - the silver query's micro-batch times over the day, the maintenance pass's time.
@@ -86,7 +86,7 @@ from bench.result_file import machine_header, result_path, save
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
 
-# Root-cause queries on the windows mode's own tables (the cookbook's request queries read
+# Root-cause queries on the window tables (the cookbook's request queries read
 # silver.request_stages, which this mode fills only with what is still shipped whole).
 WINDOWS_QUERIES = [
     "-- One broker's stage breakdown over the last day\n"

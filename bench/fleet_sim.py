@@ -1,4 +1,4 @@
-"""A simulated fleet: what the request-log agents of N brokers ship in the windows mode.
+"""A simulated fleet: what the request-log agents of N brokers ship (windows).
 
 Issue 24: kmon must keep up with a 2,000-broker cluster, and no machine here runs one. This
 writes the records such a fleet's agents would send, per 10-s window, into a landing

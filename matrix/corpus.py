@@ -504,7 +504,7 @@ def run_file_agents(config, lake, rec: Recording, root: Path) -> int:
         skipped[0] += IDLE_FLUSH_S + 0.1
         for agent in agents:
             handled += agent.poll_once()
-            agent.finish()     # the request-log windows still open (windows mode)
+            agent.finish()     # the request-log windows still open
     finally:
         for agent in agents:
             agent.close()

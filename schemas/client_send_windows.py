@@ -28,8 +28,7 @@ from schemas.table import EVENT_TIME, SHARED_COLUMNS, with_event_time
 # A request the broker read within this long of finishing the one before on its connection
 # had been waiting in the socket. 2 ms covers the request log's millisecond timestamps
 # (the arrival is the line's time minus its TotalTime); an idle producer's next request
-# comes its linger.ms or more later. The edge counts with it (ingest/request_windows.py)
-# and so does the read of raw rows (jobs/detector_inputs/client_rtts.py).
+# comes its linger.ms or more later. The edge counts with it (ingest/request_windows.py).
 QUEUED_GAP_MS = 2.0
 
 SCHEMA = StructType([
