@@ -12,7 +12,7 @@ and logged, never raised into the caller.
 With a `stats_cb` (an `ingest.client_stats_hook.ClientStatsHook`, as an application would
 install it), every client emits its librdkafka statistics every
 `statistics_interval_ms` into it: the slow-link rule judges producers by their own round
-trips (detectors/slow_broker/client_links.py).
+trips (detectors/slow_client/links.py).
 
 Producers are not idempotent unless their spec asks (librdkafka's default). librdkafka
 2.16.0's idempotent producer busy-loops its broker threads while a replica of its

@@ -7,6 +7,7 @@ lifecycle) and `correlation.correlate` (incidents), and writes the findings back
 merge on finding_id. Imports here point only to core/.
 
 - slow_broker/: slow brokers, the stage to blame, slow followers, cluster-wide slowness.
+- slow_client/: clients slow by their own requests or round trips (built on slow_broker/).
 - offset_rewind.py: committed offsets moving back; its entry point runs offset_reset.py too.
 - offset_reset.py: automatic resets and operators' forward resets of a group's position.
 - offset_rewind_config.py: the [offset_rewind] config section both read.

@@ -4,8 +4,7 @@ One evaluation at `now_ms` (`evaluate`):
 
 1. read the inputs of [now - lookback, now) (jobs/detector_inputs/: Spark aggregates, only
    small rows come back);
-2. run the four detectors (`run_detectors`: pure; the slow-broker detector also finds the
-   slow clients);
+2. run the detectors (`run_detectors`: pure);
 3. read the findings of gold.anomalies that are still open, or resolved within
    correlation.chain_window_s, and first seen at or before now (`read_findings`; the
    detector query keeps the last evaluation's result instead, `carried_findings`);
@@ -65,6 +64,7 @@ from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
 from detectors.correlation import correlate
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
+from detectors.slow_client import detect_slow_clients
 from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, skipping_properties
 from infra.lake_sql import LakeSql, delta_uri
@@ -144,6 +144,8 @@ def run_detectors(inputs: DetectorInputs, config: DetectionConfig, now_ms: int) 
                              isr_shrinks=inputs.isr_shrinks, client_sends=inputs.client_sends,
                              baselines=inputs.baselines, outages=inputs.broker_outages,
                              leadership_gains=inputs.leadership_gains,
+                             config=config.slow_broker),
+        *detect_slow_clients(inputs.stage_windows, client_sends=inputs.client_sends,
                              client_rtts=inputs.client_rtts,
                              producer_times=inputs.producer_times, config=config.slow_broker),
         *detect_offset_anomalies(inputs.commits, offsets=inputs.partition_offsets,

@@ -1,16 +1,9 @@
-"""Blame by explaining away: whose fault a suspect row is (rule 6), and when too many
-brokers are slow at once to be any one broker's fault.
-
-A suspect row is explained by its dominant stage, in this order:
-1. the broker's own stages (request queue, Local, response queue): the broker is the
-   culprit. A broker slow itself keeps that cause when it also holds others back, its
-   victims listed (`blame_slow_followers`);
-2. a wait on other brokers (acks=all Remote): `common_party` over the replication
-   waits, leader x follower, names the follower late at the other leaders it follows
-   too, or the leader itself when its followers are late there only;
-3. slow sends: a few slow clients are theirs to fix, most of them the broker's path;
-4. Throttle: the clients' quotas.
-What none of these explains is unattributed; what most brokers share is cluster-wide.
+"""Blame by explaining away (rule 6): whose fault a suspect row is, by its dominant stage.
+The broker's own stages make it the culprit; a wait on others (acks=all Remote) is
+explained by `common_party` over who waited on whom, judged across everyone that party
+serves; slow sends are a few clients' or, when most are slow, the broker's send path;
+Throttle is the quotas'. What none explains is unattributed; what most brokers share is
+cluster-wide. A broker slow itself that also holds others back keeps its own cause.
 """
 
 from __future__ import annotations
@@ -30,23 +23,20 @@ from detectors.slow_broker.rules import MIN_REFERENCE_MS
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
                                             SlowBrokerCause)
 
-# A party that leaves a server waiting this long is late whatever the others did: a
-# healthy follower fetches again within milliseconds, and 1 s without one holds every
-# acks=all write past 3x the latency threshold.
+# A healthy follower fetches again within milliseconds; 1 s without one holds every
+# acks=all write past 3x the latency threshold: late, whatever the others did.
 LATE_FLOOR_MS = 1000.0
-# The worst party at every server it talks to by this margin is late everywhere: on three
-# brokers a leader has one other follower, so a margin, not a median.
+# On three brokers a leader has one other follower: a margin, not a median, names the
+# worst party everywhere, and only from this wait (under it, a loaded host's chance lag).
 WORST_MARGIN = 1.5
-# The margin names a party only from this wait at each server: under it a loaded host's
-# chance lag looks the same.
 WORST_MIN_MS = 500.0
-# How many windows a leader remembers a follower that stopped sending fetches.
+# How many windows a leader remembers a follower that stopped fetching (replicas move).
 FOLLOWER_MEMORY_WINDOWS = 3
 # Slow clients named in a client_slow_read attribution (display only).
 MAX_NAMED = 5
-# Rules 4b and 2b: half the history bar when the follower's fetches are a second sign.
+# Rules 2b and 4b: half the history bar when the follower's fetches are a second sign.
 CORROBORATED_HISTORY_RATIO = 1.5
-# Fewest slow brokers that can make a cluster-wide event: one party is never "most".
+# One party is never "most": the fewest slow brokers of a cluster-wide event.
 MIN_SHARED = 2
 # A quiet broker counts toward cluster-wide from half the traffic floor: counting it can
 # only take blame off a single broker, never blame this one.
@@ -57,9 +47,9 @@ QUIET_SLOW_MIN_REQUESTS = 50
 
 @dataclass(frozen=True)
 class Waits:
-    """Who waited on whom in one window, indexed both ways; `named`: the parties each
-    server itself reported late, and how often; `not_by_margin`: parties a known
-    disruption keeps from being named by margin alone (disruptions.py)."""
+    """Who waited on whom in one window, both ways; `named`: the parties each server
+    reported late itself, and how often; `not_by_margin`: parties a known disruption
+    keeps from being named by margin alone."""
     by_server: Mapping[int, Mapping[int, float]]
     by_party: Mapping[int, Mapping[int, float]]
     named: Mapping[int, Counter]
@@ -109,10 +99,8 @@ def stands_out(party: int, at: Mapping[int, float], ratio: float) -> bool:
 
 
 def late_at(w: Waits, party: int, server: int, bar: Bar) -> bool:
-    """Past the floor, or past the threshold while standing out from the other parties.
-
-    The second half names a party late in short bursts: its waits stay under the floor,
-    but at each server it is the one that lags."""
+    """Past the floor, or past the threshold while standing out from the other parties
+    (a party late in short bursts, under the floor, but the one that lags)."""
     at = w.by_server.get(server, {})
     h = at.get(party)
     if h is None:
@@ -122,8 +110,7 @@ def late_at(w: Waits, party: int, server: int, bar: Bar) -> bool:
 
 def worst_everywhere(w: Waits, party: int, bar: Bar) -> bool:
     """At every server it talks to (two at least), past the threshold and margin_min_ms
-    and `margin` x later than any other party there: the one party every server waits
-    on most, under the floor and under `ratio`. Not for a party in `not_by_margin`."""
+    and `margin` x later than any other party there; not for a party in `not_by_margin`."""
     servers = w.by_party.get(party, {})
     if len(servers) < 2 or party in w.not_by_margin:
         return False
@@ -142,9 +129,8 @@ def wait_elsewhere(w: Waits, party: int, server: int) -> float | None:
 
 
 def late_elsewhere(w: Waits, party: int, server: int, bar: Bar) -> bool | None:
-    """Do the party's other servers find it late too: its median wait there past the
-    floor, or late at most of them, or the worst everywhere? None when no other server
-    sees it."""
+    """Do the party's other servers find it late too (its median wait there past the
+    floor, late at most of them, or the worst everywhere)? None: no other sees it."""
     others = [s for s in w.by_party.get(party, {}) if s != server]
     if not others:
         return None
@@ -154,9 +140,9 @@ def late_elsewhere(w: Waits, party: int, server: int, bar: Bar) -> bool | None:
 
 
 def server_explains(w: Waits, server: int, bar: Bar) -> bool:
-    """Every party of the server waits here past the threshold and at least twice its
-    median elsewhere, which is under the threshold: the server is slow, even when the
-    waits stay under the floor. A party no other server sees cannot tell."""
+    """Every party waits here past the threshold and twice its median elsewhere, which
+    is under the threshold: the server itself is slow (a party no other sees cannot
+    tell)."""
     at = w.by_server.get(server, {})
     if not at:
         return False
@@ -169,18 +155,12 @@ def server_explains(w: Waits, server: int, bar: Bar) -> bool:
 
 
 def common_party(w: Waits, server: int, bar: Bar) -> Blame:
-    """Explaining away: what makes `server` wait.
-
-    Candidates are the parties late here and those the server named (a naming of every
-    party points at the server itself and names nobody). A candidate is confirmed by
-    the other servers it talks to: late there too, or slow as a server itself (slow
-    both ways); refuted when it is fine there. With no other server to ask, a named or
-    standing-out candidate is confirmed on this server's word. The confirmed candidate
-    with the longest wait here explains the waits. Failing one, the server explains
-    them itself when every party waited here past the floor and one was refuted, or
-    when `server_explains`; else nothing does. Evidence about a party at this server
-    always comes from the other servers.
-    """
+    """Explaining away: what makes `server` wait. Candidates are the parties late here
+    and those it named (naming every party names nobody). The other servers a candidate
+    talks to confirm it (late there, or slow as a server itself) or refute it; with none
+    to ask, a named or standing-out candidate is confirmed. The confirmed candidate
+    waited on longest explains the waits; failing one, the server itself does when every
+    party waited past the floor and one was refuted, or when `server_explains`."""
     here = w.by_server.get(server, {})
     named = w.named.get(server, Counter())
     all_named = bool(here) and set(here) <= set(named)
@@ -215,21 +195,17 @@ def common_party(w: Waits, server: int, bar: Bar) -> Blame:
 # --- Replication waits: leader x follower ----------------------------------------------
 
 def follower_holdback_ms(f: FollowerFetchWindow) -> float:
-    """How long the leader waited on this follower outside purgatory: its longest silence
-    between fetches, or how slowly it read its responses."""
+    """How long the leader waited on this follower: its longest silence between fetches,
+    or how slowly it read its responses."""
     return max(f.max_fetch_gap_ms or 0.0, f.send_p99_ms or 0.0)
 
 
 def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
                   last_seen: Mapping[int, Mapping[int, int]], leaders_logging: set[int],
                   window_ms: int) -> dict[int, dict[int, float]]:
-    """holdback[leader][follower] in one window.
-
-    A follower the leader saw in the last FOLLOWER_MEMORY_WINDOWS windows that sent
-    nothing in this one, while the leader logged other requests, stopped fetching: it
-    held the leader back the whole window. (If the leader logged nothing, it is the one
-    that stopped.) The memory is short because replicas move.
-    """
+    """holdback[leader][follower] in one window. A follower seen in the last
+    FOLLOWER_MEMORY_WINDOWS that sent nothing, while its leader logged other requests,
+    stopped fetching: it held the leader back the whole window."""
     view: dict[int, dict[int, float]] = defaultdict(dict)
     for f in fetches:
         if f.window_start_ms == window_start_ms:
@@ -244,9 +220,8 @@ def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
 
 
 def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
-    """How often each replica was named out of sync by this leader's shrinks. A shrink
-    that leaves the leader alone names nobody: a leader that stalled drops all its
-    followers at once when it resumes, which points at the leader."""
+    """How often each replica was named out of sync by this leader's shrinks; a shrink to
+    the leader alone names nobody (a stalled leader drops every follower at once)."""
     names: Counter = Counter()
     for x in shrinks:
         if tuple(x.isr_after) != (leader,):
@@ -278,11 +253,10 @@ def leader_blames(w: Waits, config: SlowBrokerSection) -> Callable[[int], Blame]
 
 # --- Rule 6: whose fault a suspect row is -------------------------------------------
 
-# Requests whose Remote time is waiting for the followers to copy a write (acks=all):
-# Produce, and the offset commits the group coordinator appends to __consumer_offsets.
+# Requests whose Remote time waits for the followers to copy a write (acks=all): Produce,
+# and the offset commits the group coordinator appends to __consumer_offsets.
 REPLICATED_WRITE_APIS = frozenset({"Produce", "OffsetCommit", "TxnOffsetCommit"})
-
-# A broker's own stages: slow there, the broker (or its host) is slow, not what it waits on.
+# A broker's own stages: slow there, the broker (or its host) is slow.
 OWN_STAGES = ("request_queue", "local", "response_queue")
 _SELF_CAUSES = {
     "request_queue": (SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
@@ -298,7 +272,7 @@ OWN_STAGE_CAUSES = frozenset(cause for cause, _ in _SELF_CAUSES.values())
 
 def attribute(v: ApiVerdict, blame_of: Callable[[int], Blame],
               sends: Sequence[ClientSendWindow], config: SlowBrokerSection) -> Attribution:
-    """Whose fault a suspect row is, from its dominant stage (the module docstring)."""
+    """Whose fault a suspect row is, from its dominant stage."""
     broker, stage = v.row.broker, v.dominant_stage
     if stage in _SELF_CAUSES:
         cause, why = _SELF_CAUSES[stage]
@@ -349,6 +323,12 @@ def attribute_replication(broker: int, blame: Blame) -> Attribution:
                        "acks=all writes wait for followers, but no follower stands out", details)
 
 
+def most_of(slow: int, seen: int, share: float) -> bool:
+    """More than `share` of the parties one thing serves (two at least) slow at once: that
+    thing's fault, not theirs (a broker's send path, not its clients')."""
+    return seen > 1 and slow > share * seen
+
+
 def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[list, int]:
     """The broker's clients whose ResponseSend p99 is over the threshold (slowest first),
     and how many clients it had in the window."""
@@ -371,7 +351,7 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
                            ActionKind.PAGE_HUMAN, Severity.WARNING,
                            "responses are slow to send (no per-client data to tell a slow "
                            "client from the broker's network)")
-    if slow and (len(slow) <= config.shared_cause_share * seen or seen == 1):
+    if slow and not most_of(len(slow), seen, config.shared_cause_share):
         names = ", ".join(c for c, _ in slow[:MAX_NAMED])
         return Attribution(Role.CLIENT, SlowBrokerCause.CLIENT_SLOW_READ, None, ActionKind.NONE,
                            Severity.WARNING,
@@ -388,22 +368,13 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
 
 def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
                              config: SlowBrokerSection) -> list[ApiVerdict]:
-    """The verdicts, an acks=all write whose wait the other leaders corroborate judged on
-    a lower bar.
-
-    Rule 4b: a row over the threshold with enough traffic, slow neither against its
-    history nor its peers, is a suspect when Remote is its dominant stage, its latency is
-    at least CORROBORATED_HISTORY_RATIO x its baseline, and the follower that explains
-    its wait is late at the other leaders it follows too. When that follower holds back
-    most leaders, the peers wait on it as well and its earlier lags raised the leader's
-    baseline, so both usual tests fail; the other leaders' fetches are a second,
-    independent sign. A baseline is still needed: a loaded host lags that way now and
-    then with no fault.
-
-    Rule 2b: a row too quiet to judge even pooled is judged on its `quiet_pool`
-    (rules.CORROBORATED_MIN_REQUESTS) when the same holds of it: the follower's
-    lateness elsewhere is the evidence, its few requests only show that its writes
-    waited."""
+    """Rules 4b and 2b: an acks=all write over the threshold, Remote dominant, at least
+    CORROBORATED_HISTORY_RATIO x its baseline, whose follower is late at the other
+    leaders it follows too, is a suspect; one too quiet even pooled is judged so on its
+    `quiet_pool`. A follower that holds back most leaders makes the peers wait too and
+    raised the baselines, so both usual tests fail: the other leaders' fetches are a
+    second, independent sign (the baseline is still needed: a loaded host lags so now
+    and then)."""
     out = []
     for v in verdicts:
         if not v.enough_traffic and v.quiet_pool is not None:
@@ -447,10 +418,8 @@ def slow_follower_attribution(follower: int) -> Attribution:
 
 
 def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
-    """Give every follower a victim names a culprit verdict in `brokers`, listing the
-    leaders it holds back. A follower that is a culprit in its own right keeps its own
-    cause; otherwise (not slow, or only a victim or a client problem itself) it is the
-    slow follower."""
+    """Give every follower a victim names a culprit verdict listing the leaders it holds
+    back: its own when it is a culprit itself, else slow_follower."""
     for v in list(brokers.values()):
         f = v.attribution.blamed_broker
         if v.attribution.role is not Role.VICTIM or f is None:
@@ -475,11 +444,10 @@ def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBroker
 
 def quiet_but_slow(verdicts: Sequence[ApiVerdict], explained: AbstractSet[int],
                    config: SlowBrokerSection) -> set[int]:
-    """Brokers with a row too quiet to be judged that was slow all the same: at least
-    QUIET_SLOW_MIN_REQUESTS requests, over the threshold, slow against its own history,
-    in one of its own stages, and not accounted for by a known disruption. They are
-    blamed for nothing but count as slow toward cluster-wide: a stall of the host or the
-    cluster cuts the quieter brokers' traffic under the floor."""
+    """Brokers too quiet to judge that were slow all the same (QUIET_SLOW_MIN_REQUESTS,
+    over the threshold and their history, in their own stages, not `explained` by a
+    disruption): blamed for nothing, counted toward cluster-wide, since a stall of the
+    host or the cluster cuts the quieter brokers' traffic under the floor."""
     return {v.row.broker for v in verdicts
             if not v.enough_traffic and v.row.broker not in explained
             and v.row.requests >= QUIET_SLOW_MIN_REQUESTS

@@ -1,6 +1,6 @@
-"""The slow-broker detector's order: the rules, blame, the known disruptions and the
-cluster-wide judgement on each window (`assess_window`), every window of the input
-(`assess_windows`), then persistence (`detect_slow_brokers`)."""
+"""The slow-broker detector's order: rules, blame, known disruptions and cluster-wide on
+each window (`assess_window`), every window of the input (`assess_windows`), then
+persistence (`detect_slow_brokers`)."""
 
 from __future__ import annotations
 
@@ -9,45 +9,23 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
-from detectors.slow_broker.blame import (
-    Blame,
-    Waits,
-    attribute,
-    blame_slow_followers,
-    corroborated_by_follower,
-    holdback_view,
-    is_cluster_wide,
-    leader_blames,
-    quiet_but_slow,
-    replication_waits,
-)
-from detectors.slow_broker.client_links import judge_links
-from detectors.slow_broker.clients import judge_clients
+from detectors.slow_broker.blame import (Blame, Waits, attribute, blame_slow_followers,
+                                         corroborated_by_follower, holdback_view,
+                                         is_cluster_wide, leader_blames, quiet_but_slow,
+                                         replication_waits)
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import (
-    ClientRttWindow,
-    ClientSendWindow,
-    FollowerFetchWindow,
-    IsrShrink,
-    LatencyBaseline,
-    ProducerServerWindow,
-    RequestStageWindow,
-)
 from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)
 from detectors.slow_broker.handovers import LeadershipGain
+from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, IsrShrink,
+                                          LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.outages import BrokerOutage
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import History, enough_traffic, judge_rows
-# The read side reads as many minutes for the external baseline (jobs/detector_inputs).
+# The read side reads as many minutes for the external baseline.
 from detectors.slow_broker.rules import MIN_HISTORY_WINDOWS  # noqa: F401
-from detectors.slow_broker.verdicts import (
-    BLAMED_ROLES,
-    ROLE_ORDER,
-    ApiVerdict,
-    BrokerVerdict,
-    WindowAssessment,
-)
+from detectors.slow_broker.verdicts import (BLAMED_ROLES, ROLE_ORDER, ApiVerdict, BrokerVerdict,
+                                            WindowAssessment)
 
 
 def _verdict_rank(v: BrokerVerdict) -> tuple:
@@ -89,8 +67,6 @@ class WindowInputs:
     waits: Waits                                 # replication waits, leader x follower
     external: Mapping[tuple[int, str], float] = field(default_factory=dict)  # baselines
     sends: Sequence[ClientSendWindow] = ()
-    rtts: Sequence[ClientRttWindow] = ()
-    own: Sequence[ProducerServerWindow] = ()      # what brokers took for producers' requests
     active: Sequence[Disruption] = ()             # the known disruptions in effect
     followers_seen: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     blamed_before: AbstractSet[int] = frozenset()  # blamed in the last window before them
@@ -98,26 +74,13 @@ class WindowInputs:
 
 def assess_window(w: WindowInputs, history: History,
                   cfg: SlowBrokerSection) -> WindowAssessment:
-    """Judge one window; the watched APIs' rows only. In this order:
-
-    1. judged latency, outside purgatory (rules.judged_latency);
-    2. traffic floor: a window too quiet alone is pooled with the slow windows before it
-       (rules.pool_quiet);
-    3. absolute threshold (rules.over_threshold);
-    4. the broker's own baseline and 5. its peers (rules.stands_out): suspect when over
-       the threshold and either stands out (rules.judge_row);
-    6. blame by explaining away (blame.py): the broker's own stages, the follower a
-       leader waits on (a wait it explains lowers the bars of rules 2 and 4: 2b, 4b),
-       the clients; needs every broker's rows and the replication waits;
-    7. known disruptions explain what they cause (disruptions.py);
-    8. cluster-wide, when most brokers are slow (counting those too quiet to judge that
-       were as slow): it needs blame, since a follower that slows every leader is one
-       broker's fault, and the disruptions, since what they explain is no one's;
-    9. persistence as a score over the recent windows (persistence.py,
-       `detect_slow_brokers`).
-    Clients are judged on their own requests beside it (clients.py), producers on their
-    round trips against their own requests' times (client_links.py).
-    """
+    """Judge one window, the watched APIs' rows only, in this order: rules 1-5 on each
+    row (rules.judge_rows); 6, blame (blame.py), which needs every broker's rows and the
+    replication waits, and whose follower evidence lowers the bars of rules 2 and 4
+    (2b, 4b); 7, the known disruptions (disruptions.py); 8, cluster-wide, which needs
+    blame (a follower that slows every leader is one broker's fault) and the
+    disruptions (what they explain is no one's). Persistence comes after, over the
+    windows (`detect_slow_brokers`)."""
     rows = [r for r in w.rows if r.api in cfg.watched_apis]
     blame_of = leader_blames(w.waits, cfg)
     verdicts = corroborated_by_follower(judge_rows(rows, history, w.external, cfg), blame_of,
@@ -135,13 +98,10 @@ def assess_window(w: WindowInputs, history: History,
     return WindowAssessment(cluster=w.cluster, window_start_ms=w.window_start_ms,
                             api_verdicts=verdicts, brokers=brokers,
                             brokers_with_traffic=with_traffic, blamed=blamed_set,
-                            cluster_wide=wide, clients=judge_clients(w.sends, rows, cfg),
-                            links=judge_links(w.rtts, rows, cfg, w.own), excused=x.set_aside,
-                            quiet_slow=quiet)
+                            cluster_wide=wide, excused=x.set_aside, quiet_slow=quiet)
 
 
-Windowed = TypeVar("Windowed", RequestStageWindow, FollowerFetchWindow, ClientSendWindow,
-                   ClientRttWindow, ProducerServerWindow)
+Windowed = TypeVar("Windowed")
 
 
 def by_cluster_window(items: Iterable[Windowed]) -> dict[tuple[str, int], list[Windowed]]:
@@ -170,8 +130,6 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    baselines: Iterable[LatencyBaseline] = (),
                    outages: Sequence[BrokerOutage] = (),
                    leadership_gains: Sequence[LeadershipGain] = (),
-                   client_rtts: Iterable[ClientRttWindow] = (),
-                   producer_times: Iterable[ProducerServerWindow] = (),
                    config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
     """Every window of the input, oldest first, per cluster (see `assess_window`)."""
     config = config or SlowBrokerSection()
@@ -181,8 +139,6 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     grid_origin = {cluster: start for cluster, start in rows_by_cw}
     shrinks_by_cw = shrinks_by_cluster_window(isr_shrinks, grid_origin, window_ms)
     sends_by_cw = by_cluster_window(client_sends)
-    rtts_by_cw = by_cluster_window(client_rtts)
-    own_by_cw = by_cluster_window(producer_times)
     external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, b.api)] = b.p99_ms
@@ -196,8 +152,8 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     for cluster, start in sorted(rows_by_cw):
         window_rows = rows_by_cw[(cluster, start)]
         fetches = fetches_by_cw.get((cluster, start), [])
-        logging = {r.broker for r in window_rows} | {f.leader for f in fetches}
-        by_leader = holdback_view(fetches, start, last_seen[cluster], logging, window_ms)
+        logged = {r.broker for r in window_rows} | {f.leader for f in fetches}
+        by_leader = holdback_view(fetches, start, last_seen[cluster], logged, window_ms)
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
         active = active_in(disruptions, cluster, start, start + window_ms, config)
@@ -205,8 +161,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                                   not_named_by_margin(active))
         a = assess_window(WindowInputs(
             cluster, start, window_rows, waits, external_by_cluster[cluster],
-            sends_by_cw.get((cluster, start), []), rtts_by_cw.get((cluster, start), ()),
-            own_by_cw.get((cluster, start), ()), active, last_seen[cluster],
+            sends_by_cw.get((cluster, start), []), active, last_seen[cluster],
             blamed_before[cluster]), histories[cluster], config)
         if counts_as_before(active):
             blamed_before[cluster] = set(a.blamed)
@@ -215,25 +170,9 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
 
 
 def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
-                        follower_fetches: Iterable[FollowerFetchWindow] = (),
-                        isr_shrinks: Iterable[IsrShrink] = (),
-                        client_sends: Iterable[ClientSendWindow] = (),
-                        baselines: Iterable[LatencyBaseline] = (),
-                        outages: Sequence[BrokerOutage] = (),
-                        leadership_gains: Sequence[LeadershipGain] = (),
-                        client_rtts: Iterable[ClientRttWindow] = (),
-                        producer_times: Iterable[ProducerServerWindow] = (),
-                        config: SlowBrokerSection | None = None) -> list[Detection]:
-    """slow_broker, cluster_wide_slowness and slow_client detections from the input
-    windows; `outages` (outages.py): when brokers were out, and `leadership_gains`
-    (handovers.py): when brokers became leaders, the known disruptions (disruptions.py)
-    that explain what they cause; `client_rtts`
-    (client_links.py): the producers' own round trips, from their statistics, and
-    `producer_times` what the brokers took for their Produce requests."""
+                        config: SlowBrokerSection | None = None, **inputs) -> list[Detection]:
+    """slow_broker and cluster_wide_slowness detections from the input windows (`inputs`:
+    those of `assess_windows`; `outages` and `leadership_gains` are the events of the
+    known disruptions)."""
     config = config or SlowBrokerSection()
-    assessments = assess_windows(rows, follower_fetches=follower_fetches,
-                                 isr_shrinks=isr_shrinks, client_sends=client_sends,
-                                 baselines=baselines, outages=outages,
-                                 leadership_gains=leadership_gains, client_rtts=client_rtts,
-                                 producer_times=producer_times, config=config)
-    return detections_from(assessments, config)
+    return detections_from(assess_windows(rows, config=config, **inputs), config)

@@ -1,24 +1,13 @@
-"""Known disruptions: events that explain the slowness they cause, in one table.
-
-A broker out or restarting, its warm-up, a leadership moved: each slows brokers for a known
-reason and for a known time, and paging for it sends an operator after a broker that is
-not at fault. Each is an event (`Disruption`, derived from the inputs by
-`disruptions_from`) in effect from its start until `graces` x slow_broker.
-disruption_grace_s after its end. `TABLE` says, per kind, whose verdicts its events
-explain (set aside: they neither count for persistence nor name anyone) and whose
-own-stage culprit verdicts they only make warning victims (no action, not counted as
-slow toward cluster-wide). `explain` applies it to one window. For every kind alike:
-
-- what an event explains is set aside before anything is made a victim, and the first
-  row (in table order) that makes a broker a victim gives its warning;
-- partners: the brokers that share partitions with the subjects, by the follower fetches
-  seen so far, and the brokers that took leaderships in an event; every broker when the
-  fetches never showed a subject;
-- a broker blamed in the last window before is no victim: its slowness came first.
-  Windows with a broker out do not count as before: what is blamed in them is the
-  outage's;
-- cluster-wide is never explained: the events take their own verdicts out of the count,
-  and what most of the rest share stays cluster-wide.
+"""Known disruptions explain the slowness they cause, in one table of events: a broker
+out, its warm-up, a leadership handover. Each event (`Disruption`, `disruptions_from`) is
+in effect from its start until `Row.graces` x disruption_grace_s after its end; `TABLE`
+says per kind whose verdicts it sets aside (they neither count for persistence nor name
+anyone) and whose own-stage culprits it only makes warning victims (no action, not
+counted toward cluster-wide); `explain` applies it to one window. For every kind alike:
+partners are the brokers that share partitions with the subjects (by the follower
+fetches seen so far; every broker when those never showed a subject) and those that took
+leaderships; a broker blamed in the last window before is no victim (its slowness came
+first); cluster-wide is never explained.
 """
 
 from __future__ import annotations
@@ -53,9 +42,8 @@ class Disruption:
 
 def disruptions_from(outages: Iterable[BrokerOutage] = (),
                      gains: Iterable[LeadershipGain] = ()) -> list[Disruption]:
-    """The events of every kind from the detector's inputs: a broker out from its first
-    sign to its unfence (outages.py), then warming up from that unfence; a leadership
-    handover at each "Leader ... starts" line of the new leader (handovers.py)."""
+    """The events of every kind: a broker out until its unfence, then warming up; a
+    leadership handover at each "Leader ... starts" line of the new leader."""
     out = []
     for o in outages:
         out.append(Disruption(o.cluster, Kind.BROKER_OUT, o.broker, o.start_ms, o.back_ms))
@@ -68,8 +56,8 @@ def disruptions_from(outages: Iterable[BrokerOutage] = (),
     return out
 
 
-# Remote waits that name no follower: while a follower of the leader is out, catching up,
-# or still finding its new leader, that is whom the leader's acks=all writes wait for.
+# While a follower is out, catching up or finding its new leader, its leaders' acks=all
+# writes wait on it in Remote without naming it.
 _UNNAMED_REMOTE_WAITS = (SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
                          SlowBrokerCause.REMOTE_WAIT)
 
@@ -102,9 +90,9 @@ def _concerns(whose: Whose, subject: int, broker: int, v: BrokerVerdict,
     raise ValueError(f"not a verdict test: {whose}")
 
 
-def _partner_warning(a: Attribution, active: Sequence[Disruption]) -> Attribution:
-    """A partner's own-stage verdict while brokers were out or back and warming up: the
-    load they left, or their catch-up and returning clients."""
+def _partner_warning(a: Attribution, broker: int, active: Sequence[Disruption]) -> Attribution:
+    """A partner's own-stage verdict while brokers were out (the load they left) or
+    warming up (their catch-up and returning clients)."""
     out = subjects(active, Kind.BROKER_OUT)
     back = subjects(active, Kind.BROKER_WARMUP) - out
     parts = []
@@ -124,8 +112,8 @@ def _partner_warning(a: Attribution, active: Sequence[Disruption]) -> Attributio
 
 def _new_leader_warning(a: Attribution, broker: int,
                         active: Sequence[Disruption]) -> Attribution:
-    """A new leader's own-stage verdict: the load that moved to it (moving those
-    leaderships away again would undo the election)."""
+    """A new leader's own-stage verdict: the load that moved to it (moving it away again
+    would undo the election)."""
     partitions = leaderships_taken(active).get(broker, 0)
     return Attribution(Role.VICTIM, a.cause, None, ActionKind.NONE, Severity.WARNING,
                        f"{a.why}, just after it became leader of {partitions} partition(s): "
@@ -146,13 +134,12 @@ TABLE: Mapping[Kind, Row] = {
     # Gone, then catching up as a follower while its clients reconnect; its partners took
     # its leaderships and clients.
     Kind.BROKER_OUT: Row(1, (Whose.SUBJECT, Whose.BLAMING_SUBJECT, Whose.LEADERS_UNNAMED_WAITS),
-                         Whose.PARTNERS, lambda a, b, active: _partner_warning(a, active)),
+                         Whose.PARTNERS, _partner_warning),
     # A fresh JVM loads its logs, warms its page cache and compiles its code: its own stages
     # are slow and it lags a little behind the other followers for minutes; its partners
     # serve its catch-up. A follower standing out past the floor or by peer_ratio is named.
     Kind.BROKER_WARMUP: Row(3, (Whose.SUBJECT_OWN_STAGES, Whose.LEADERS_UNNAMED_WAITS),
-                            Whose.PARTNERS, lambda a, b, active: _partner_warning(a, active),
-                            named_by_margin=False),
+                            Whose.PARTNERS, _partner_warning, named_by_margin=False),
     # The partitions' other replicas fetch from a new leader only once the metadata names
     # it; its clients and followers move to it.
     Kind.LEADERSHIP_HANDOVER: Row(0.5, (Whose.SUBJECT_UNNAMED_WAITS,), Whose.SUBJECT,
@@ -193,10 +180,9 @@ def not_named_by_margin(active: Iterable[Disruption]) -> frozenset[int]:
 
 def partners_of(loaders: Iterable[int], followers_seen: Mapping[int, Mapping[int, int]],
                 new_leaders: Iterable[int] = ()) -> set[int] | None:
-    """The brokers that share partitions with `loaders` and take their load: the leaders
-    they followed, their own followers and the brokers that just became leaders.
-    `followers_seen` (leader -> follower -> last window) is what the follower fetches
-    showed so far. None when they never showed a loader: every broker may be one."""
+    """The brokers that take `loaders`' load: the leaders they followed and their own
+    followers, by `followers_seen` (leader -> follower -> last window), and the new
+    leaders. None when the fetches never showed a loader: every broker may be one."""
     loaders = set(loaders)
     leaders = {leader for leader, fs in followers_seen.items() if loaders & set(fs)}
     followers = {f for b in loaders for f in followers_seen.get(b, {})}
@@ -206,8 +192,8 @@ def partners_of(loaders: Iterable[int], followers_seen: Mapping[int, Mapping[int
 
 
 def counts_as_before(active: Iterable[Disruption]) -> bool:
-    """Whether a window's blamed brokers are the 'before' of later windows' events: not
-    when an event in it sets its subject aside whole (a broker out)."""
+    """Whether a window's blamed brokers are the 'before' of later events: not when an
+    event in it sets its subject aside whole (a broker out)."""
     return not any(Whose.SUBJECT in TABLE[d.kind].explains for d in active)
 
 
@@ -222,8 +208,7 @@ class Explanation:
 def explain(brokers: Mapping[int, BrokerVerdict], active: Sequence[Disruption],
             waits: Waits, followers_seen: Mapping[int, Mapping[int, int]],
             blamed_before: set[int]) -> Explanation:
-    """The table applied to one window's verdicts (`active`: the events in effect in it;
-    see the module docstring for the rules every kind shares)."""
+    """The table applied to one window's verdicts (`active`: the events in effect)."""
     kept, set_aside = {}, {}
     for b, v in brokers.items():
         if any(_concerns(whose, d.subject, b, v, waits)

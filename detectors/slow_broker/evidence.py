@@ -6,24 +6,13 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from core.findings import (
-    ActionKind,
-    AnomalyType,
-    Detection,
-    EntityKind,
-    Severity,
-    broker_entity,
-    cluster_entity,
-)
+from core.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
+                           broker_entity, cluster_entity)
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import STAGE_NAMES, STAGES
 from detectors.slow_broker.rules import MIN_REFERENCE_MS
-from detectors.slow_broker.verdicts import (
-    ApiVerdict,
-    BrokerVerdict,
-    SlowBrokerCause,
-    WindowAssessment,
-)
+from detectors.slow_broker.verdicts import (ApiVerdict, BrokerVerdict, SlowBrokerCause,
+                                            WindowAssessment)
 
 
 def _round(x: float | None) -> float | None:
@@ -69,14 +58,22 @@ def _describe_latency(v: ApiVerdict) -> str:
     return "".join(parts)
 
 
+def finding(cluster: str, flagged: list[int], config: SlowBrokerSection, evidence: dict,
+            **detection) -> Detection:
+    """A finding over its flagged windows, its evidence ending with the persistence it met."""
+    return Detection(cluster=cluster, first_seen_ms=min(flagged),
+                     last_seen_ms=max(flagged) + config.window_ms,
+                     evidence={**evidence, "window_s": config.window_s,
+                               "windows_flagged": len(flagged),
+                               "windows_considered": config.persistence_lookback_windows},
+                     **detection)
+
+
 def broker_detection(cluster: str, v: BrokerVerdict, flagged: list[int],
                      config: SlowBrokerSection) -> Detection:
     at = v.attribution
-    evidence = {"broker": v.broker, "role": at.role.value, "window_s": config.window_s,
-                "windows_flagged": len(flagged),
-                "windows_considered": config.persistence_lookback_windows,
-                "slow_apis": sorted(set(v.slow_apis)), **_api_evidence(v.api_verdict),
-                **at.details}
+    evidence = {"broker": v.broker, "role": at.role.value, "slow_apis": sorted(set(v.slow_apis)),
+                **_api_evidence(v.api_verdict), **at.details}
     if v.held_back_leaders:
         evidence["held_back_leaders"] = sorted(set(v.held_back_leaders))
         evidence["held_back_produce_latency_ms"] = _round(v.victim_latency_ms)
@@ -90,11 +87,10 @@ def broker_detection(cluster: str, v: BrokerVerdict, flagged: list[int],
     if v.held_back_leaders:
         leaders = ", ".join(str(b) for b in sorted(set(v.held_back_leaders)))
         head += f"; it holds back Produce Remote time on leader(s) {leaders}"
-    return Detection(
-        cluster=cluster, type=AnomalyType.SLOW_BROKER, severity=at.severity,
-        entity_kind=EntityKind.BROKER, entity=broker_entity(v.broker),
-        first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
-        cause=at.cause, explanation=head + ".", suggested_action=at.action, evidence=evidence)
+    return finding(cluster, flagged, config, evidence, type=AnomalyType.SLOW_BROKER,
+                   severity=at.severity, entity_kind=EntityKind.BROKER,
+                   entity=broker_entity(v.broker), cause=at.cause, explanation=head + ".",
+                   suggested_action=at.action)
 
 
 def cluster_wide_detection(a: WindowAssessment, flagged: list[int],
@@ -111,20 +107,17 @@ def cluster_wide_detection(a: WindowAssessment, flagged: list[int],
     judged = a.brokers_with_traffic | slow
     share = len(slow) / max(1, len(judged))
     quiet = f" ({len(a.quiet_slow)} of them too quiet to judge alone)" if a.quiet_slow else ""
-    return Detection(
-        cluster=a.cluster, type=AnomalyType.CLUSTER_WIDE_SLOWNESS, severity=Severity.HIGH,
+    return finding(
+        a.cluster, flagged, config,
+        {"brokers_blamed": sorted(a.blamed)[:100], "brokers_blamed_count": len(a.blamed),
+         "brokers_slow_but_quiet": sorted(a.quiet_slow)[:100],
+         "brokers_with_traffic": len(a.brokers_with_traffic), "share": _round(share),
+         "causes": dict(causes), "dominant_stage": stage, "median_latency_ms_by_api": medians},
+        type=AnomalyType.CLUSTER_WIDE_SLOWNESS, severity=Severity.HIGH,
         entity_kind=EntityKind.CLUSTER, entity=cluster_entity(a.cluster),
-        first_seen_ms=min(flagged), last_seen_ms=max(flagged) + config.window_ms,
         cause=SlowBrokerCause.CLUSTER_WIDE_SLOWNESS,
         explanation=(f"{len(slow)} of {len(judged)} brokers with traffic are slow at once"
                      f"{quiet}"
                      f"{f' (mostly {STAGE_NAMES[stage]})' if stage else ''}: a cluster-wide "
                      f"event, not one broker's fault; no broker is blamed."),
-        suggested_action=ActionKind.PAGE_HUMAN,
-        evidence={"brokers_blamed": sorted(a.blamed)[:100], "brokers_blamed_count": len(a.blamed),
-                  "brokers_slow_but_quiet": sorted(a.quiet_slow)[:100],
-                  "brokers_with_traffic": len(a.brokers_with_traffic), "share": _round(share),
-                  "causes": dict(causes), "dominant_stage": stage,
-                  "median_latency_ms_by_api": medians, "window_s": config.window_s,
-                  "windows_flagged": len(flagged),
-                  "windows_considered": config.persistence_lookback_windows})
+        suggested_action=ActionKind.PAGE_HUMAN)

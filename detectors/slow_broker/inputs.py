@@ -1,6 +1,5 @@
-"""What the slow-broker detector is given: per-window request stages, follower fetches,
-ISR shrinks, per-client send times and optional latency baselines (the package docstring
-says where each comes from)."""
+"""What the slow-broker detector is given, per cluster and window (the read side,
+jobs/detector_inputs/request_windows.py, builds them from the agents' windows)."""
 
 from __future__ import annotations
 
@@ -14,6 +13,8 @@ STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Rem
 
 @dataclass(frozen=True)
 class RequestStageWindow:
+    """A broker/API's requests in a window: how many, the p99 of TotalTime and of each
+    stage, and the exact p99 of (total - remote) per request when known."""
     cluster: str
     broker: int
     api: str
@@ -34,6 +35,8 @@ class RequestStageWindow:
 
 @dataclass(frozen=True)
 class FollowerFetchWindow:
+    """A follower's replica fetches as its leader saw them: the longest silence between two
+    (a fetch's arrival minus the previous one's completion) and the p99 send time."""
     cluster: str
     window_start_ms: int
     leader: int
@@ -45,8 +48,7 @@ class FollowerFetchWindow:
 
 @dataclass(frozen=True)
 class IsrShrink:
-    """A leader's "Shrinking ISR from <before> to <after>" (silver.log_events kind
-    isr_shrink: broker is the leader)."""
+    """A leader's "Shrinking ISR from <before> to <after>"."""
     cluster: str
     event_ms: int
     leader: int
@@ -64,7 +66,7 @@ class IsrShrink:
 class ClientSendWindow:
     """One client's requests of one API at one broker in a window. `slow_requests`: how
     many took the API's threshold or more to send (None: unknown, bounded from the p99);
-    `follower`: a replica's fetches (a broker, not a client: judged by blame.py)."""
+    `follower`: a replica's fetches (a broker, not a client)."""
     cluster: str
     window_start_ms: int
     broker: int
@@ -79,10 +81,8 @@ class ClientSendWindow:
 @dataclass(frozen=True)
 class ClientRttWindow:
     """A client's own view of one broker in a window, from its librdkafka statistics: the
-    highest rtt p99 (request sent to response received, ms) of its documents in the
-    window, and the rtt p50 of the latest of them (None: not known;
-    jobs/detector_inputs/client_rtts.py says why); `client_type` producer or consumer
-    (detectors/slow_broker/client_links.py)."""
+    highest rtt p99 of its documents in the window and the rtt p50 of the latest (None:
+    not known); `client_type` producer or consumer."""
     cluster: str
     window_start_ms: int
     client_id: str
@@ -94,10 +94,10 @@ class ClientRttWindow:
 
 @dataclass(frozen=True)
 class ProducerServerWindow:
-    """What one producer's own Produce requests took at one broker in a window, from the
-    request log (TotalTime p99 and p50 of that client's requests; p50 None: not known):
-    the broker's side of its round trips, for the slow-link rule
-    (detectors/slow_broker/client_links.py)."""
+    """What one producer's own Produce requests took at one broker in a window (TotalTime
+    p99 and p50; None: not known), and the share of them the broker read as soon as it had
+    answered the one before on the connection: they had waited in the socket, a time
+    their round trips hold and their TotalTime does not."""
     cluster: str
     window_start_ms: int
     broker: int
@@ -105,14 +105,12 @@ class ProducerServerWindow:
     requests: int
     total_p99_ms: float
     total_p50_ms: float | None = None
-    # The share of these requests the broker read as soon as it had answered the one
-    # before on the same connection: they had waited in the socket, a time their round
-    # trips hold and their TotalTime does not (None: not known).
     queued_share: float | None = None
 
 
 @dataclass(frozen=True)
 class LatencyBaseline:
+    """A broker/API's usual judged latency from a longer history than the input holds."""
     cluster: str
     broker: int
     api: str

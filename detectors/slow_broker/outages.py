@@ -1,28 +1,13 @@
 """When each broker was out: the events of the broker_out and broker_warmup disruptions
-(disruptions.py).
+(disruptions.py). A broker that died holds its leaders' acks=all writes until it is
+fenced, and one that restarts catches up while its clients reconnect: out, not slow.
 
-A broker that dies holds its leaders' acks=all writes in Remote until the controller
-fences it, and one that comes back reloads its logs and catches up as a follower while
-its clients reconnect: out, not slow. Signals: the controller's lines on brokers'
-sessions (silver.log_events, controller log; ingest/broker_log.py), as `BrokerStateChange`:
-
-- broker_fenced: its session timed out, so it died or hung at most a session timeout
-  before the line;
-- broker_shutdown: it was granted a controlled shutdown (it leaves now);
-- broker_registered: a new incarnation registered: it restarted (when no fence or shutdown
-  came first, it died at most a session timeout before);
-- broker_unfenced: it caught up with the metadata and is back.
-
-`broker_outages` makes intervals of them: from the first sign (fence or registration
-minus the session timeout, or the shutdown) to the next unfence of that broker (`back_ms`;
-`end_ms` adds the read side's grace); an outage with no unfence yet is open.
-
-A controller logs nothing while it is itself the broker that is gone (one KRaft
-controller combined with a broker), so the other brokers' view counts too
-(`unreachable_outages`): their replica fetchers' "Connection to node N ... could not be
-established" lines (`BrokerUnreachable`, repeated at each reconnect while N's port
-refuses) make an outage of N from the first such line to the last, sightings less than
-`UNREACHABLE_GAP_MS` apart being one; it is back at the last (its port answers again).
+`broker_outages`: from the controller's lines on a broker's session (`BrokerStateChange`),
+from its first sign (a fence or a new registration, a session timeout before the line; a
+controlled shutdown, at once) to its next unfence (`back_ms`). `unreachable_outages`: a
+controller that is the broker gone logs nothing, so the other brokers' replica fetchers
+that cannot connect to it (`BrokerUnreachable`) make an outage too, from the first such
+line to the last.
 """
 
 from __future__ import annotations
@@ -81,7 +66,7 @@ def _start_of(c: BrokerStateChange, session_timeout_ms: int) -> int:
 
 def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: int,
                    grace_ms: int) -> list[BrokerOutage]:
-    """Each broker's outages from the controller's lines (see the module docstring)."""
+    """Each broker's outages from the controller's lines; `end_ms` adds the grace."""
     by_broker: dict[tuple[str, int], list[BrokerStateChange]] = defaultdict(list)
     for c in changes:
         by_broker[(c.cluster, c.broker)].append(c)
@@ -107,8 +92,8 @@ def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: 
 
 def unreachable_outages(sightings: Iterable[BrokerUnreachable], *, gap_ms: int,
                         grace_ms: int) -> list[BrokerOutage]:
-    """Outages of the brokers the others could not connect to (see the module docstring):
-    one per run of sightings of a broker less than `gap_ms` apart."""
+    """Outages of the brokers the others could not connect to: one per run of sightings
+    of a broker less than `gap_ms` apart, back at the last."""
     by_broker: dict[tuple[str, int], list[int]] = defaultdict(list)
     for x in sightings:
         if x.broker != x.seen_by:

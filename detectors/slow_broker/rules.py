@@ -1,7 +1,6 @@
-"""The per-row rules of the slow-broker detector: small pure functions, their thresholds
-passed in (no config is read inside a rule). detect.assess_window applies them, with
-blame, the known disruptions and cluster-wide, in the order its docstring explains;
-`judge_rows` applies rules 1-5 to one window's rows."""
+"""Rules 1-5 on one broker/API/window, small pure functions with their thresholds passed
+in; `judge_rows` applies them to one window's rows (detect.assess_window states the
+whole order)."""
 
 from __future__ import annotations
 
@@ -27,9 +26,9 @@ MIN_PEERS = 2
 # Earlier windows needed before the in-input baseline is trusted (one minute of 10-s
 # windows): a median of fewer says little more than one window.
 MIN_HISTORY_WINDOWS = 6
-# Rule 2b: the floor of a pool judged only with a second, independent sign (the follower it waits
-# on is late elsewhere too, blame.corroborated_by_follower): 20 requests still make a
-# wait at the edge unlikely to be one request.
+# Rule 2b: the floor of a pool judged only with a second, independent sign (the follower
+# it waits on is late elsewhere too): 20 requests make a wait at the edge unlikely to be
+# one request.
 CORROBORATED_MIN_REQUESTS = 20
 
 Sample = tuple[int, float]       # (requests, judged latency) of one earlier window
@@ -37,9 +36,10 @@ Pool = tuple[int, int, float]    # (windows, requests, least judged latency) jud
 
 
 def judged_latency(row: RequestStageWindow) -> float:
-    """Rule 1: TotalTime TP99, without the purgatory wait for the APIs that wait on
-    purpose (that wait measures the absence of data, not the broker): the exact p99 of
-    (total - remote) when given, else a lower bound of it."""
+    """Rule 1: TotalTime TP99; for the APIs that wait in purgatory on purpose (a Fetch
+    waits for data), the time outside Remote: the exact p99 of (total - remote) when
+    given, else a lower bound of it. That wait measures the absence of data, not the
+    broker, and unlike a higher threshold it does not depend on client settings."""
     if not waits_in_purgatory(row.api):
         return row.total_p99_ms
     if row.total_excl_remote_p99_ms is not None:
@@ -49,22 +49,17 @@ def judged_latency(row: RequestStageWindow) -> float:
 
 
 def enough_traffic(requests: int, floor: int) -> bool:
-    """Rule 2: enough requests for a p99 to mean something (with fewer than 100, the TP99
-    is the window's slowest request)."""
+    """Rule 2: enough requests for a p99 to mean something (a negligible-traffic broker
+    is never slow)."""
     return requests >= floor
 
 
 def pool_quiet(requests: int, latency: float, threshold: float,
                earlier: Sequence[Sample | None], floor: int) -> Pool | None:
-    """Rule 2, for a window too quiet to judge alone: pooled with the consecutive windows
-    just before it (`earlier`, newest first, None where there was no row) that were over
-    the threshold too, up to POOL_WINDOWS in all, until they hold `floor` requests;
-    judged at the least latency of the pool, or None when they never do.
-
-    A slow broker cuts its own request rate (clients wait for their answers). The least
-    latency is a lower bound of the pooled TP99: at least 1% of every window's requests
-    took its own TP99 or longer. A window under the threshold, or with no row, ends the
-    pool: a broker is judged on real requests, never on one slow one."""
+    """Rule 2 for a window too quiet alone: a slow broker cuts its own request rate, so it
+    is pooled with the consecutive windows just before it (`earlier`, newest first, None:
+    no row) that were over the threshold too, up to POOL_WINDOWS, until they hold `floor`
+    requests; judged at the pool's least latency (a lower bound of its TP99), or None."""
     if latency <= threshold:
         return None
     windows, total, least = 1, requests, latency
@@ -78,19 +73,16 @@ def pool_quiet(requests: int, latency: float, threshold: float,
 
 
 def over_threshold(latency: float, threshold: float) -> bool:
-    """Rule 3: above the absolute floor below which no latency is a problem (a broker at
-    40 ms when it usually does 10 is not one)."""
+    """Rule 3: above the absolute floor below which no latency is a problem."""
     return latency > threshold
 
 
 def baseline(external: float | None, healthy: Sequence[float], quiet: Sequence[Sample],
              floor: int) -> float | None:
     """Rule 4's reference, the broker/API's usual latency: the external baseline; else
-    the median of its earlier healthy windows, once MIN_HISTORY_WINDOWS of them; else the
-    median of its earlier quiet windows, once as many hold `floor` requests together.
-    A quiet window's TP99 is about its slowest request, so that baseline is high and the
-    rule only harder to meet; without it a broker too quiet to have healthy windows, on a
-    cluster as quiet, could be compared with nothing."""
+    the median of its earlier healthy windows, once MIN_HISTORY_WINDOWS; else of its quiet
+    windows, once as many hold `floor` requests together (a high baseline, but a broker
+    on a quiet cluster has nothing else to be compared with)."""
     if external is not None:
         return external
     if len(healthy) >= MIN_HISTORY_WINDOWS:
@@ -101,8 +93,8 @@ def baseline(external: float | None, healthy: Sequence[float], quiet: Sequence[S
 
 
 def stands_out(value: float, reference: float | None, ratio: float) -> bool:
-    """Rules 4 and 5: at least `ratio` x a reference (the broker's own baseline, or its
-    peers' median). History catches a fleet-wide rise; peers a broker always slow."""
+    """Rules 4 and 5: at least `ratio` x a reference, the broker's own baseline (a rise)
+    or its peers' median (a broker always slow)."""
     return reference is not None and value >= ratio * max(reference, MIN_REFERENCE_MS)
 
 
@@ -144,9 +136,8 @@ def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
 def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_traffic: bool,
               pool: Pool | None, quiet_pool: Pool | None, baseline_ms: float | None,
               peers: float | None, history_ratio: float, peer_ratio: float) -> ApiVerdict:
-    """Rules 1-5 on one row: judged at its pool's least latency when pooled, suspect
-    (ApiVerdict.suspect) with enough traffic, over the threshold and standing out from
-    its own baseline or its peers. `quiet_pool`: the pool blame may judge it on."""
+    """Rules 1-5 on one row, at its pool's least latency when pooled; `quiet_pool`: the
+    pool blame may judge it on (rule 2b)."""
     windows, requests, lat = pool or (1, None, latency)
     stage, share = dominant_stage(row)
     return ApiVerdict(
@@ -161,9 +152,9 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
 
 @dataclass
 class History:
-    """Per broker/API, the earlier windows the rules look back on: every window's
-    (requests, latency) for pooling, and the non-suspect ones for the baseline, `healthy`
-    with enough traffic of their own, `quiet` the others that had requests."""
+    """Per broker/API, the earlier windows: every window's (requests, latency) for
+    pooling; the non-suspect ones for the baseline, `healthy` with enough traffic of
+    their own, `quiet` the others that had requests."""
     healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     quiet: dict[tuple[int, str], list[Sample]] = field(default_factory=lambda: defaultdict(list))
     windows: dict[tuple[int, str], dict[int, Sample]] = field(
@@ -187,8 +178,7 @@ class History:
                         self.quiet.get(key, []), floor)
 
     def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
-        """Keep the window's non-suspect latencies (a quiet window over the threshold that
-        was not judged slow is part of the broker's usual too)."""
+        """Keep the window's non-suspect latencies (quiet ones over the threshold too)."""
         for v in verdicts:
             if v.suspect:
                 continue
@@ -202,10 +192,8 @@ class History:
 def judge_rows(rows: Sequence[RequestStageWindow], history: History,
                external: Mapping[tuple[int, str], float],
                cfg: SlowBrokerSection) -> list[ApiVerdict]:
-    """Rules 1-5 on every row of one window: every row is pooled against the windows
-    before this one, and the peer rule needs every broker's latency for the API first.
-    A pooled row is compared with its peers but stays out of their medians: its latency
-    is a bound over several windows."""
+    """Rules 1-5 on every row of one window. A pooled row is compared with its peers but
+    stays out of their medians: its latency is a bound over several windows."""
     floor = cfg.min_requests_per_window
     judged = []
     for r in rows:

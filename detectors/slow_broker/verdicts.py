@@ -42,8 +42,7 @@ class Role(StrEnum):
     UNATTRIBUTED = "unattributed"  # slow, and we cannot tell whose fault it is
     VICTIM = "victim"              # slow because a follower holds it back
     QUOTA = "quota"                # slow because clients are throttled
-    CLIENT = "client"              # slow because clients read slowly: no broker finding,
-                                   # the clients are judged on their own (clients.py)
+    CLIENT = "client"              # slow because a few clients read slowly: no finding
 
 
 ROLE_ORDER = list(Role)
@@ -64,17 +63,13 @@ class ApiVerdict:
     slow_vs_peers: bool
     dominant_stage: str | None
     stage_share: float
-    # Windows judged together (rules.pool_quiet): 1 = this window alone; more =
-    # it had too few requests alone and `latency_ms` is the least TP99 of the pool.
+    # Windows judged together (rules.pool_quiet), their requests; `latency_ms` is then
+    # the least TP99 of the pool.
     pooled_windows: int = 1
     pooled_requests: int | None = None
-    # Rule 4b (blame.corroborated_by_follower): an acks=all write over the
-    # threshold, waiting in Remote on a follower that is late at the other leaders it
-    # follows too; set after rules 1-5, once every leader's view of its followers is known.
+    # Rules 2b and 4b (blame.corroborated_by_follower): the pool a row too quiet for
+    # rule 2 may be judged on, and whether the follower it waits on is late elsewhere.
     follower_corroborated: bool = False
-    # Rule 2b: the pool (windows, requests, least latency) of a row too quiet for rule 2
-    # that holds CORROBORATED_MIN_REQUESTS; judged only when the follower it waits on is
-    # corroborated (blame.corroborated_by_follower).
     quiet_pool: tuple[int, int, float] | None = None
 
     @property
@@ -104,21 +99,6 @@ class BrokerVerdict:
     victim_latency_ms: float = 0.0         # the worst Produce latency it caused on a leader
 
 
-@dataclass(frozen=True)
-class ClientVerdict:
-    """A client slow in one window by its own requests (detectors/slow_broker/clients.py):
-    the API with the most slow requests, and what it did at each broker it was seen at."""
-    client_id: str
-    api: str
-    requests: int
-    slow_requests: int
-    send_p99_ms: float
-    threshold_ms: float
-    brokers: tuple[Mapping, ...]   # per broker: requests, slow_requests, send_p99_ms, share
-    apis: tuple[str, ...]          # every API it was slow on
-    excluded_brokers: tuple[int, ...] = ()   # brokers whose own send path was slow
-
-
 @dataclass
 class WindowAssessment:
     cluster: str
@@ -128,11 +108,5 @@ class WindowAssessment:
     brokers_with_traffic: set[int]
     blamed: set[int]
     cluster_wide: bool
-    clients: dict[str, ClientVerdict] = field(default_factory=dict)
-    # Producers whose own network path was slow (client_links.py): client -> verdict.
-    links: dict = field(default_factory=dict)
-    # Verdicts a known disruption explains (disruptions.py): broker -> the verdict.
-    excused: dict[int, BrokerVerdict] = field(default_factory=dict)
-    # Brokers blamed for nothing, too quiet to judge, whose requests were as slow: counted
-    # as slow brokers in the cluster-wide judgement (blame.quiet_but_slow).
-    quiet_slow: set[int] = field(default_factory=set)
+    excused: dict[int, BrokerVerdict] = field(default_factory=dict)  # by a disruption
+    quiet_slow: set[int] = field(default_factory=set)  # blame.quiet_but_slow

@@ -11,7 +11,7 @@ the window's end, while a burst of requests queued behind each other on a connec
 (a broker restarting, a controller moving) raises one document's median and is gone by
 the next; the highest median would call that burst a slow link.
 Consumers are not read: the rule does not judge them by rtt
-(detectors/slow_broker/client_links.py). The windows are the stage windows' epoch-aligned
+(detectors/slow_client/links.py). The windows are the stage windows' epoch-aligned
 grid, so a client's row meets its brokers' Produce rows. Few rows: one per producer and
 broker a window.
 """

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from detectors.slow_broker import RequestStageWindow, SlowBrokerSection, detect_slow_brokers
+from detectors.slow_client import detect_slow_clients
 from infra.lake import Lake
 from infra.lake_sql import LakeSql
 from ingest.client_stats import parse_client_stats
@@ -115,7 +116,8 @@ def test_the_producer_behind_the_slow_link_is_found_in_them(spark, lake):
     rtts = read_client_rtts(LakeSql(lake), CONFIG, TimeRange(T0, T0 + 3 * W))
     rows = [RequestStageWindow("c1", b, "Produce", T0 + w * W, 600, 8.0)
             for w in range(3) for b in (1, 2, 3)]
-    got = {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts, config=CONFIG)}
+    got = {d.entity: d for d in detect_slow_brokers(rows, config=CONFIG)
+           + detect_slow_clients(rows, client_rtts=rtts, config=CONFIG)}
     # bursty-producer's medians were slow at every broker in two windows, and back to
     # 18 ms by each window's end: queueing that came and went, no slow path
     assert set(got) == {"client:far-producer"}

@@ -28,6 +28,7 @@ from detectors.slow_broker import (
     replication_waits,
 )
 from detectors.slow_broker import blame, rules
+from detectors.slow_client import assess_clients, detect_slow_clients
 from kmon.config import ConfigError, _build_section
 
 pytestmark = pytest.mark.unit
@@ -628,9 +629,11 @@ def test_scenario(s: Scenario):
     got = {b: (v.attribution.role, v.attribution.cause) for b, v in last.brokers.items()}
     assert got == s.verdicts
     assert last.cluster_wide is s.cluster_wide
-    assert set(last.clients) == s.clients
+    clients = assess_clients(s.rows, client_sends=s.sends, config=CONFIG)
+    assert set(clients[-1].clients) == s.clients
 
-    detections = detections_from(assessments, CONFIG)
+    detections = detections_from(assessments, CONFIG) + detect_slow_clients(
+        s.rows, client_sends=s.sends, config=CONFIG)
     got_detections = {d.entity: (d.type, d.cause, d.suggested_action, d.severity)
                       for d in detections}
     assert got_detections == s.detections

@@ -1,4 +1,4 @@
-"""Slow clients judged by their own requests (detectors/slow_broker/clients.py), on the
+"""Slow clients judged by their own requests (detectors/slow_client/readers.py), on the
 scenarios of test_detector_slow_broker: three brokers, 10-second windows, the fault in
 the last two of ten."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from core.findings import ActionKind, AnomalyType, EntityKind, Severity
 from detectors.slow_broker import ClientSendWindow, Role, assess_windows, detect_slow_brokers
-from detectors.slow_broker import clients
-from detectors.slow_broker.clients import slow_count
+from detectors.slow_client import assess_clients, detect_slow_clients, readers
+from detectors.slow_client.readers import slow_count
 from tests.unit.test_detector_slow_broker import (
     CONFIG,
     FAULT,
@@ -47,7 +47,8 @@ def slow_reader_sends(windows=FAULT, requests=2, slow=2) -> list[ClientSendWindo
 
 
 def found(rows, sends, config=CONFIG):
-    return {d.entity: d for d in detect_slow_brokers(rows, client_sends=sends, config=config)}
+    return {d.entity: d for d in detect_slow_brokers(rows, client_sends=sends, config=config)
+            + detect_slow_clients(rows, client_sends=sends, config=config)}
 
 
 def test_slow_reader_at_one_percent_of_a_brokers_fetches_is_a_slow_client():
@@ -69,8 +70,9 @@ def test_slow_reader_at_one_percent_of_a_brokers_fetches_is_a_slow_client():
                                 "share_of_broker_requests": 0.01}]
     assert (e["windows_flagged"], e["brokers_left_out"]) == (2, [])
     assert "slow-reader" in d.explanation and d.explanation.endswith(".")
-    last = assess_windows(rows, client_sends=slow_reader_sends(), config=CONFIG)[-1]
-    assert not last.brokers and set(last.clients) == {"slow-reader"}
+    assert not assess_windows(rows, client_sends=slow_reader_sends(), config=CONFIG)[-1].brokers
+    last = assess_clients(rows, client_sends=slow_reader_sends(), config=CONFIG)[-1]
+    assert set(last.clients) == {"slow-reader"}
 
 
 def test_one_slow_request_a_window_is_not_a_slow_client():
@@ -141,10 +143,10 @@ def test_thresholds_and_counts_decide(monkeypatch):
     sends = slow_reader_sends(requests=4, slow=2)
     assert set(found(healthy(), sends)) == {"client:slow-reader"}
     with monkeypatch.context() as m:
-        m.setattr(clients, "CLIENT_SLOW_SHARE", 0.75)
+        m.setattr(readers, "CLIENT_SLOW_SHARE", 0.75)
         assert found(healthy(), sends) == {}
     with monkeypatch.context() as m:
-        m.setattr(clients, "CLIENT_MIN_SLOW", 3)
+        m.setattr(readers, "CLIENT_MIN_SLOW", 3)
         assert found(healthy(), sends) == {}
     strict = replace(CONFIG, api_threshold_ms={"FetchConsumer": 5000})
     # The adapter counts against the API's threshold; a p99 under it is no slow reader.

@@ -1,5 +1,5 @@
 """Slow producer links judged by the producers' own round trips
-(detectors/slow_broker/client_links.py), on the windows of test_detector_slow_broker:
+(detectors/slow_client/links.py), on the windows of test_detector_slow_broker:
 three brokers serving Produce in 8 ms (TotalTime TP99), 10-second windows, the fault in
 the last two of ten."""
 
@@ -14,6 +14,7 @@ from detectors.slow_broker import (
     ProducerServerWindow,
     detect_slow_brokers,
 )
+from detectors.slow_client import detect_slow_clients
 from tests.unit.test_detector_slow_broker import (
     BROKERS,
     CONFIG,
@@ -50,9 +51,9 @@ def behind_slow_link(windows=FAULT, brokers=BROKERS, p99: float = 820.0,
 
 
 def found(rows, rtts, sends=(), config=CONFIG, own=()):
-    return {d.entity: d for d in detect_slow_brokers(rows, client_rtts=rtts,
-                                                     client_sends=sends, config=config,
-                                                     producer_times=own)}
+    return {d.entity: d for d in detect_slow_brokers(rows, client_sends=sends, config=config)
+            + detect_slow_clients(rows, client_rtts=rtts, client_sends=sends, config=config,
+                                  producer_times=own)}
 
 
 def own(client: str, windows, brokers, p99: float, requests: int = 40,
@@ -157,7 +158,7 @@ def test_a_client_both_slow_to_read_and_behind_a_slow_link_is_one_finding():
                               slow_requests=2) for w in FAULT]
     sends += [ClientSendWindow("c1", start(w), 1, c, 200, 0.4, "Produce", slow_requests=0)
               for w in FAULT for c in ("orders", "clicks")]
-    got = detect_slow_brokers(healthy(), client_rtts=peers() + behind_slow_link(),
+    got = detect_slow_clients(healthy(), client_rtts=peers() + behind_slow_link(),
                               client_sends=sends, config=CONFIG)
     mine = [d for d in got if d.entity == "client:far-producer"]
     assert [d.cause for d in mine] == ["client_slow_read"]

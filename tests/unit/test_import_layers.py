@@ -49,6 +49,9 @@ FLOORS: list[tuple[str, ...]] = [
     ("cli",),
 ]
 OUTSIDE = ("tests", "bench")
+# Packages of one floor that build on one another, one way: the key may import the values'
+# packages, never the reverse (detectors/slow_client judges the slow-broker windows).
+ONE_WAY = {"detectors.slow_client": ("detectors.slow_broker",)}
 
 
 def floor_of(module: str) -> tuple[int, str] | None:
@@ -122,6 +125,20 @@ def test_every_import_points_down_the_floors():
     assert not bad, "imports that point up or sideways:\n" + "\n".join(bad)
 
 
+def test_packages_of_one_floor_import_one_way():
+    bad = []
+    for upper, lowers in ONE_WAY.items():
+        for lower in lowers:
+            for path in sorted((REPO / lower.replace(".", "/")).rglob("*.py")):
+                module = module_name(path)
+                tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+                bad += [f"{path.relative_to(REPO)}:{line}: imports {target}"
+                        for line, target in imported_modules(tree, module,
+                                                             path.name == "__init__.py")
+                        if target == upper or target.startswith(upper + ".")]
+    assert not bad, "imports against ONE_WAY:\n" + "\n".join(bad)
+
+
 def test_the_walk_sees_imports_inside_functions(tmp_path):
     tree = ast.parse("def f():\n    from kmon.config import Config\n")
     assert (2, "kmon.config") in imported_modules(tree, "detectors.x", False)
@@ -138,6 +155,7 @@ def test_floors_place_a_module_by_its_longest_prefix():
     assert floor_of("matrix.live") == (8, "matrix")
     assert floor_of("kmon.config") == (6, "kmon")
     assert floor_of("detectors.slow_broker") == (3, "detectors")
+    assert floor_of("detectors.slow_client") == (3, "detectors")
     assert floor_of("pyspark.sql") is None
 
 

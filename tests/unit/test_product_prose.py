@@ -47,9 +47,12 @@ def _scenarios() -> list[str]:
 
 
 def _product_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "--", *PRODUCT_DIRS], cwd=REPO_ROOT,
-                         capture_output=True, text=True, check=True).stdout
-    return [p for p in out.splitlines() if p.endswith((".py", ".toml"))]
+    """The product files of the work tree: tracked or new (not ignored), not deleted."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--",
+                          *PRODUCT_DIRS], cwd=REPO_ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    return sorted({p for p in out.splitlines()
+                   if p.endswith((".py", ".toml")) and (REPO_ROOT / p).exists()})
 
 
 def _prose(path: str) -> list[tuple[int, str]]:

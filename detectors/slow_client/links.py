@@ -1,60 +1,16 @@
-"""Slow producer links: a producer whose requests take long on the way, not at the broker.
+"""Slow producer links: a producer whose round trips are slow while the brokers serve its
+requests as fast as anyone's. The request log starts its timer when a request has
+arrived, so only the client's own statistics (librdkafka's rtt per broker) see the path.
 
-A producer behind a slow network path (a congested uplink, a cross-region route, a
-misbehaving proxy or NAT) waits long for every answer, yet every broker it writes to
-serves its requests as fast as anyone's: the broker's request log starts its timer when
-the whole request has arrived and stops it when the response is handed to the socket, so
-nothing of the link shows there. Only the client sees it, as the round-trip time in its
-librdkafka statistics (`rtt`, per broker: from the request's send to its response).
-
-Signal: `ClientRttWindow` rows, per window/client/broker: the highest rtt p99 of the
-client's statistics documents in the window and the p50 of the latest of them
-(silver.client_stats, scope broker; a slow path still slows the median at the window's
-end, a backlog's raised median is gone by the next document:
-jobs/detector_inputs/client_rtts.py). A p99 of 0 (or none) means the client sent that broker nothing in the interval
-(librdkafka's window is empty) and is left out. The broker's side is what the broker
-took for that client's own Produce requests (`ProducerServerWindow`: their TotalTime p99
-and p50, from the request log, or in the request-log windows mode from the agents'
-per-client rows); where those are not known (a producer the windows mode's agent folded
-into its "other" row) it is the window's Produce stage row, the broker's
-TotalTime TP99 over every client's Produce requests, for both (an upper bound of the
-median). That TP99 understates an acks=all producer's wait whenever the leader waits on
-a follower and most of its Produce requests are acks=1, which would make those producers
-look like slow links: their own requests' times are preferred for that reason.
-
-Rule, per cluster, window and producer (`judge_links`):
-1. producers only: a consumer's rtt is mostly its fetch wait (fetch.wait.max.ms, 500 ms
-   by default, whenever there is nothing new to read), a normal thing; consumers are
-   judged by their own reads (clients.py);
-2. at each broker, the time on the link is the client's rtt minus the broker's side,
-   in the tail (rtt p99 minus its own requests' TotalTime p99, else the broker's Produce
-   TotalTime TP99) and typically (rtt p50 minus its own requests' TotalTime p50, else
-   the p99 above); with no Produce row for the broker in the window (a frozen broker
-   logs nothing) the broker is not judged: unknown, not slow; nor where at least
-   BACKLOG_SHARE of the producer's own requests there had waited in the socket (the
-   broker read each as soon as it had answered the one before on the connection,
-   `ProducerServerWindow.queued_share`): then its median round trip holds that wait too,
-   which no TotalTime shows. A producer with requests in flight faster than the broker
-   answers them looks so: most of its requests are read back to back, while a producer
-   behind a slow path sends each after the last answer, and few are;
-3. the link is slow at a broker when both differences are the Produce threshold
-   (threshold_ms, or api_threshold_ms) or more (the tail alone where the client's p50 is
-   not known). A slow path delays every round trip, the median as much as the tail. A
-   tail alone is queueing, not the path: a producer pipelines its requests on one
-   connection, and a broker reads a connection's next request only once it has answered
-   the one before, so a request waits in the socket, outside its own TotalTime, behind
-   the ones sent before it; a client host that is descheduled shows the same way, its
-   tail several times its own requests' TotalTime with no slow path;
-4. peers: at a broker where more than shared_cause_share of the producers seen (more than
-   one) are slow at once, it is the broker's side (its network, its host), not theirs:
-   left out for every producer there;
-5. the producer's link is slow in the window when it was slow at every broker judged
-   for it, and that is either two brokers or more, or one where other producers were
-   fine: a producer that talks to one broker with no peer cannot tell its link from the
-   broker's network, and says nothing.
-Persistence as for brokers (persistence.py). Output: a `Detection` of type slow_client on
-"client:<client_id>", cause client_slow_link, severity warning, action none (kmon cannot
-fix a client's network; its owner can).
+Rule, per window and producer: at each broker, its rtt p99 and p50 minus what the broker
+took for its own Produce requests (their TotalTime p99 and p50; the broker's Produce TP99
+where not known) are both the Produce threshold or more (the tail alone without a p50):
+a slow path delays every round trip, while a tail alone is requests queued on the
+connection. Slow at every broker judged, and either two brokers or one where other
+producers were fine. Not judged: consumers (their rtt is mostly the fetch wait), a
+broker with no Produce row, a broker where at least BACKLOG_SHARE of its requests waited
+in the socket (its median then holds that wait), and a broker slow to most of its
+producers (shared_cause_share: its side, not theirs).
 """
 
 from __future__ import annotations
@@ -65,10 +21,11 @@ from typing import Mapping, Sequence
 
 from core.findings import Detection
 from core.signals import threshold_for
-from detectors.slow_broker.clients import client_finding
-from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import ClientRttWindow, ProducerServerWindow, RequestStageWindow
+from detectors.slow_broker import (ClientRttWindow, ProducerServerWindow, RequestStageWindow,
+                                   SlowBrokerSection)
+from detectors.slow_broker.blame import most_of
 from detectors.slow_broker.verdicts import SlowBrokerCause
+from detectors.slow_client.readers import client_finding
 
 PRODUCE = "Produce"
 # A producer is not judged at a broker where at least this share of its requests waited
@@ -156,7 +113,7 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
     excluded: dict[str, list[int]] = defaultdict(list)
     for broker, clients in at_broker.items():
         slow = [c for c, e in clients.items() if e["slow"]]
-        broker_side = len(clients) > 1 and len(slow) > config.shared_cause_share * len(clients)
+        broker_side = most_of(len(slow), len(clients), config.shared_cause_share)
         for client, e in clients.items():
             if broker_side:
                 excluded[client].append(broker)

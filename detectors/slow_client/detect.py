@@ -1,0 +1,77 @@
+"""The slow-client detector's order: both rules on each of the slow-broker detector's
+windows (`assess_clients`), then persistence as for brokers (`detect_slow_clients`): one
+finding per client, its slow reads before its link."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+from core.findings import Detection
+from detectors.slow_broker import (ClientRttWindow, ClientSendWindow, ProducerServerWindow,
+                                   RequestStageWindow, SlowBrokerSection)
+from detectors.slow_broker.detect import by_cluster_window
+from detectors.slow_broker.persistence import recent_windows
+from detectors.slow_client.links import LinkVerdict, judge_links, link_detection
+from detectors.slow_client.readers import ClientVerdict, client_detection, judge_clients
+
+
+@dataclass(frozen=True)
+class ClientAssessment:
+    """The clients slow in one window of one cluster: slow readers and slow links."""
+    cluster: str
+    window_start_ms: int
+    clients: Mapping[str, ClientVerdict] = field(default_factory=dict)
+    links: Mapping[str, LinkVerdict] = field(default_factory=dict)
+
+
+def assess_clients(rows: Iterable[RequestStageWindow], *,
+                   client_sends: Iterable[ClientSendWindow] = (),
+                   client_rtts: Iterable[ClientRttWindow] = (),
+                   producer_times: Iterable[ProducerServerWindow] = (),
+                   config: SlowBrokerSection | None = None) -> list[ClientAssessment]:
+    """Every window with stage rows, oldest first, per cluster: the stage rows give each
+    broker's request count and Produce time, `producer_times` what the brokers took for
+    each producer's own requests."""
+    config = config or SlowBrokerSection()
+    rows_by_cw = by_cluster_window(rows)
+    sends, rtts = by_cluster_window(client_sends), by_cluster_window(client_rtts)
+    own = by_cluster_window(producer_times)
+    out = []
+    for key in sorted(rows_by_cw):
+        watched = [r for r in rows_by_cw[key] if r.api in config.watched_apis]
+        out.append(ClientAssessment(*key, judge_clients(sends.get(key, ()), watched, config),
+                                    judge_links(rtts.get(key, ()), watched, config,
+                                                own.get(key, ()))))
+    return out
+
+
+def persistent(recent: Sequence[ClientAssessment],
+               verdicts: Callable[[ClientAssessment], Mapping], needed: int
+               ) -> dict[str, list[int]]:
+    """Client -> the windows holding a verdict for it, when at least `needed` do."""
+    windows: dict[str, list[int]] = defaultdict(list)
+    for a in recent:
+        for client in verdicts(a):
+            windows[client].append(a.window_start_ms)
+    return {c: ws for c, ws in sorted(windows.items()) if len(ws) >= needed}
+
+
+def detect_slow_clients(rows: Iterable[RequestStageWindow], *,
+                        config: SlowBrokerSection | None = None, **inputs) -> list[Detection]:
+    """slow_client detections: a client flagged in persistence_windows of the last
+    persistence_lookback_windows windows (`inputs`: those of `assess_clients`)."""
+    config = config or SlowBrokerSection()
+    assessments = assess_clients(rows, config=config, **inputs)
+    by_cw = {(a.cluster, a.window_start_ms): a for a in assessments}
+    detections = []
+    for cluster, starts in sorted(recent_windows(assessments, config).items()):
+        recent = [by_cw[(cluster, s)] for s in starts if (cluster, s) in by_cw]
+        reads = persistent(recent, lambda a: a.clients, config.persistence_windows)
+        links = persistent(recent, lambda a: a.links, config.persistence_windows)
+        detections += [client_detection(cluster, by_cw[(cluster, ws[-1])].clients[c], ws,
+                                        config) for c, ws in reads.items()]
+        detections += [link_detection(cluster, by_cw[(cluster, ws[-1])].links[c], ws, config)
+                       for c, ws in links.items() if c not in reads]
+    return detections
