@@ -19,8 +19,8 @@
 
 from __future__ import annotations
 
-import bisect
 import json
+import math
 import os
 import time
 from collections import defaultdict
@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import functions as F
 
+from core.latency_histogram import ALPHA
 from infra.lake import Lake, register_tables
 from ingest.file_tailer import PositionStore
 from ingest.log_time import stamp_to_ms
@@ -109,17 +110,6 @@ def _raw_lines(path: Path, start: int, limit: int) -> list[tuple[int, dict | Non
             out.append((offset, body, stamp_to_ms(text[1:24])))
         offset += len(line) + 1
     return out
-
-
-def _rank_ok(sorted_vals: list[float], value: float, q: float) -> bool:
-    """`value` is an element whose rank is within percentile_approx's error of rank q*n."""
-    n = len(sorted_vals)
-    lo, hi = bisect.bisect_left(sorted_vals, value), bisect.bisect_right(sorted_vals, value)
-    if lo == hi:
-        return False
-    target = q * n
-    slack = max(1.0, n / 10_000) + 1
-    return lo - slack <= target <= hi + slack
 
 
 @pytest.fixture(scope="module")
@@ -233,8 +223,12 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     # The job's last batches may not have run before SIGTERM: finish what is on disk.
     Pipeline(spark, lake, kmon_config.pipeline).process_available()
 
+    # The saved position is where a restart re-reads from: the first line of the windows
+    # the agent emitted at its stop (a restart rebuilds them the same), so lines past it
+    # may be in silver too, once each; none may be missing before it.
     positions = PositionStore(state / "request-log.json").load()
     expected: dict[str, tuple[int, dict, int]] = {}
+    later: set[str] = set()
     poisoned: list[str] = []
     for node in kafka_cluster.nodes:
         pos = positions[f"e2e/{node.node_id}"]
@@ -246,6 +240,10 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
                 poisoned.append(rid)
             else:
                 expected[rid] = (node.node_id, body, ts_ms)
+        size = os.path.getsize(node.request_log)
+        end = pos.offset + open(node.request_log, "rb").read()[pos.offset:size].rfind(b"\n") + 1
+        later |= {f"e2e:{node.node_id}:{pos.inode}:{offset}"
+                  for offset, _, _ in _raw_lines(node.request_log, pos.offset, end)}
     silver = spark.read.format("delta").load(silver_path).where("cluster = 'e2e'")
     got = [r["record_id"] for r in silver.select("record_id").collect()]
     quarantined = [r["record_id"] for r in spark.read.format("delta").load(
@@ -254,9 +252,9 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     assert len(got) == len(set(got)), "duplicate request records in silver"
     assert not set(got) & set(quarantined)
     missing = set(expected) - set(got) - set(quarantined)
-    extra = set(got) - set(expected)
+    extra = set(got) - set(expected) - later
     assert not missing, f"{len(missing)} request log lines never reached silver, e.g. {sorted(missing)[:3]}"
-    assert not extra, f"{len(extra)} silver rows beyond the agents' saved positions"
+    assert not extra, f"{len(extra)} silver rows that are no line of the request logs"
 
     # The poison pill: quarantined with its reason; lines after it (the 500 produced next,
     # and the restart's) are in silver, as the `missing` check above already proved.
@@ -292,7 +290,10 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
             values.sort()
             for label, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
                 v = g[f"{stage}_{label}_ms"]
-                assert _rank_ok(values, v, q), (key, stage, label, v, values[:5], values[-5:])
+                # gold merges the agents' histograms: within ALPHA of the exact nearest rank
+                want = values[max(1, math.ceil(q * len(values))) - 1]
+                assert abs(v - want) <= ALPHA * want * (1 + 1e-9), (
+                    key, stage, label, v, want, values[:5], values[-5:])
         compared += 1
     brokers_with_produce = {g["broker"] for g in gold if g["api"] == "Produce"}
     assert compared >= 3 and brokers_with_produce == {n.node_id for n in kafka_cluster.nodes}

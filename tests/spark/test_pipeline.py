@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from infra.lake import Lake
 from ingest.request_log import parse_request_line
+from ingest.request_windows import aggregate
 from ingest.sinks import LandingSink
 from jobs.pipeline import Pipeline
 from jobs.silver import BATCHES_TABLE
@@ -58,10 +59,17 @@ def test_valid_rows_reach_silver_and_gold_bad_rows_reach_quarantine(spark, lake,
     ]
     for r in bad:
         sink.send("request_stages", "k", r)
+    # and the windows the agent sends for the same lines (gold's stage minutes)
+    for o in aggregate([dict(r, record_id=f"c1:1:1:{i}") for i, r in enumerate(good)],
+                       "c1", 1):
+        if o.stream == "request_windows":
+            sink.send(o.stream, "k", o.record)
     sink.flush()
     landing = Path(lake.landing("request_stages"))
     (landing / "garbage.jsonl").write_text('{"cluster": "c1", "ts_ms": 1\nnot json at all\n')
-    pipeline = _pipeline(spark, lake, kmon_config)
+    pipeline = Pipeline(spark, lake, kmon_config.pipeline,
+                        streams=(stream("request_stages"), stream("request_windows"),
+                                 stream(QUARANTINE)))
     pipeline.process_available()
 
     silver = spark.read.format("delta").load(lake.table("silver", "request_stages"))
@@ -81,7 +89,7 @@ def test_valid_rows_reach_silver_and_gold_bad_rows_reach_quarantine(spark, lake,
     assert (batches["i"], batches["v"], batches["q"]) == (len(good) + 6, len(good), 6)
 
     gold = spark.read.format("delta").load(lake.table("gold", "request_stages_1m"))
-    # Windows close only when the watermark passes them; the newest minute stays open.
+    # Minutes close only when the watermark passes them; the newest stay open.
     direct = (silver.where("NOT is_controller_traffic")
               .groupBy(F.window("ts", "1 minute").alias("w"), "broker", "api").count())
     assert 0 < gold.count() <= direct.count()
