@@ -7,10 +7,10 @@ small per-window, per-entity or per-event rows. A table that does not exist yet 
 empty input; nothing later than end_ms is ever read, so a replay over history sees what a
 live evaluation at end_ms would have seen (given complete data).
 
-Two engines. Every input but one is read through `infra.lake_sql.LakeSql`: delta-rs
-snapshots and DuckDB in the detector's own process, no JVM (that module says why: each
-Spark read cost 2-5 s on a loaded host). Still through Spark: the slow-broker baselines (an
-hour of gold minutes, cached: `BaselineCache`).
+One engine: every input is read through `infra.lake_sql.LakeSql`, delta-rs snapshots
+and DuckDB in the detector's own process, no JVM (that module says why: each Spark read
+cost 2-5 s on a loaded host). The slow-broker baselines, an hour of gold minutes, are
+cached (`BaselineCache`).
 
 One module per detector's inputs, each docstring saying where every input comes from:
 
@@ -336,7 +336,7 @@ def _request_stage_chain(x: _Reading) -> None:
 
 def _baseline_chain(x: _Reading) -> None:
     def read() -> list[LatencyBaseline]:
-        return read_window_baselines(x.spark, x.lake, x.config.slow_broker, x.r)
+        return read_window_baselines(x.sql, x.config.slow_broker, x.r)
 
     x.out.baselines = x.out.timed("baselines", lambda: (
         read() if x.baseline_cache is None else x.baseline_cache(x.r.start_ms, read)))

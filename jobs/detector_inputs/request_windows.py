@@ -3,9 +3,8 @@
 The agents ship per broker, request key and 10-s window histograms
 (ingest/request_windows.py), not a row per request; these reads give the rules their
 inputs by merging histograms: exact merges, and percentiles within the bucket scheme's 2 %
-(core/latency_histogram.py). The window reads run in DuckDB (jobs/histogram_duckdb.py,
-over infra/lake_sql.py); the baselines, cached for the hour, still in Spark
-(jobs/histogram_sql.py).
+(core/latency_histogram.py), in DuckDB (jobs/histogram_duckdb.py, over
+infra/lake_sql.py).
 
 - `RequestStageWindow` <- silver.request_windows: per cluster, broker, API and window, the
   rows of every request key of the API (Fetch:consumer and Fetch:follower are one Fetch,
@@ -16,9 +15,8 @@ over infra/lake_sql.py); the baselines, cached for the hour, still in Spark
   broker's request times `request_log.lateness_s` past its end), so every window in the
   range whose end is at or before the range end counts; a late delta adds to it later.
 - `LatencyBaseline` over the BASELINE_HISTORY_S before the range: the median of the
-  minutes' latency per broker and API, minutes with enough requests
-  (slow_broker.py `baselines_from_minutes`). The minutes come from gold.request_stages_1m as far
-  as it holds them (its total_excl_remote_p99_ms is the own time's p99 from the
+  minutes' latency per broker and API, minutes with enough requests. The minutes come
+  from gold.request_stages_1m as far as it holds them (its total_excl_remote_p99_ms is the own time's p99 from the
   histograms), the newer ones (gold is final about request_windows' lateness after a
   minute; at the start, all of them) from a merge of silver.request_windows per broker,
   API and minute. The two give the same minute (the same histograms merged), so the hour
@@ -47,8 +45,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow as pa
 
 from core.signals import threshold_for
 from core.signals_sql import in_names_sql, in_purgatory_sql, threshold_case_sql
@@ -61,13 +58,11 @@ from detectors.slow_broker import (
     SlowBrokerSection,
 )
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
-from infra.lake import Lake
-from infra.lake_sql import LakeSql, marks, range_sql
-from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, baselines_from_minutes
-from jobs.detector_inputs.tables import TimeRange, gold_windows, silver_range, sorted_rows, table
-from jobs.gold_windows import OWN_TIME_P99
+from infra.lake_sql import LakeSql, marks, range_sql, utc_date
+from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
+from jobs.detector_inputs.tables import TimeRange, sorted_rows
+from jobs.gold_windows import OWN_TIME, OWN_TIME_P99
 from jobs.histogram_duckdb import first_bucket_at_or_over, merged_sql, valued
-from jobs.histogram_sql import stage_percentiles
 
 # Stage columns of silver.request_windows -> RequestStageWindow fields.
 STAGE_FIELDS = {"total": "total_p99_ms", "request_queue": "request_queue_p99_ms",
@@ -75,27 +70,6 @@ STAGE_FIELDS = {"total": "total_p99_ms", "request_queue": "request_queue_p99_ms"
                 "throttle": "throttle_p99_ms", "response_queue": "response_queue_p99_ms",
                 "send": "send_p99_ms", "total_minus_remote": "total_excl_remote_p99_ms"}
 P99 = (0.99,)
-
-
-def _closed_windows(df: DataFrame, r: TimeRange) -> DataFrame:
-    """Window rows (ts_ms = window start) of windows inside the range."""
-    return silver_range(df, r).where(F.col("ts_ms") + F.col("window_ms") <= r.end_ms)
-
-
-def _watched(df: DataFrame, config: SlowBrokerSection) -> DataFrame:
-    return df.where(F.col("api").isin(list(config.watched_apis)))
-
-
-def _client_traffic(df: DataFrame) -> DataFrame:
-    return df.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
-
-
-def stage_windows_frame(df: DataFrame, group_cols: list[str]) -> DataFrame:
-    """Per group (the api among them), every stage's merged p99 and the request count."""
-    out = stage_percentiles(df, group_cols, tuple(STAGE_FIELDS), P99, totals=("requests",),
-                            sum_and_max=False, keep_histograms=False)
-    return out.select(*group_cols, "requests",
-                      *[F.col(f"{s}_p99_ms").alias(f) for s, f in STAGE_FIELDS.items()])
 
 
 def read_window_stage_windows(sql: LakeSql, config: SlowBrokerSection,
@@ -131,45 +105,55 @@ def _threshold_bucket_sql(config: SlowBrokerSection) -> str:
                               value=lambda ms: str(first_bucket_at_or_over(ms)))
 
 
-def window_latency_column(config: SlowBrokerSection) -> Column:
-    """slow_broker.rules.judged_latency over a merged row: the p99 of (total - remote) per
-    request for the purgatory APIs, else the total's p99."""
-    return (F.when(F.expr(in_purgatory_sql("api")), F.col("total_excl_remote_p99_ms"))
-            .otherwise(F.col("total_p99_ms")))
-
-
-def read_window_baselines(spark: SparkSession, lake: Lake, config: SlowBrokerSection,
-                          r: TimeRange, min_minutes: int = MIN_HISTORY_WINDOWS
-                          ) -> list[LatencyBaseline]:
-    """The baselines over BASELINE_HISTORY_S before the range: the minutes that
-    gold.request_stages_1m holds already from it (one row per broker, API and minute, with
-    the own-time p99), the newer ones merged from silver.request_windows' histograms; a
-    baseline needs `min_minutes` minutes (baselines_from_minutes)."""
+def read_window_baselines(sql: LakeSql, config: SlowBrokerSection, r: TimeRange,
+                          min_minutes: int = MIN_HISTORY_WINDOWS) -> list[LatencyBaseline]:
+    """The baselines over BASELINE_HISTORY_S before the range: per broker and watched API
+    the median (nearest rank, as core.latency_histogram's quantiles) of its minutes'
+    judged latency (the own-time p99 for purgatory APIs, else the total's), minutes with
+    BASELINE_MINUTE_MIN_REQUESTS requests or more, when there are `min_minutes` of them.
+    The minutes gold.request_stages_1m holds already (one row per broker, API and minute,
+    with the own-time p99), the newer ones merged from silver.request_windows'
+    histograms: the same histograms merged, so the same minute."""
     history = TimeRange(r.start_ms - BASELINE_HISTORY_S * 1000, r.start_ms)
-    latency = ["cluster", "broker", "api", "minute_ms", "requests", "total_p99_ms",
-               OWN_TIME_P99]
+    watched = in_names_sql(config.watched_apis)
     parts, silver_from = [], history.start_ms
-    gold = table(spark, lake, "gold", "request_stages_1m")
-    if gold is not None and OWN_TIME_P99 in gold.columns:
-        minutes = (_watched(gold_windows(gold, history), config)
-                   .where(F.col(OWN_TIME_P99).isNotNull())
-                   .withColumn("minute_ms", F.unix_millis("window_start")))
-        last = minutes.agg(F.max(F.unix_millis("window_end"))).first()[0]
-        if last is not None:
-            parts.append(minutes.select(*latency))
-            silver_from = int(last)
-    df = table(spark, lake, "silver", "request_windows")
-    if df is not None and silver_from < history.end_ms:
-        tail = (_watched(_client_traffic(_closed_windows(
-            df, TimeRange(silver_from, history.end_ms))), config)
-                .withColumn("minute_ms", F.col("ts_ms") - F.pmod(F.col("ts_ms"),
-                                                                 F.lit(60_000))))
-        parts.append(stage_windows_frame(tail, ["cluster", "broker", "api", "minute_ms"])
-                     .select(*latency))
+    gold = sql.dataset("gold", "request_stages_1m", start_ms=history.start_ms,
+                       end_ms=history.end_ms)
+    if gold is not None and OWN_TIME_P99 in sql.columns("gold", "request_stages_1m"):
+        minutes = sql.table(
+            "SELECT cluster, broker, api, epoch_ms(window_start) AS minute_ms, requests, "
+            f"total_p99_ms, {OWN_TIME_P99} AS own_p99_ms, epoch_ms(window_end) AS end_ms "
+            "FROM t WHERE date BETWEEN ? AND ? AND epoch_ms(window_start) >= ? "
+            f"AND epoch_ms(window_end) <= ? AND {watched} AND {OWN_TIME_P99} IS NOT NULL",
+            [utc_date(history.start_ms), utc_date(history.end_ms), history.start_ms,
+             history.end_ms], t=gold)
+        if minutes.num_rows:
+            parts.append(minutes.drop(["end_ms"]))
+            silver_from = max(minutes.column("end_ms").to_pylist())
+    windows = sql.dataset("silver", "request_windows", start_ms=silver_from,
+                          end_ms=history.end_ms)
+    if windows is not None and silver_from < history.end_ms:
+        where, params = _closed_windows_sql(TimeRange(silver_from, history.end_ms), config)
+        source = (f"SELECT *, ts_ms - ts_ms % 60000 AS minute_ms FROM t WHERE {where} "
+                  f"AND {watched} AND NOT coalesce(is_controller_traffic, false)")
+        group = ["cluster", "broker", "api", "minute_ms"]
+        merged = sql.rows(merged_sql(source, group, ("total", OWN_TIME), P99), params,
+                          t=windows)
+        if merged:
+            parts.append(pa.Table.from_pylist([
+                {**{c: x[c] for c in group}, "requests": x["requests"],
+                 "total_p99_ms": valued(x, "total", 0), "own_p99_ms": valued(x, OWN_TIME, 0)}
+                for x in merged], schema=parts[0].schema if parts else None))
     if not parts:
         return []
-    minutes = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    return baselines_from_minutes(minutes, window_latency_column(config), config, min_minutes)
+    rows = sql.rows(
+        "SELECT cluster, broker, api, quantile_disc(CASE WHEN "
+        f"{in_purgatory_sql('api')} THEN own_p99_ms ELSE total_p99_ms END, 0.5) AS p99_ms "
+        "FROM minutes WHERE requests >= ? GROUP BY cluster, broker, api "
+        "HAVING count(*) >= ?", [BASELINE_MINUTE_MIN_REQUESTS, int(min_minutes)],
+        minutes=pa.concat_tables(parts, promote_options="default"))
+    return [LatencyBaseline(x["cluster"], int(x["broker"]), x["api"], float(x["p99_ms"]))
+            for x in sorted_rows(rows, ("cluster", "broker", "api"))]
 
 
 def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,

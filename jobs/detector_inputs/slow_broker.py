@@ -1,12 +1,12 @@
 """The slow-broker detector's inputs that are not the request windows
-(jobs/detector_inputs/request_windows.py reads those): the baselines' median rule, and
-what silver.log_events says of leaderships, outages and ISR shrinks.
+(jobs/detector_inputs/request_windows.py reads those): the baselines' bounds and cache,
+and what silver.log_events says of leaderships, outages and ISR shrinks.
 
-- `LatencyBaseline`: per broker/API the median of the minutes' judged latency over the
-  BASELINE_HISTORY_S before start_ms (`baselines_from_minutes`), minutes with enough
-  traffic only (BASELINE_MINUTE_MIN_REQUESTS), and only when at least
-  MIN_HISTORY_WINDOWS minutes exist (else the rule's own in-input baseline is used). The
-  baseline ends at start_ms, so a slowness that lasts longer than half of
+- `LatencyBaseline` (read by request_windows.py `read_window_baselines`): per broker/API
+  the median of the minutes' judged latency over the BASELINE_HISTORY_S before start_ms,
+  minutes with enough traffic only (BASELINE_MINUTE_MIN_REQUESTS), and only when at
+  least MIN_HISTORY_WINDOWS minutes exist (else the rule's own in-input baseline is
+  used). The baseline ends at start_ms, so a slowness that lasts longer than half of
   BASELINE_HISTORY_S becomes the baseline: the peer comparison still catches it. Cached by
   `BaselineCache`.
 - `IsrShrink` <- silver.log_events kind isr_shrink (leader = broker), plus isr_update
@@ -21,9 +21,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-
 from detectors.slow_broker import (
     BrokerOutage,
     BrokerState,
@@ -32,7 +29,6 @@ from detectors.slow_broker import (
     LatencyBaseline,
     SlowBrokerSection,
 )
-from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.outages import (UNREACHABLE_GAP_MS, BrokerUnreachable,
                                            broker_outages, unreachable_outages)
@@ -49,20 +45,6 @@ BASELINE_MINUTE_MIN_REQUESTS = 50
 
 
 # --- baselines ----------------------------------------------------------------------------------
-
-def baselines_from_minutes(minutes: DataFrame, latency: Column, config: SlowBrokerSection,
-                           min_minutes: int = MIN_HISTORY_WINDOWS) -> list[LatencyBaseline]:
-    """Per broker/API the median of its minutes' `latency`, minutes with enough requests
-    only (BASELINE_MINUTE_MIN_REQUESTS), when there are `min_minutes` of them."""
-    rows = (minutes.where(F.col("requests") >= BASELINE_MINUTE_MIN_REQUESTS)
-            .groupBy("cluster", "broker", "api")
-            .agg(F.percentile_approx(latency, 0.5, 10_000).alias("p99_ms"),
-                 F.count(F.lit(1)).alias("minutes"))
-            .where(F.col("minutes") >= min_minutes)
-            .collect())
-    return [LatencyBaseline(x["cluster"], int(x["broker"]), x["api"], float(x["p99_ms"]))
-            for x in rows]
-
 
 class BaselineCache:
     """The slow-broker baselines (medians over the hour of gold.request_stages_1m before

@@ -1,5 +1,5 @@
-"""The request-log windows mode end to end (issue 24): a recorded cluster's real request
-logs through the real request-log agent in the windows mode, the landing folder and the
+"""The request-log windows end to end (issue 24): a recorded cluster's real request
+logs through the real request-log agent, the landing folder and the
 silver query, into the four window tables. What must hold whatever the windows: every
 request line is counted in exactly one window row, only OffsetCommit lines still go out
 whole, nothing is quarantined, and every exemplar points at a window row."""
@@ -100,7 +100,7 @@ def _exact_p99s(rec_path) -> dict[tuple, dict[str, float | int]]:
 
 def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, kmon_config):
     """Issue 24's accuracy criterion, on a real cluster's request log: every window's p99
-    per broker, API and stage, as the slow-broker detector reads it in the windows mode,
+    per broker, API and stage, as the slow-broker detector reads it,
     is within ALPHA (2 %) of the exact nearest-rank p99 of the raw lines."""
     from core.latency_histogram import ALPHA
     from infra.lake import Lake
@@ -125,8 +125,8 @@ def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, k
 
 
 def test_producer_times_are_the_raw_lines_own_times_and_queued_shares(spark, lake, kmon_config):
-    """The slow-link rule's own-request times in the windows mode (counted at the edge,
-    merged in Spark) against the raw lines, computed as the full mode's read does: per
+    """The slow-link rule's own-request times (counted at the edge,
+    merged in Spark) against the raw lines, computed from every line: per
     window, broker and producer the Produce requests and the share of those following
     another on their connection (any API, same window) that the broker read within
     QUEUED_GAP_MS of answering it, exactly; the TotalTime p50 and p99 within 2 %."""
@@ -325,7 +325,7 @@ def test_the_reports_stage_minutes_come_from_the_window_histograms(spark, lake):
 
 
 def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
-    """In the windows mode a slow-broker finding's evidence holds the slow requests from
+    """A slow-broker finding's evidence holds the slow requests from
     silver.request_exemplars: the edge keeps the slowest requests of every window, so the
     first is the slowest Produce line of the broker in the span, exactly; every one is a
     real line (its correlation id and times are the line's)."""
@@ -448,7 +448,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
 
 def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
         spark, lake, gold_minutes, kmon_config, tmp_path):
-    """In the windows mode the slow-broker baselines read the minutes gold.request_stages_1m
+    """The slow-broker baselines read the minutes gold.request_stages_1m
     holds (its own-time p99 column) and merge only the newer windows from silver: on the
     recording, with gold holding all but its last minute, they equal the baselines merged
     from silver alone."""
@@ -469,6 +469,6 @@ def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
     silver_only = tmp_path / "silver-only"
     silver_only.mkdir()
     os.symlink(f"{root}/silver", silver_only / "silver")
-    want = read_window_baselines(spark, Lake(str(silver_only)), sb, r, min_minutes=2)
-    got = read_window_baselines(spark, gold_minutes["lake"], sb, r, min_minutes=2)
+    want = read_window_baselines(LakeSql(Lake(str(silver_only))), sb, r, min_minutes=2)
+    got = read_window_baselines(LakeSql(gold_minutes["lake"]), sb, r, min_minutes=2)
     assert want and sorted(map(repr, got)) == sorted(map(repr, want))
