@@ -32,16 +32,15 @@ from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.inputs import (STAGES, ClientRttWindow, ClientSendWindow,
                                           FollowerFetchWindow, IsrShrink, LatencyBaseline,
                                           ProducerServerWindow, RequestStageWindow)
-from detectors.slow_broker.outages import (BrokerOutage, BrokerState, BrokerStateChange,
-                                           BrokerUnreachable)
+from detectors.slow_broker.outages import BrokerOutage
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import dominant_stage, median_without
 from detectors.slow_broker.verdicts import Role
 
 __all__ = [
-    "STAGES", "BrokerOutage", "BrokerState", "BrokerStateChange", "BrokerUnreachable",
-    "ClientRttWindow", "ClientSendWindow", "FollowerFetchWindow", "IsrShrink",
-    "LatencyBaseline", "LeadershipGain", "ProducerServerWindow", "RequestStageWindow", "Role",
+    "STAGES", "BrokerOutage", "ClientRttWindow", "ClientSendWindow", "FollowerFetchWindow",
+    "IsrShrink", "LatencyBaseline", "LeadershipGain", "ProducerServerWindow",
+    "RequestStageWindow", "Role",
     "SlowBrokerSection", "Waits", "assess_windows", "common_party", "detect_slow_brokers",
     "detections_from", "dominant_stage", "median_without", "replication_bar",
     "replication_waits",

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from core.findings import ActionKind, Severity, broker_entity
@@ -47,24 +47,20 @@ QUIET_SLOW_MIN_REQUESTS = 50
 
 @dataclass(frozen=True)
 class Waits:
-    """Who waited on whom in one window, both ways; `named`: the parties each server
-    reported late itself, and how often; `not_by_margin`: parties a known disruption
-    keeps from being named by margin alone."""
+    """Who waited on whom in one window (`by_party`: the same matrix turned round);
+    `named`: the parties each server reported late itself, and how often;
+    `not_by_margin`: parties a known disruption keeps from being named by margin alone."""
     by_server: Mapping[int, Mapping[int, float]]
-    by_party: Mapping[int, Mapping[int, float]]
-    named: Mapping[int, Counter]
+    named: Mapping[int, Counter] = field(default_factory=dict)
     not_by_margin: frozenset[int] = frozenset()
 
-    @classmethod
-    def build(cls, by_server: Mapping[int, Mapping[int, float]],
-              named: Mapping[int, Counter] | None = None,
-              not_by_margin: Iterable[int] = ()) -> "Waits":
+    @functools.cached_property
+    def by_party(self) -> Mapping[int, Mapping[int, float]]:
         by_party: dict[int, dict[int, float]] = defaultdict(dict)
-        for server, parties in by_server.items():
+        for server, parties in self.by_server.items():
             for party, ms in parties.items():
                 by_party[party][server] = ms
-        return cls(dict(by_server), dict(by_party), dict(named or {}),
-                   frozenset(not_by_margin))
+        return dict(by_party)
 
 
 @dataclass(frozen=True)
@@ -219,25 +215,17 @@ def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
     return dict(view)
 
 
-def isr_shrink_names(shrinks: Sequence[IsrShrink], leader: int) -> Counter:
-    """How often each replica was named out of sync by this leader's shrinks; a shrink to
-    the leader alone names nobody (a stalled leader drops every follower at once)."""
-    names: Counter = Counter()
-    for x in shrinks:
-        if tuple(x.isr_after) != (leader,):
-            names.update(r for r in x.out_of_sync if r != leader)
-    return names
-
-
 def replication_waits(by_leader: Mapping[int, Mapping[int, float]],
                       shrinks: Iterable[IsrShrink] = (),
                       not_by_margin: Iterable[int] = ()) -> Waits:
-    """The holdback matrix, the followers each leader's ISR shrinks named."""
-    by_shrinker: dict[int, list[IsrShrink]] = defaultdict(list)
+    """The holdback matrix, and how often each leader's ISR shrinks named each follower
+    out of sync; a shrink to the leader alone names nobody (a stalled leader drops every
+    follower at once)."""
+    named: dict[int, Counter] = defaultdict(Counter)
     for x in shrinks:
-        by_shrinker[x.leader].append(x)
-    named = {leader: isr_shrink_names(xs, leader) for leader, xs in by_shrinker.items()}
-    return Waits.build(by_leader, named, not_by_margin)
+        if tuple(x.isr_after) != (x.leader,):
+            named[x.leader].update(r for r in x.out_of_sync if r != x.leader)
+    return Waits(dict(by_leader), dict(named), frozenset(not_by_margin))
 
 
 def replication_bar(config: SlowBrokerSection) -> Bar:
@@ -324,9 +312,10 @@ def attribute_replication(broker: int, blame: Blame) -> Attribution:
 
 
 def most_of(slow: int, seen: int, share: float) -> bool:
-    """More than `share` of the parties one thing serves (two at least) slow at once: that
-    thing's fault, not theirs (a broker's send path, not its clients')."""
-    return seen > 1 and slow > share * seen
+    """More than `share` of the `seen` parties one thing serves slow at once, MIN_SHARED
+    at least (one party is never "most"): that thing's fault, not theirs (the cluster's,
+    not its brokers'; a broker's send path, not its clients')."""
+    return slow >= MIN_SHARED and slow > share * seen
 
 
 def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[list, int]:
@@ -378,15 +367,12 @@ def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[
     out = []
     for v in verdicts:
         if not v.enough_traffic and v.quiet_pool is not None:
-            windows, requests, latency = v.quiet_pool
+            latency = v.quiet_pool[2]
             if latency > v.threshold_ms and _waits_on_corroborated_follower(v, latency,
                                                                             blame_of):
-                v = dataclasses.replace(
-                    v, enough_traffic=True, latency_ms=latency, pooled_windows=windows,
-                    pooled_requests=requests, over_threshold=True,
-                    slow_vs_history=rules.stands_out(latency, v.baseline_ms,
-                                                     config.history_ratio),
-                    slow_vs_peers=rules.stands_out(latency, v.peer_median_ms, config.peer_ratio),
+                v = dataclasses.replace(rules.judge_row(
+                    v.row, latency, v.threshold_ms, False, v.quiet_pool, v.quiet_pool,
+                    v.baseline_ms, v.peer_median_ms, config.history_ratio, config.peer_ratio),
                     follower_corroborated=True)
         if (not v.suspect and v.enough_traffic and v.over_threshold
                 and _waits_on_corroborated_follower(v, v.latency_ms, blame_of)):
@@ -436,10 +422,8 @@ def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
 
 
 def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBrokerSection) -> bool:
-    """More than shared_cause_share of the brokers slow at once: no one broker's fault."""
-    if not with_traffic or len(blamed) < MIN_SHARED:
-        return False
-    return len(blamed) / len(with_traffic) > config.shared_cause_share
+    """Most brokers slow at once (`most_of`): no one broker's fault."""
+    return most_of(len(blamed), len(with_traffic), config.shared_cause_share)
 
 
 def quiet_but_slow(verdicts: Sequence[ApiVerdict], explained: AbstractSet[int],

@@ -39,7 +39,7 @@ def flagged(a: WindowAssessment) -> set[int | None]:
     return {b for b, v in a.brokers.items() if v.attribution.role is not Role.CLIENT}
 
 
-def strong_pool(v: ApiVerdict, config: SlowBrokerSection) -> int:
+def strong_pool(v: ApiVerdict) -> int:
     """The windows a verdict counts for: its pool's, when far enough over the threshold."""
     if v.pooled_windows > 1 and v.latency_ms >= POOLED_STRONG_RATIO * v.threshold_ms:
         return v.pooled_windows
@@ -55,9 +55,9 @@ def covered_windows(a: WindowAssessment, key: int | None, config: SlowBrokerSect
     if key is not CLUSTER:
         verdict = a.brokers[key]
         if verdict.api_verdict is not None:
-            pooled = strong_pool(verdict.api_verdict, config)
+            pooled = strong_pool(verdict.api_verdict)
         else:
-            pooled = max((strong_pool(a.brokers[leader].api_verdict, config)
+            pooled = max((strong_pool(a.brokers[leader].api_verdict)
                           for leader in verdict.held_back_leaders
                           if leader in a.brokers and a.brokers[leader].api_verdict is not None),
                          default=1)

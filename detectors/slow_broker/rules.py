@@ -196,23 +196,22 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
     stays out of their medians: its latency is a bound over several windows."""
     floor = cfg.min_requests_per_window
     judged = []
+    by_api: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         latency = judged_latency(r)
         threshold = threshold_for(r.api, cfg.threshold_ms, cfg.api_threshold_ms)
         own = enough_traffic(r.requests, floor)
         pool = quiet = None
-        if not own:
+        if own:
+            by_api[r.api].append(latency)
+        else:
             earlier = history.earlier(r, cfg.window_ms)
             pool = pool_quiet(r.requests, latency, threshold, earlier, floor)
             if pool is None:
                 quiet = pool_quiet(r.requests, latency, threshold, earlier,
                                    CORROBORATED_MIN_REQUESTS)
+        history.note(r, latency, cfg.window_ms)   # earlier() reads only windows before
         judged.append((r, latency, threshold, own, pool, quiet))
-    by_api: dict[str, list[float]] = defaultdict(list)
-    for r, latency, _, own, _, _ in judged:
-        history.note(r, latency, cfg.window_ms)
-        if own:
-            by_api[r.api].append(latency)
     for lats in by_api.values():
         lats.sort()
     return [judge_row(r, latency, threshold, own, pool, quiet,

@@ -14,24 +14,28 @@ and what silver.log_events says of leaderships, outages and ISR shrinks.
   ISR last known for that partition on that broker (from any isr_*/leader_change line of
   the ISR_SEED_S before it) and no isr_shrink line already reported the same change
   (`shrinks_from_isr_events`).
+- `BrokerOutage` (the events of the detector's broker_out and broker_warmup
+  disruptions) <- the controller's lines on a broker's session (`broker_outages`): from
+  its first sign (a fence or a new registration, a session timeout before the line; a
+  controlled shutdown, at once) to its next unfence (`back_ms`); and, since a controller
+  that is the broker gone logs nothing, the other brokers' replica fetchers that cannot
+  connect to it (`unreachable_outages`), from the first such line to the last.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Callable, Iterable, Mapping
 
 from detectors.slow_broker import (
     BrokerOutage,
-    BrokerState,
-    BrokerStateChange,
     IsrShrink,
     LatencyBaseline,
     SlowBrokerSection,
 )
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.outages import (UNREACHABLE_GAP_MS, BrokerUnreachable,
-                                           broker_outages, unreachable_outages)
 
 # How much history before the range each input reads (see the module docstring).
 BASELINE_HISTORY_S = 3600
@@ -83,11 +87,94 @@ def leadership_gains_from(events: Iterable[Mapping[str, Any]], since_ms: int
                   key=lambda g: g.event_ms)
 
 
+# Sightings of an unreachable broker less than this apart are one outage: 10 x the
+# reconnect.backoff.max.ms default (1 s) at which the other brokers' fetchers retry.
+UNREACHABLE_GAP_MS = 10_000
+
+
+@dataclass(frozen=True)
+class BrokerUnreachable:
+    cluster: str
+    broker: int          # the broker that could not be reached
+    event_ms: int
+    seen_by: int         # the broker whose replica fetcher could not connect
+
+
+class BrokerState(StrEnum):
+    FENCED = "broker_fenced"
+    SHUTDOWN = "broker_shutdown"
+    REGISTERED = "broker_registered"
+    UNFENCED = "broker_unfenced"
+
+
+@dataclass(frozen=True)
+class BrokerStateChange:
+    cluster: str
+    broker: int          # the broker the controller's line is about
+    event_ms: int
+    state: BrokerState
+
+
+def _start_of(c: BrokerStateChange, session_timeout_ms: int) -> int:
+    if c.state is BrokerState.SHUTDOWN:
+        return c.event_ms
+    return c.event_ms - session_timeout_ms
+
+
+def broker_outages(changes: Iterable[BrokerStateChange], *, session_timeout_ms: int,
+                   grace_ms: int) -> list[BrokerOutage]:
+    """Each broker's outages from the controller's lines; `end_ms` adds the grace."""
+    by_broker: dict[tuple[str, int], list[BrokerStateChange]] = defaultdict(list)
+    for c in changes:
+        by_broker[(c.cluster, c.broker)].append(c)
+    out = []
+    for (cluster, broker), cs in sorted(by_broker.items()):
+        cs.sort(key=lambda c: (c.event_ms, c.state is BrokerState.UNFENCED))
+        opened: BrokerStateChange | None = None
+        for c in cs:
+            if c.state is BrokerState.UNFENCED:
+                if opened is not None:
+                    out.append(BrokerOutage(cluster, broker,
+                                            _start_of(opened, session_timeout_ms),
+                                            c.event_ms + grace_ms, str(opened.state),
+                                            c.event_ms))
+                    opened = None
+            elif opened is None:
+                opened = c
+        if opened is not None:
+            out.append(BrokerOutage(cluster, broker, _start_of(opened, session_timeout_ms),
+                                    None, str(opened.state)))
+    return out
+
+
+def unreachable_outages(sightings: Iterable[BrokerUnreachable], *, gap_ms: int,
+                        grace_ms: int) -> list[BrokerOutage]:
+    """Outages of the brokers the others could not connect to: one per run of sightings
+    of a broker less than `gap_ms` apart, back at the last."""
+    by_broker: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for x in sightings:
+        if x.broker != x.seen_by:
+            by_broker[(x.cluster, x.broker)].append(x.event_ms)
+    out = []
+    for (cluster, broker), times in sorted(by_broker.items()):
+        times.sort()
+        first = last = times[0]
+        for t in times[1:] + [None]:
+            if t is not None and t - last < gap_ms:
+                last = t
+                continue
+            out.append(BrokerOutage(cluster, broker, first, last + grace_ms,
+                                    "broker_unreachable", last))
+            if t is not None:
+                first = last = t
+    return out
+
+
 def outages_from(events: Iterable[Mapping[str, Any]], config: SlowBrokerSection
                  ) -> list[BrokerOutage]:
     """When brokers were out, from the controller's broker_fenced / broker_shutdown /
     broker_registered / broker_unfenced lines and the other brokers' broker_unreachable
-    lines (detectors/slow_broker/outages.py)."""
+    lines."""
     states = {s.value for s in BrokerState}
     events = [e for e in events if e.get("subject_broker") is not None]
     changes = [BrokerStateChange(e["cluster"], int(e["subject_broker"]), int(e["ts_ms"]),
