@@ -1,11 +1,12 @@
 """Detectors: pure rules that turn small typed gold/silver rows into findings.
 
 No Spark, no I/O, no clock: jobs/detector_inputs/ collects rows into the input
-dataclasses each module declares, jobs/detect.py calls its `detect_*` function with
-`now_ms` and its config section, then `core.findings.update_findings` (identity and
+dataclasses each module declares, jobs/detect.py runs every detector of registry.py over
+them with `now_ms` and its config section, then `core.findings.update_findings` (identity and
 lifecycle) and `correlation.correlate` (incidents), and writes the findings back with a
 merge on finding_id. Imports here point only to core/.
 
+- registry.py: every detector (its section, its inputs, its rules) and the one loop.
 - slow_broker/: slow brokers, the stage to blame, slow followers, cluster-wide slowness.
 - slow_client/: clients slow by their own requests or round trips (built on slow_broker/).
 - offset_rewind.py: committed offsets moving back; its entry point runs offset_reset.py too.

@@ -2,9 +2,9 @@
 
 One evaluation at `now_ms` (`evaluate`):
 
-1. read the inputs of [now - lookback, now) (jobs/detector_inputs/: Spark aggregates, only
-   small rows come back);
-2. run the detectors (`run_detectors`: pure);
+1. read the inputs of [now - lookback, now) (jobs/detector_inputs/: DuckDB over the
+   Delta tables aggregates, only small rows come back);
+2. run the detectors (detectors/registry.py `run_detectors`: pure, one loop over them);
 3. read the findings of gold.anomalies that are still open, or resolved within
    correlation.chain_window_s, and first seen at or before now (`read_findings`; the
    detector query keeps the last evaluation's result instead, `carried_findings`);
@@ -48,24 +48,12 @@ from typing import Callable, Iterable, Mapping
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BooleanType,
-    DateType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
 
 from core.config_keys import ConfigError
 from core.findings import Detection, Finding, Status, sort_findings, update_findings
-from detectors.compaction_lag import CompactedTopicConfig, detect_compaction_lag
+from detectors.compaction_lag import CompactedTopicConfig
 from detectors.correlation import correlate
-from detectors.offset_rewind import detect_offset_anomalies
-from detectors.slow_broker import detect_slow_brokers
-from detectors.slow_client import detect_slow_clients
-from detectors.unclean_election import detect_unclean_elections
+from detectors.registry import run_detectors
 from infra.lake import Lake, skipping_properties
 from infra.lake_sql import LakeSql, delta_uri
 from jobs.detection_config import DetectionConfig
@@ -74,6 +62,7 @@ from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs
 from jobs.detector_inputs.window_cache import Written
 from jobs.slow_requests import attach_slow_requests
 from jobs.write_behind import BackgroundJobFailed, WriteBehind
+from schemas.anomalies import ANOMALY_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -86,86 +75,12 @@ DEFAULT_LOOKBACK_S = 300.0
 DEFAULT_TRIGGER = {"processingTime": "10 seconds"}
 DETECT_POOL = "detect"
 
-ANOMALY_SCHEMA = StructType([
-    StructField("finding_id", StringType()),
-    StructField("cluster", StringType()),
-    StructField("type", StringType()),
-    StructField("severity", StringType()),
-    StructField("entity_kind", StringType()),
-    StructField("entity", StringType()),
-    StructField("first_seen_ms", LongType()),
-    StructField("last_seen_ms", LongType()),
-    StructField("status", StringType()),
-    StructField("evidence_json", StringType()),
-    StructField("cause", StringType()),
-    StructField("explanation", StringType()),
-    StructField("suggested_action", StringType()),
-    StructField("incident_id", StringType()),
-    StructField("related", ArrayType(StringType())),
-    StructField("resolved_ms", LongType()),
-    StructField("is_root_cause", BooleanType()),
-    StructField("date", DateType()),
-])
-
-ANOMALY_COLUMNS = {
-    "finding_id": "Deterministic id: hash of cluster, type, entity and first_seen's bucket",
-    "cluster": "Watched cluster",
-    "type": "Anomaly type (core/findings.py AnomalyType)",
-    "severity": "critical, high, warning or info",
-    "entity_kind": "broker, partition, group, cluster or client",
-    "entity": "What the finding is about, e.g. broker:3, orders-2, group:g/orders-2, "
-              "client:billing",
-    "first_seen_ms": "When the condition was first seen, epoch ms",
-    "last_seen_ms": "When it was last seen, epoch ms",
-    "status": "open or resolved",
-    "evidence_json": "The detector's evidence (every rule's result), JSON",
-    "cause": "The detector's cause, e.g. remote_produce_slow_follower",
-    "explanation": "One sentence for a human",
-    "suggested_action": "What the decision step may do: move_leadership, page_human, ...",
-    "incident_id": "finding_id of the incident's root cause (null when linked to nothing)",
-    "related": "Findings directly linked to this one by a causal rule",
-    "resolved_ms": "When it was resolved (null while open), epoch ms",
-    "is_root_cause": "This finding is its incident's root",
-    "date": "Partition column: the UTC date of first_seen",
-}
-
-
 def system_clock_ms() -> int:
     """The wall clock, epoch ms: the streaming query's default clock."""
     return time.time_ns() // 1_000_000
 
 
 # --- pure steps ------------------------------------------------------------------------------
-
-def run_detectors(inputs: DetectorInputs, config: DetectionConfig, now_ms: int) -> list[Detection]:
-    """Every detector over one range's inputs."""
-    return [
-        *detect_slow_brokers(inputs.stage_windows, follower_fetches=inputs.follower_fetches,
-                             isr_shrinks=inputs.isr_shrinks, client_sends=inputs.client_sends,
-                             baselines=inputs.baselines, outages=inputs.broker_outages,
-                             leadership_gains=inputs.leadership_gains,
-                             config=config.slow_broker),
-        *detect_slow_clients(inputs.stage_windows, client_sends=inputs.client_sends,
-                             client_rtts=inputs.client_rtts,
-                             producer_times=inputs.producer_times, config=config.slow_broker),
-        *detect_offset_anomalies(inputs.commits, offsets=inputs.partition_offsets,
-                                 resets=inputs.resets, memberships=inputs.memberships,
-                                 truncations=inputs.truncations,
-                                 commit_requests=inputs.commit_requests,
-                                 coordinator_loads=inputs.coordinator_loads,
-                                 elections=inputs.elections, removals=inputs.removals,
-                                 now_ms=now_ms, config=config.offset_rewind),
-        *detect_compaction_lag(inputs.cleaner_gauges, runs=inputs.cleaner_runs,
-                               topic_configs=inputs.topic_configs, sizes=inputs.partition_sizes,
-                               contract_sizes=inputs.contract_sizes,
-                               config=config.compaction_lag),
-        *detect_unclean_elections(inputs.elections, meter_ticks=inputs.meter_ticks,
-                                  truncations=inputs.truncations,
-                                  offsets=inputs.partition_offsets, commits=inputs.commits,
-                                  leader_epochs=inputs.leader_epochs,
-                                  config=config.unclean_election, now_ms=now_ms),
-    ]
-
 
 def next_findings(previous: Iterable[Finding], detections: Iterable[Detection],
                   config: DetectionConfig, now_ms: int) -> list[Finding]:

@@ -46,7 +46,7 @@ def _table(title: str, intro: str, columns: dict[str, str]) -> list[str]:
 def extra_tables() -> list[tuple[str, str, dict[str, str]]]:
     """Tables declared outside schemas/ and the streaming jobs. An import error here is a
     real error: swallowing it would write a reference without those tables."""
-    from jobs.detect import ANOMALY_COLUMNS
+    from schemas.anomalies import ANOMALY_COLUMNS
     from jobs.maintenance import LOG_COLUMNS
     return [("gold.anomalies", "One row per finding, updated in place (MERGE on "
              "finding_id) as it persists and resolves.", ANOMALY_COLUMNS),

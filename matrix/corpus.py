@@ -405,7 +405,8 @@ def rescore(config, rec: Recording, root: Path) -> tuple[ScenarioScore, list[tup
     ValueError when there are no kept inputs or the read side has changed shape since."""
     import pickle
 
-    from jobs.detect import carried_findings, next_findings, run_detectors
+    from detectors.registry import run_detectors
+    from jobs.detect import carried_findings, next_findings
 
     path = root / rec.scenario / INPUTS_FILE
     if not path.exists():

@@ -37,7 +37,7 @@ from infra.lake import Lake
 from ingest.broker_log import parse_lines
 from ingest.jmx_scraper import parse_exposition, record_id
 from ingest.sinks import LandingSink
-from jobs.detect import run_detectors
+from detectors.registry import run_detectors
 from jobs.detector_inputs import (
     SIZE_STEP_S,
     TimeRange,

@@ -22,7 +22,6 @@ One minute of a three-broker cluster, from T0:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import time
@@ -42,7 +41,6 @@ from ingest.partition_offsets_agent import partition_offsets_record
 from ingest.request_log import parse_request_line
 from ingest.sinks import LandingSink
 from jobs.detect import (
-    ANOMALY_SCHEMA,
     carried_findings,
     evaluate,
     read_findings,
@@ -56,6 +54,7 @@ from jobs.detector_inputs import UNCLEAN_METER, TimeRange, read_inputs
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 from schemas import broker_metrics
+from schemas.anomalies import ANOMALY_SCHEMA
 
 T0 = 1_767_225_600_000            # 2026-01-01T00:00:00Z, on the 10 s and minute grids
 W = 10_000

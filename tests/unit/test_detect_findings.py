@@ -13,17 +13,16 @@ from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Findin
 from detectors.partition_signals import LogTruncation, OffsetCommit
 from detectors.lost_range import UncleanElection
 from jobs.detect import (
-    ANOMALY_COLUMNS,
-    ANOMALY_SCHEMA,
     carried_findings,
     changed_findings,
     finding_row,
     next_findings,
     replay_times,
-    run_detectors,
 )
+from detectors.registry import run_detectors
 from jobs.detector_inputs import DetectorInputs
 from kmon.config import Config
+from schemas.anomalies import ANOMALY_COLUMNS, ANOMALY_SCHEMA
 
 pytestmark = pytest.mark.unit
 
