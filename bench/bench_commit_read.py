@@ -1,5 +1,5 @@
 """The offset-rewind detector's commit read on a live lake: whole, and seeded as the live
-detector query reads it (jobs/detector_inputs/partition_signals.py `CommitSeedCache`).
+detector query reads it (evaluation/inputs/partition_signals.py `CommitSeedCache`).
 
 Run: .kmon/venv/bin/python -m bench.bench_commit_read [--lake .kmon/demo/lake |
      --simulate-minutes 70] [--minutes 10] [--step-s 20]
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
     from infra.spark_session import build_spark_session
-    from jobs.detector_inputs import CommitSeedCache, TimeRange, read_commits
+    from evaluation.inputs import CommitSeedCache, TimeRange, read_commits
     from kmon.config import load_config
 
     config = load_config().with_overrides(spark={"storage_root": str(work)})

@@ -5,7 +5,7 @@ Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [
 
 Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or `./kmonw demo
 --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary folder (the
-evaluation writes findings), then runs `jobs.detect.evaluate` at each `--at` time (epoch
+evaluation writes findings), then runs `evaluation.detect.evaluate` at each `--at` time (epoch
 ms; default: 60 s and 360 s before the newest request window) `--repeats` times (each
 `--advance` seconds later than the last), the way the detector query does (same config,
 same parallel reads; from the second repeat on, the last result and the baselines are
@@ -55,10 +55,10 @@ def main() -> int:
                          "again, because the times are literals in its plans")
     ap.add_argument("--reread", type=float, default=None, metavar="S",
                     help="the window cache's re-read margin, seconds (default: the live "
-                         "detector's, jobs/detector_inputs/window_cache.py)")
+                         "detector's, evaluation/inputs/window_cache.py)")
     ap.add_argument("--like-replay", action="store_true",
                     help="read the findings and the baselines at every evaluation (as "
-                         "`jobs.detect.replay` does) instead of carrying them (as the "
+                         "`evaluation.detect.replay` does) instead of carrying them (as the "
                          "detector query does)")
     ap.add_argument("--no-save", action="store_true", help="print only")
     args = ap.parse_args()
@@ -78,8 +78,8 @@ def main() -> int:
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
     from infra.spark_session import build_spark_session
-    from jobs import detect
-    from jobs import detector_inputs as inputs
+    from evaluation import detect
+    from evaluation import inputs
     from kmon.config import load_config
 
     config = load_config(None)

@@ -246,7 +246,7 @@ def soak(brokers: int, days: int, batch_minutes: int, vacuum_sim_h: float,
     `state`: `SoakState.new` for a new run, `SoakState.load` to resume a stopped one."""
     from infra.lake import Lake, register_tables
     from infra.spark_session import build_spark_session, log_retention
-    from jobs.detect import ANOMALIES_TABLE, ensure_anomalies_table
+    from evaluation.detect import ANOMALIES_TABLE, ensure_anomalies_table
     from jobs.pipeline import Pipeline
     from jobs.table_docs import cookbook_queries
     from kmon.config import Config

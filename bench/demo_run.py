@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 SILVER_RE = re.compile(r"jobs\.silver: silver batch \d+: (\d+) rows of (\d+) streams in "
                        r"([0-9.]+) s")
-DETECT_RE = re.compile(r"jobs\.detect: detectors at \d+: .* rows written in ([0-9.]+) s")
+DETECT_RE = re.compile(r"evaluation\.detect: detectors at \d+: .* rows written in ([0-9.]+) s")
 
 
 def _stats(xs: list[float]) -> dict:

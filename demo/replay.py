@@ -103,7 +103,7 @@ def replay_detectors(spark, lake, config: Config, manifest: dict, step_s: float,
     """The detectors evaluated every `step_s` of the captured time range, as if live: each
     finding is printed and timed at the captured time it first appeared."""
     from detectors.compaction_lag import CompactedTopicConfig
-    from jobs.detect import evaluate
+    from evaluation.detect import evaluate
 
     start, end = manifest["start_ms"], manifest["end_ms"]
     topic_configs = [CompactedTopicConfig(**c) for c in manifest.get("topic_configs", [])]

@@ -270,7 +270,7 @@ class LiveDemo:
         import dataclasses
 
         from demo.replay import capture
-        from jobs.detector_inputs import describe_compacted_topics
+        from evaluation.inputs import describe_compacted_topics
 
         configs = describe_compacted_topics({"bootstrap.servers": self.cluster.bootstrap_servers},
                                             self.config.watch.cluster)

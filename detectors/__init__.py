@@ -1,7 +1,7 @@
 """Detectors: pure rules that turn small typed gold/silver rows into findings.
 
-No Spark, no I/O, no clock: jobs/detector_inputs/ collects rows into the input
-dataclasses each module declares, jobs/detect.py runs every detector of registry.py over
+No Spark, no I/O, no clock: evaluation/inputs/ collects rows into the input
+dataclasses each module declares, evaluation/detect.py runs every detector of registry.py over
 them with `now_ms` and its config section, then `core.findings.update_findings` (identity and
 lifecycle) and `correlation.correlate` (incidents), and writes the findings back with a
 merge on finding_id. Imports here point only to core/.

@@ -16,7 +16,7 @@ Signal (typed below; the adapter collects the last `lookback` of each):
   max.compaction.lag.ms (None when left at the broker default).
 - `PartitionSize`: a compacted partition's size on disk over time (JMX
   kafka.log:type=Log,name=Size,topic=T,partition=P, a gauge of bytes, one per replica).
-Adapter (jobs/detector_inputs/compaction.py): CleanerGauges <- silver.broker_metrics;
+Adapter (evaluation/inputs/compaction.py): CleanerGauges <- silver.broker_metrics;
 CleanerRun <- silver.log_events kind = cleaner_run (end_ms = ts_ms, duration_s = seconds,
 size_reduction_pct = reduction_pct); CompactedTopicConfig <- the topic configs
 (AdminClient describeConfigs); PartitionSize <- silver.broker_metrics kafka_log_log_size

@@ -76,7 +76,7 @@ class UncleanElection:
 
 
 # The log-event kinds whose lines show a partition's leader epoch (`LeaderEpochSeen`): read
-# over the replay lookback (jobs/detector_inputs/elections.py) and kept from before a
+# over the replay lookback (evaluation/inputs/elections.py) and kept from before a
 # matrix recording (matrix/corpus.py).
 EPOCH_KINDS = ("leader_change", "unclean_election")
 

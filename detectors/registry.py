@@ -4,7 +4,7 @@ A `Detector` is its config section, the inputs it reads (the read side's Detecto
 fields, by the name its rules call them) and its rules: `run_detectors` calls each one's
 rules with those inputs, its section and the evaluation time, in the order of DETECTORS,
 and hands on what they detect. A new detector is a module of rules and one entry here;
-the read side reads what the entries name (jobs/detector_inputs/).
+the read side reads what the entries name (evaluation/inputs/).
 """
 
 from __future__ import annotations

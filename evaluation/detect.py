@@ -2,7 +2,7 @@
 
 One evaluation at `now_ms` (`evaluate`):
 
-1. read the inputs of [now - lookback, now) (jobs/detector_inputs/: DuckDB over the
+1. read the inputs of [now - lookback, now) (evaluation/inputs/: DuckDB over the
    Delta tables aggregates, only small rows come back);
 2. run the detectors (detectors/registry.py `run_detectors`: pure, one loop over them);
 3. read the findings of gold.anomalies that are still open, or resolved within
@@ -56,11 +56,11 @@ from detectors.correlation import correlate
 from detectors.registry import run_detectors
 from infra.lake import Lake, skipping_properties
 from infra.lake_sql import LakeSql, delta_uri
-from jobs.detection_config import DetectionConfig
-from jobs.detector_inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
+from evaluation.config import DetectionConfig
+from evaluation.inputs import (BaselineCache, CommitSeedCache, DetectorInputs, WindowReadCache,
                                   check_config, read_inputs)
-from jobs.detector_inputs.window_cache import Written
-from jobs.slow_requests import attach_slow_requests
+from evaluation.inputs.window_cache import Written
+from evaluation.slow_requests import attach_slow_requests
 from jobs.write_behind import BackgroundJobFailed, WriteBehind
 from schemas.anomalies import ANOMALY_SCHEMA
 
@@ -222,7 +222,7 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     `previous`: the result of the last evaluation of this table by the caller, when the
     caller is the table's only writer (the detector query); None reads the table.
     `baseline_cache`: the caller's (the detector query's) slow-broker baselines;
-    `window_cache`: its window reads, the older windows kept (jobs/detector_inputs/window_cache.py);
+    `window_cache`: its window reads, the older windows kept (evaluation/inputs/window_cache.py);
     `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache);
     `sql`: its reader of the lake without the JVM (infra/lake_sql.py; None: one for this
     evaluation); `on_inputs(now_ms, inputs)`: called with what was read (a replay keeps
@@ -346,7 +346,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
 
     `trigger` is a DataStreamWriter.trigger keyword dict (default every 10 s;
     {"availableNow": True} evaluates once and stops). `topic_configs(now_ms)` gives the
-    watched cluster's compacted topic configs (e.g. a `jobs.detector_inputs.TopicConfigCache`
+    watched cluster's compacted topic configs (e.g. a `evaluation.inputs.TopicConfigCache`
     over `describe_compacted_topics`). The table is created before the query starts so
     the catalog can register it.
 
@@ -360,7 +360,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
     returns the seconds it waited: `jobs.silver_commits.SilverCommits.wait_fresh`, so an
     evaluation starts right after the silver query's commit and reads the freshest data.
     `written_since` (`SilverCommits.written_since`) tells the window reads which windows
-    silver wrote since their last read (jobs/detector_inputs/window_cache.py).
+    silver wrote since their last read (evaluation/inputs/window_cache.py).
     """
     check_config(config)
     try:

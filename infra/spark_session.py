@@ -127,7 +127,7 @@ def spark_conf(config: SparkConfig, jars: list[Path]) -> dict[str, str]:
         # pure overhead on two local cores.
         conf["spark.databricks.delta.snapshotPartitions"] = "2"
         # A dozen streaming queries share two task slots: fair scheduling lets the detector
-        # evaluation's short jobs (pool "detect", jobs/detect.py) run between their tasks
+        # evaluation's short jobs (pool "detect", evaluation/detect.py) run between their tasks
         # instead of queueing behind all of them.
         conf["spark.scheduler.mode"] = "FAIR"
         # optimizeWrite adds a shuffle to every write to make big files: on one machine

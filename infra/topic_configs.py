@@ -2,7 +2,7 @@
 
 `describe_topic_configs` lists the topics and describes their effective configs (broker
 defaults included) in one request; what they mean to a detector is decided above infra
-(jobs.detector_inputs.compaction keeps the compacted topics).
+(evaluation.inputs.compaction keeps the compacted topics).
 """
 
 from __future__ import annotations

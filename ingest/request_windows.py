@@ -13,7 +13,7 @@ the request's completion time ``t - t % window_ms``):
   the max and the histogram (core/latency_histogram.py) as two parallel arrays; the
   exemplar accounting (ingest/request_exemplars.py) and how many clients were folded.
 - ``follower_fetch_windows``: per follower (fetch_replica_id): requests, the max fetch
-  gap, the send_ms histogram (jobs/detector_inputs/request_windows.py
+  gap, the send_ms histogram (evaluation/inputs/request_windows.py
   `read_window_follower_windows`). Per connection (replica id, remote address) the gap is
   ``max(0, (ts_ms - total_ms) - the previous line's ts_ms)``; the previous completion is
   remembered across windows (and across a restart, in the checkpoint). The edge takes a
@@ -29,7 +29,7 @@ the request's completion time ``t - t % window_ms``):
   another on their connection (client id, remote address) in the window (``followed``)
   and how many of those the broker read within QUEUED_GAP_MS of answering the one before
   (``queued``: they had waited in the socket); what the slow-link rule reads
-  (jobs/detector_inputs/request_windows.py `read_window_producer_times`). A late delta
+  (evaluation/inputs/request_windows.py `read_window_producer_times`). A late delta
   starts its connections afresh: its first request on each is not counted as following
   one.
 - ``request_exemplars``: the selected requests whole (ingest/request_exemplars.py).

@@ -12,7 +12,7 @@ request keys x windows, not requests.
   controller-listener traffic is left out (it is not client traffic). One more column,
   ``total_excl_remote_p99_ms`` (the p99 of total - remote per request, from its own
   histogram): the slow-broker baselines of the purgatory APIs read it
-  (jobs/detector_inputs/request_windows.py), so an hour of baselines is 60 rows per
+  (evaluation/inputs/request_windows.py), so an hour of baselines is 60 rows per
   broker and API instead of 360 windows' histograms.
 - ``gold.request_keys_1m``: per cluster, broker, request key and minute, the counts,
   bytes, and every stage's p50 / p99 / p999 and max: the split the API rows merge away
@@ -30,7 +30,7 @@ API rows and the fleet rollup merged from it are exact. The three appends of a b
 through BatchAppends, so a batch replayed after a restart is written once. The watermark
 is request_windows' lateness bound: a late delta the agent sends within it is in the
 minute; a minute's rows are final about that long after it ends. The detectors read the
-10-s windows from silver.request_windows themselves (jobs/detector_inputs/request_windows.py).
+10-s windows from silver.request_windows themselves (evaluation/inputs/request_windows.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ stream at the end of each silver micro-batch, once its tables are written);
 named `query` (the fast silver query, the one carrying request stages and broker logs)
 counts: the slow one commits once a minute and no detector waits for it.
 
-`written_since` tells the detector's window cache (jobs/detector_inputs/window_cache.py)
+`written_since` tells the detector's window cache (evaluation/inputs/window_cache.py)
 which windows to read again: per stream, the oldest event time (`low_ms` of the stats
 rows, jobs/silver.py) of the rows committed after a mark it was given. The last
 WRITTEN_KEPT stats rows are kept (hours of batches); a mark older than them is answered

@@ -352,8 +352,8 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
     kept, it logs "Connection refused" for every broker of a stopped cluster).
     """
     from infra.kafka_clients import librdkafka_config
-    from jobs.detect import start_detector_query
-    from jobs.detector_inputs import TopicConfigCache, describe_compacted_topics
+    from evaluation.detect import start_detector_query
+    from evaluation.inputs import TopicConfigCache, describe_compacted_topics
 
     topic_configs = None
     client: dict = {}

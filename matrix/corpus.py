@@ -262,11 +262,11 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
 
 def copy_detector_metrics(src: Path, dest: Path) -> int:
     """The recorded broker_metrics lines of the series a detector reads
-    (jobs.detector_inputs.DETECTOR_METRICS) into `dest`; returns how many. Two thirds of a
+    (evaluation.inputs.DETECTOR_METRICS) into `dest`; returns how many. Two thirds of a
     recording's JMX samples are the request-time histograms only dashboards read: they
     cost the replay's pipeline and cache without changing a score, and the replay's lake
     refuses a read of a series left out (FrozenLake.metrics)."""
-    from jobs.detector_inputs import DETECTOR_METRICS
+    from evaluation.inputs import DETECTOR_METRICS
 
     dest.mkdir(parents=True, exist_ok=True)
     kept = 0
@@ -292,7 +292,7 @@ def inputs_fingerprint() -> str:
     import dataclasses
     import hashlib
 
-    from jobs.detector_inputs import DetectorInputs
+    from evaluation.inputs import DetectorInputs
 
     parts = []
     for f in dataclasses.fields(DetectorInputs):
@@ -354,9 +354,9 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bo
     import pickle
 
     from detectors.compaction_lag import CompactedTopicConfig
-    from jobs.detect import DETECT_POOL, assess
-    from jobs.detector_inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
-    from jobs.detector_inputs.tables import FrozenLake
+    from evaluation.detect import DETECT_POOL, assess
+    from evaluation.inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
+    from evaluation.inputs.tables import FrozenLake
     from infra.lake_sql import LakeSql
 
     rec, config = prepared.rec, prepared.config
@@ -406,7 +406,7 @@ def rescore(config, rec: Recording, root: Path) -> tuple[ScenarioScore, list[tup
     import pickle
 
     from detectors.registry import run_detectors
-    from jobs.detect import carried_findings, next_findings
+    from evaluation.detect import carried_findings, next_findings
 
     path = root / rec.scenario / INPUTS_FILE
     if not path.exists():

@@ -200,7 +200,7 @@ class MatrixSession(LiveDemo):
         return result
 
     def compacted_configs(self) -> list:
-        from jobs.detector_inputs import describe_compacted_topics
+        from evaluation.inputs import describe_compacted_topics
 
         try:
             return describe_compacted_topics({"bootstrap.servers":

@@ -82,7 +82,7 @@ class BrokerSection:
     apis: Query                    # api, requests in the window
     charts: tuple[Chart, ...]
     # The slowest requests its slow-broker findings hold in their evidence (slowest
-    # first; jobs/slow_requests.py) and the table they were read from.
+    # first; evaluation/slow_requests.py) and the table they were read from.
     slow_requests: tuple[Mapping[str, Any], ...] = ()
     slow_requests_source: str = ""
 

@@ -1,5 +1,5 @@
 """gold.anomalies: one row per finding, updated in place (MERGE on finding_id) as it
-persists and resolves; written by jobs/detect.py, read by the report, the dashboards and
+persists and resolves; written by evaluation/detect.py, read by the report, the dashboards and
 the on-call queries."""
 
 from __future__ import annotations

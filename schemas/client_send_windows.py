@@ -8,7 +8,7 @@ row each; the others are summed in one row whose client_id is null (``clients`` 
 many). The slow-broker detector's client blame reads these.
 
 Produce rows also carry what the slow-link rule needs of a producer's own requests
-(jobs/detector_inputs/request_windows.py `read_window_producer_times`): the TotalTime
+(evaluation/inputs/request_windows.py `read_window_producer_times`): the TotalTime
 histogram, how many requests followed another on their connection in the window and how
 many of those had waited in the socket (the broker read them within QUEUED_GAP_MS of
 answering the one before: it reads a connection's next request only once it has answered

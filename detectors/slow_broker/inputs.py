@@ -1,5 +1,5 @@
 """What the slow-broker detector is given, per cluster and window (the read side,
-jobs/detector_inputs/request_windows.py, builds them from the agents' windows)."""
+evaluation/inputs/request_windows.py, builds them from the agents' windows)."""
 
 from __future__ import annotations
 

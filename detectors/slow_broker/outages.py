@@ -2,7 +2,7 @@
 (disruptions.py). A broker that died holds its leaders' acks=all writes until it is
 fenced, and one that restarts catches up while its clients reconnect: out, not slow. The
 read side derives them from the controllers' and the other brokers' log lines
-(jobs/detector_inputs/slow_broker.py `outages_from`)."""
+(evaluation/inputs/slow_broker.py `outages_from`)."""
 
 from __future__ import annotations
 

@@ -73,16 +73,16 @@ from detectors.slow_broker.disruptions import Kind, span_ms
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from infra.lake_sql import LakeSql
-from jobs.detection_config import DetectionConfig
-from jobs.detector_inputs.client_rtts import read_client_rtts
-from jobs.detector_inputs.request_windows import (
+from evaluation.config import DetectionConfig
+from evaluation.inputs.client_rtts import read_client_rtts
+from evaluation.inputs.request_windows import (
     read_window_baselines,
     read_window_client_sends,
     read_window_follower_windows,
     read_window_producer_times,
     read_window_stage_windows,
 )
-from jobs.detector_inputs.compaction import (
+from evaluation.inputs.compaction import (
     CLEANER_METRICS,
     LONG_MAX,
     SIZE_STEP_S,
@@ -99,7 +99,7 @@ from jobs.detector_inputs.compaction import (
     read_contract_sizes,
     read_partition_sizes,
 )
-from jobs.detector_inputs.elections import (
+from evaluation.inputs.elections import (
     COUNTER_SEED_S,
     UNCLEAN_METER,
     dedupe_elections,
@@ -109,7 +109,7 @@ from jobs.detector_inputs.elections import (
     read_meter_ticks,
     topic_ids,
 )
-from jobs.detector_inputs.partition_signals import (
+from evaluation.inputs.partition_signals import (
     COMMIT_KEY,
     COMMIT_ORDER,
     COMMIT_SEED_S,
@@ -127,7 +127,7 @@ from jobs.detector_inputs.partition_signals import (
     with_delete_requests,
     with_positions,
 )
-from jobs.detector_inputs.slow_broker import (
+from evaluation.inputs.slow_broker import (
     BASELINE_HISTORY_S,
     ISR_CONFIRM_S,
     ISR_SEED_S,
@@ -136,11 +136,11 @@ from jobs.detector_inputs.slow_broker import (
     outages_from,
     shrinks_from_isr_events,
 )
-from jobs.detector_inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
-from jobs.detector_inputs.window_cache import WindowReadCache
+from evaluation.inputs.tables import LOG_EVENT_KINDS, TimeRange, read_log_events
+from evaluation.inputs.window_cache import WindowReadCache
 from schemas.broker_metrics import LOG_SIZE
 
-# Every silver.broker_metrics series a detector reads (jobs/detector_inputs/tables.py
+# Every silver.broker_metrics series a detector reads (evaluation/inputs/tables.py
 # broker_metrics): a corpus replay keeps only these (matrix/corpus.py), and its lake
 # refuses a read of any other, so a detector that starts reading a new series fails the
 # replays until it is added here.
@@ -251,7 +251,7 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     scheduler pool. The result does not depend on `parallelism` (1 reads in order).
     `baseline_cache` (the detector query's) may answer the baselines from an earlier read,
     `window_cache` the older windows of the per-window reads and of the metric and
-    cleaner histories (jobs/detector_inputs/window_cache.py), and `commit_seed` the
+    cleaner histories (evaluation/inputs/window_cache.py), and `commit_seed` the
     commits' starting positions (partition_signals.CommitSeedCache).
     `sql`: the caller's reader of the lake without the JVM (infra/lake_sql.py), which the
     reads ported to it use (all but the baselines); None opens one for this

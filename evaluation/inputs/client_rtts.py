@@ -1,6 +1,6 @@
 """The slow-link rule's client side: the producers' round trips (`ClientRttWindow`,
 from silver.client_stats; the brokers' side, `ProducerServerWindow`, is
-jobs/detector_inputs/request_windows.py `read_window_producer_times`).
+evaluation/inputs/request_windows.py `read_window_producer_times`).
 
 Per window/client/broker, the highest rtt p99 of the producers' statistics documents in
 the window, and the rtt p50 of the latest of them (scope broker; librdkafka's rtt window
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from detectors.slow_broker import ClientRttWindow, SlowBrokerSection
 from infra.lake_sql import LakeSql, range_sql
-from jobs.detector_inputs.tables import TimeRange, sorted_rows
+from evaluation.inputs.tables import TimeRange, sorted_rows
 
 
 def read_client_rtts(sql: LakeSql, config: SlowBrokerSection,

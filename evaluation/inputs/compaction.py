@@ -55,7 +55,7 @@ from detectors.compaction_lag import (
 )
 from infra.lake_sql import LakeSql, marks, range_sql
 from infra.topic_configs import describe_topic_configs
-from jobs.detector_inputs.tables import TimeRange, broker_metrics, int_or_none, sorted_rows
+from evaluation.inputs.tables import TimeRange, broker_metrics, int_or_none, sorted_rows
 from schemas.broker_metrics import LOG_SIZE
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from detectors.lost_range import EPOCH_KINDS, LeaderEpochSeen, UncleanElection
 from detectors.unclean_election import ELECTION_MERGE_MS, UncleanElectionMeterTick
 from infra.lake_sql import LakeSql, marks, range_sql
-from jobs.detector_inputs.tables import TimeRange, broker_metrics, sorted_rows
+from evaluation.inputs.tables import TimeRange, broker_metrics, sorted_rows
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ from detectors.partition_signals import (
 )
 from core.signals_sql import in_names_sql
 from infra.lake_sql import LakeSql, range_sql
-from jobs.detector_inputs.tables import TimeRange, int_or_none, sorted_rows
+from evaluation.inputs.tables import TimeRange, int_or_none, sorted_rows
 
 COMMIT_SEED_S = 3600   # commits read before the range: each group/partition's start
 # How far back a removed offset's last commit is looked for: offsets.retention.minutes'

@@ -59,8 +59,8 @@ from detectors.slow_broker import (
 )
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from infra.lake_sql import LakeSql, marks, range_sql, utc_date
-from jobs.detector_inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
-from jobs.detector_inputs.tables import TimeRange, sorted_rows
+from evaluation.inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
+from evaluation.inputs.tables import TimeRange, sorted_rows
 from jobs.gold_windows import OWN_TIME, OWN_TIME_P99
 from jobs.histogram_duckdb import first_bucket_at_or_over, merged_sql, valued
 

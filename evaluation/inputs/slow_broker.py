@@ -1,5 +1,5 @@
 """The slow-broker detector's inputs that are not the request windows
-(jobs/detector_inputs/request_windows.py reads those): the baselines' bounds and cache,
+(evaluation/inputs/request_windows.py reads those): the baselines' bounds and cache,
 and what silver.log_events says of leaderships, outages and ISR shrinks.
 
 - `LatencyBaseline` (read by request_windows.py `read_window_baselines`): per broker/API

@@ -143,7 +143,7 @@ def broker_metrics(sql: LakeSql, r: TimeRange,
     held = sql.lake.metrics if isinstance(sql.lake, FrozenLake) else None
     if held is not None and not set(metrics) <= held:
         raise ValueError(f"broker_metrics series {sorted(set(metrics) - held)} are not in this "
-                         "lake: it holds only jobs.detector_inputs.DETECTOR_METRICS (add "
+                         "lake: it holds only evaluation.inputs.DETECTOR_METRICS (add "
                          "every series a detector reads there)")
     ds = sql.dataset("silver", "broker_metrics", start_ms=r.start_ms, end_ms=r.end_ms)
     if ds is None:

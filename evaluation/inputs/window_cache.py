@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Mapping, Sequence, TypeVar
 
-from jobs.detector_inputs.tables import TimeRange
+from evaluation.inputs.tables import TimeRange
 
 T = TypeVar("T")
 

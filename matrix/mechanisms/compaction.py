@@ -20,7 +20,7 @@ at its next look, and the gauge returns to 0.
 session or request id in the key: a common application mistake), so compaction has
 nothing to remove and the partition only grows. Expected: compaction_lag on the partition
 "<topic>-0" with cause compacted_partition_growing (warning). What the detector needs to
-see it (detectors/compaction_lag.py rule 5, jobs/detector_inputs/compaction.py):
+see it (detectors/compaction_lag.py rule 5, evaluation/inputs/compaction.py):
 - the size series kafka_log_log_size, one point per partition per minute, over
   growth_window_s (default 7200 s: never within a scenario) with growth_min_samples
   (default 6) points; a scenario must set [compaction_lag] growth_window_s = 120 and

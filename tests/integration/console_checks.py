@@ -5,7 +5,7 @@ standard error together, as a terminal shows them) and the folder it ran in, and
 with the offending lines when the console is not for people:
 
 - more than `MAX_LINES` lines;
-- a Python logging line (``12:00:01 INFO jobs.detect: ...``, ``WARNING:root:...``), a
+- a Python logging line (``12:00:01 INFO evaluation.detect: ...``, ``WARNING:root:...``), a
   Spark/JVM line (``26/11/26 01:59:04 WARN ...``, ``WARNING: Using incubator modules``,
   a Java stack frame) or a librdkafka line (``%3|1795360201.812|FAIL|rdkafka#...``);
 - a summary table whose cells cut a word: each row's fault cell, read across its wrapped

@@ -1,4 +1,4 @@
-"""The slow-link rule's input on Spark (jobs/detector_inputs/client_rtts.py): librdkafka
+"""The slow-link rule's input on Spark (evaluation/inputs/client_rtts.py): librdkafka
 statistics documents through the pipeline into silver.client_stats, read back as
 `ClientRttWindow`s, and the rule finds the producer behind a slow link in them.
 
@@ -28,8 +28,8 @@ from infra.lake import Lake
 from infra.lake_sql import LakeSql
 from ingest.client_stats import parse_client_stats
 from ingest.sinks import LandingSink
-from jobs.detector_inputs import read_client_rtts
-from jobs.detector_inputs.tables import TimeRange
+from evaluation.inputs import read_client_rtts
+from evaluation.inputs.tables import TimeRange
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 

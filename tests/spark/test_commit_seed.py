@@ -1,4 +1,4 @@
-"""The live detector's incremental commit read (jobs/detector_inputs/partition_signals.py
+"""The live detector's incremental commit read (evaluation/inputs/partition_signals.py
 `CommitSeedCache`) gives what a whole read of the COMMIT_SEED_S before each range gives.
 
 The commits span 70 minutes: a group that commits every minute and goes back twice (once
@@ -19,8 +19,8 @@ from infra.lake import Lake
 from infra.lake_sql import LakeSql
 from ingest.consumer_offsets import encode_key, encode_value, parse_offset_record
 from ingest.sinks import LandingSink
-from jobs.detector_inputs import CommitSeedCache, TimeRange, read_commits
-from jobs.detector_inputs.partition_signals import (read_removals, with_delete_requests,
+from evaluation.inputs import CommitSeedCache, TimeRange, read_commits
+from evaluation.inputs.partition_signals import (read_removals, with_delete_requests,
                                                     with_positions)
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream

@@ -38,7 +38,7 @@ from ingest.broker_log import parse_lines
 from ingest.jmx_scraper import parse_exposition, record_id
 from ingest.sinks import LandingSink
 from detectors.registry import run_detectors
-from jobs.detector_inputs import (
+from evaluation.inputs import (
     SIZE_STEP_S,
     TimeRange,
     contract_range,
@@ -202,11 +202,11 @@ def test_without_topic_configs_only_consumer_offsets_is_read(spark, lake, config
 
 def test_the_live_detectors_cached_history_reads_equal_whole_reads(spark, lake, config):
     """The live detector keeps the sizes, cleaner runs and cleaner gauges it read and
-    reads again only the last HISTORY_REREAD_MS (jobs/detector_inputs/__init__.py
+    reads again only the last HISTORY_REREAD_MS (evaluation/inputs/__init__.py
     `_incremental`): evaluated every 20 s over the last five minutes, as the detector
     query does, each gives what a whole read of the growth window gives, while the sizes
     read cover about three minutes of the window's twelve."""
-    from jobs.detector_inputs import WindowReadCache
+    from evaluation.inputs import WindowReadCache
 
     cache = WindowReadCache()
     compared = 0

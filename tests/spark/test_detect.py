@@ -1,5 +1,5 @@
 """The detectors on Spark: telemetry records through the landing sink and the real bronze,
-silver and gold jobs, then `jobs.detect` evaluates, writes gold.anomalies, resolves and
+silver and gold jobs, then `evaluation.detect` evaluates, writes gold.anomalies, resolves and
 replays.
 
 One minute of a three-broker cluster, from T0:
@@ -40,7 +40,7 @@ from ingest.consumer_offsets import encode_key, encode_value, parse_offset_recor
 from ingest.partition_offsets_agent import partition_offsets_record
 from ingest.request_log import parse_request_line
 from ingest.sinks import LandingSink
-from jobs.detect import (
+from evaluation.detect import (
     carried_findings,
     evaluate,
     read_findings,
@@ -50,7 +50,7 @@ from jobs.detect import (
 from infra.lake_sql import LakeSql
 from ingest.request_log_agent import WHOLE_APIS
 from ingest.request_windows import aggregate
-from jobs.detector_inputs import UNCLEAN_METER, TimeRange, read_inputs
+from evaluation.inputs import UNCLEAN_METER, TimeRange, read_inputs
 from jobs.pipeline import Pipeline
 from jobs.streams import QUARANTINE, stream
 from schemas import broker_metrics
@@ -345,7 +345,7 @@ def test_a_producers_own_requests_per_window_and_broker(spark, lake, kmon_config
     """The slow-link rule's broker side (read_window_producer_times): the producers asked
     for only, whole windows of the range, the p99 and p50 of their own Produce TotalTime
     (from the edge's histograms: within their bucket error)."""
-    from jobs.detector_inputs import read_window_producer_times
+    from evaluation.inputs import read_window_producer_times
 
     sb = kmon_config.slow_broker
     r = TimeRange(T0, END)
@@ -368,7 +368,7 @@ def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_con
     20 s again of a 60 s range, as the lake holds 60 s): evaluated every 10 s across the
     slow windows, then once past the last telemetry, the per-window reads give what whole
     reads give, and after the first read only the newest windows are read again."""
-    from jobs.detector_inputs import WindowReadCache
+    from evaluation.inputs import WindowReadCache
 
     cache = WindowReadCache(reread_s=20)
     first = SLOW_FROM + 3_000

@@ -260,7 +260,7 @@ def test_tables_keep_statistics_for_the_columns_reads_skip_by(spark, lake, tmp_p
     columns only; `kmon maintain --all` sets the same on a table made before."""
     import json
 
-    from jobs.detect import ensure_anomalies_table
+    from evaluation.detect import ensure_anomalies_table
     from schemas.anomalies import ANOMALY_SCHEMA
 
     def file_stats(path):

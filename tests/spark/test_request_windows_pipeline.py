@@ -105,8 +105,8 @@ def test_stage_p99s_are_within_the_bucket_error_of_the_exact_ones(spark, lake, k
     from core.latency_histogram import ALPHA
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from jobs.detector_inputs.request_windows import STAGE_FIELDS, read_window_stage_windows
-    from jobs.detector_inputs.tables import TimeRange
+    from evaluation.inputs.request_windows import STAGE_FIELDS, read_window_stage_windows
+    from evaluation.inputs.tables import TimeRange
 
     root, _ = lake
     exact = _exact_p99s(recordings(names=[RECORDING])[0].path)
@@ -134,8 +134,8 @@ def test_producer_times_are_the_raw_lines_own_times_and_queued_shares(spark, lak
 
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from jobs.detector_inputs.request_windows import read_window_producer_times
-    from jobs.detector_inputs.tables import TimeRange
+    from evaluation.inputs.request_windows import read_window_producer_times
+    from evaluation.inputs.tables import TimeRange
     from schemas.client_send_windows import QUEUED_GAP_MS
 
     root, _ = lake
@@ -333,7 +333,7 @@ def test_a_slow_broker_finding_carries_the_slowest_exemplars(spark, lake):
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
     from ingest.request_log import parse_request_line
-    from jobs.slow_requests import attach_slow_requests
+    from evaluation.slow_requests import attach_slow_requests
 
     root, _ = lake
     rec = recordings(names=[RECORDING])[0]
@@ -380,8 +380,8 @@ def test_one_read_of_the_follower_windows_gives_the_fetches_and_the_replicas_sen
     from detectors.slow_broker import ClientSendWindow, FollowerFetchWindow
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from jobs.detector_inputs.request_windows import read_window_follower_windows
-    from jobs.detector_inputs.tables import TimeRange
+    from evaluation.inputs.request_windows import read_window_follower_windows
+    from evaluation.inputs.tables import TimeRange
 
     root, _ = lake
     sends = [(b, r["fetch_replica_id"], r["ts_ms"] - r["ts_ms"] % 10_000, r["send_ms"])
@@ -412,16 +412,16 @@ def test_one_read_of_the_follower_windows_gives_the_fetches_and_the_replicas_sen
 
 def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, kmon_config):
     """The live detector reads only the newest windows again and keeps the older ones
-    (jobs/detector_inputs/window_cache.py): step by step over the recording, as the
+    (evaluation/inputs/window_cache.py): step by step over the recording, as the
     detector query evaluates, each of the three window reads through the cache gives the
     same rows as reading the whole range, while reading about 60 s of the 300."""
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from jobs.detector_inputs.request_windows import (read_window_client_sends,
+    from evaluation.inputs.request_windows import (read_window_client_sends,
                                                       read_window_follower_windows,
                                                       read_window_stage_windows)
-    from jobs.detector_inputs.tables import TimeRange
-    from jobs.detector_inputs.window_cache import WindowReadCache
+    from evaluation.inputs.tables import TimeRange
+    from evaluation.inputs.window_cache import WindowReadCache
 
     root, _ = lake
     sb = kmon_config.slow_broker
@@ -456,8 +456,8 @@ def test_baselines_from_gold_minutes_and_the_silver_tail_equal_silver_alone(
 
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from jobs.detector_inputs.request_windows import read_window_baselines
-    from jobs.detector_inputs.tables import TimeRange
+    from evaluation.inputs.request_windows import read_window_baselines
+    from evaluation.inputs.tables import TimeRange
     from jobs.gold_windows import OWN_TIME_P99
 
     root, _ = lake

@@ -12,7 +12,7 @@ from tests.integration.console_checks import check_console, check_live_console
 
 pytestmark = pytest.mark.unit
 
-RECORD = "2026-11-26 02:01:09,123 INFO jobs.detect: detectors at 1795359781812: 0 findings\n"
+RECORD = "2026-11-26 02:01:09,123 INFO evaluation.detect: detectors at 1795359781812: 0 findings\n"
 
 
 def finding(type_: str, entity: str) -> Finding:

@@ -13,7 +13,7 @@ LOG = [
     "2026-11-30 13:10:02,492 INFO jobs.silver: silver batch 1: 2515 rows of 8 streams in "
     "2.5 s (read 0.8)",
     "2026-11-30 13:10:03,000 INFO jobs.silver_slow: something else 99 rows",
-    "2026-11-30 13:10:10,383 INFO jobs.detect: detectors at 1796044587690: 1 detections, "
+    "2026-11-30 13:10:10,383 INFO evaluation.detect: detectors at 1796044587690: 1 detections, "
     "1 findings (1 open), 1 rows written in 4.6 s (assessed in 3.0 s, handed over in 0.1 s, "
     "written in 1.5 s); inputs {}; reads (s) {}",
 ]

@@ -1,4 +1,4 @@
-"""The pure steps of jobs/detect.py: running the detectors, the lifecycle and correlation
+"""The pure steps of evaluation/detect.py: running the detectors, the lifecycle and correlation
 over one evaluation, which rows change, the replay's evaluation times and the row shape of
 gold.anomalies. No SparkSession."""
 
@@ -12,7 +12,7 @@ import pytest
 from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Finding, Severity, Status
 from detectors.partition_signals import LogTruncation, OffsetCommit
 from detectors.lost_range import UncleanElection
-from jobs.detect import (
+from evaluation.detect import (
     carried_findings,
     changed_findings,
     finding_row,
@@ -20,7 +20,7 @@ from jobs.detect import (
     replay_times,
 )
 from detectors.registry import run_detectors
-from jobs.detector_inputs import DetectorInputs
+from evaluation.inputs import DetectorInputs
 from kmon.config import Config
 from schemas.anomalies import ANOMALY_COLUMNS, ANOMALY_SCHEMA
 

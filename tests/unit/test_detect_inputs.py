@@ -1,4 +1,4 @@
-"""The pure parts of the detectors' Spark adapter (jobs/detector_inputs/): turning log, metric
+"""The pure parts of the detectors' Spark adapter (evaluation/inputs/): turning log, metric
 and client rows into rule inputs. No SparkSession."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from detectors.compaction_lag import CompactedTopicConfig
 from detectors.partition_signals import ResetReason, ResetTarget
 from detectors.unclean_election import UncleanElectionMeterTick
-from jobs.detector_inputs import (
+from evaluation.inputs import (
     CLEANER_METRICS,
     UNCLEAN_METER,
     BaselineCache,

@@ -10,7 +10,7 @@ import inspect
 import pytest
 
 from detectors.registry import DETECTORS, Detector, run_detectors
-from jobs.detector_inputs import DetectorInputs
+from evaluation.inputs import DetectorInputs
 from kmon.config import Config
 
 pytestmark = pytest.mark.unit

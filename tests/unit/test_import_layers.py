@@ -12,14 +12,16 @@ TYPE_CHECKING. The floors, from the bottom (docs/architecture.md draws them):
 4. ingest       edge agents and parsers
    detectors    pure rules (no Spark, no I/O)
    dashboards   Grafana dashboards as code
-5. jobs         Spark queries, including the reads that build detector inputs
-6. remediation  findings in, guarded actions out
+5. jobs         the streaming pipeline: Spark queries, bronze, silver, gold, maintenance
+6. evaluation   the detectors' side: their inputs read from the lake, the evaluation
+                loop, the detector query and the findings table
+7. remediation  findings in, guarded actions out
    reports      incident reports
-7. kmon         the application: config assembly, the run loop, the exporter
-8. demo         `kmon demo`: runner, workload, faults, capture/replay
-9. matrix       `kmon matrix`: fault scenarios with ground truth, their live runs,
+8. kmon         the application: config assembly, the run loop, the exporter
+9. demo         `kmon demo`: runner, workload, faults, capture/replay
+10. matrix      `kmon matrix`: fault scenarios with ground truth, their live runs,
                 the recorded corpus and its replay (built on demo's runner and faults)
-10. cli         the command line, over everything
+11. cli         the command line, over everything
 
 bench/ and tests/ stand outside the floors (they may import anything); nothing on a
 floor imports them.
@@ -42,6 +44,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("infra",),
     ("ingest", "detectors", "dashboards"),
     ("jobs",),
+    ("evaluation",),
     ("remediation", "reports"),
     ("kmon",),
     ("demo",),
@@ -151,9 +154,10 @@ def test_the_walk_resolves_relative_imports():
 
 
 def test_floors_place_a_module_by_its_longest_prefix():
-    assert floor_of("cli.main") == (9, "cli")
-    assert floor_of("matrix.live") == (8, "matrix")
-    assert floor_of("kmon.config") == (6, "kmon")
+    assert floor_of("cli.main") == (10, "cli")
+    assert floor_of("matrix.live") == (9, "matrix")
+    assert floor_of("evaluation.inputs.tables") == (5, "evaluation")
+    assert floor_of("kmon.config") == (7, "kmon")
     assert floor_of("detectors.slow_broker") == (3, "detectors")
     assert floor_of("detectors.slow_client") == (3, "detectors")
     assert floor_of("pyspark.sql") is None

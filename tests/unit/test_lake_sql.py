@@ -126,7 +126,7 @@ def test_a_root_delta_rs_cannot_read_is_refused_at_once():
 
 def test_the_detector_query_refuses_such_a_root_naming_the_key():
     from core.config_keys import ConfigError
-    from jobs.detect import start_detector_query
+    from evaluation.detect import start_detector_query
     from kmon.config import load_config
 
     with pytest.raises(ConfigError, match=r"key 'spark.storage_root' \('hdfs://nn/kmon'\)"):

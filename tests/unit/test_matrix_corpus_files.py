@@ -121,9 +121,9 @@ def test_a_replay_keeps_the_broker_metrics_a_detector_reads_and_refuses_the_othe
     import gzip
     import json
 
-    from jobs.detector_inputs import DETECTOR_METRICS, UNCLEAN_METER
+    from evaluation.inputs import DETECTOR_METRICS, UNCLEAN_METER
     from infra.lake_sql import LakeSql
-    from jobs.detector_inputs.tables import FrozenLake, TimeRange, broker_metrics
+    from evaluation.inputs.tables import FrozenLake, TimeRange, broker_metrics
     from matrix.corpus import copy_detector_metrics
 
     src = tmp_path / "recorded"

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from jobs.detector_inputs import DetectorInputs
+from evaluation.inputs import DetectorInputs
 from matrix.corpus import (INPUTS_FILE, inputs_fingerprint, recordings, rescore)
 
 pytestmark = pytest.mark.unit

@@ -79,7 +79,7 @@ def test_a_retried_py4j_call_is_not_logged_unless_debugging():
         assert not f.filter(_record("root", logging.INFO, "Exception while sending command.", exc))
         # the same words on failure (ERROR) and any other line still pass
         assert f.filter(_record("root", logging.ERROR, "Exception while sending command.", exc))
-        assert f.filter(_record("jobs.detect", logging.INFO, "Exception while sending command."))
+        assert f.filter(_record("evaluation.detect", logging.INFO, "Exception while sending command."))
         assert f.filter(_record("root", logging.INFO, "something else"))
         root.setLevel(logging.DEBUG)
         assert f.filter(_record("root", logging.INFO, "Exception while sending command.", exc))

@@ -13,7 +13,7 @@ from core.findings import AnomalyType
 from detectors.slow_broker import (LeadershipGain, SlowBrokerSection, assess_windows,
                                    detect_slow_brokers)
 from detectors.slow_broker.disruptions import active_in, disruptions_from, leaderships_taken
-from jobs.detector_inputs import leadership_gains_from
+from evaluation.inputs import leadership_gains_from
 from tests.unit.test_detector_slow_broker import (
     FAULT, LAST, follower_fetches, healthy, replaced, start)
 

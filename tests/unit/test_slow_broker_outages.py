@@ -1,5 +1,5 @@
 """A broker that is out (crashed, shut down, restarting) is not a slow broker: its
-outages from the controller's lines (read side: jobs/detector_inputs/slow_broker.py), and
+outages from the controller's lines (read side: evaluation/inputs/slow_broker.py), and
 the slow-broker windows they set aside. The crash is the one the live matrix paged on
 (coordinator-failover-3b): kill -9 of a follower, acks=all Produce on the other leaders
 waiting 9 s for it until it was fenced."""
@@ -18,7 +18,7 @@ from detectors.slow_broker import (
 import dataclasses
 
 from detectors.slow_broker.disruptions import Kind, active_in, disruptions_from, subjects
-from jobs.detector_inputs.slow_broker import (BrokerState, BrokerStateChange,
+from evaluation.inputs.slow_broker import (BrokerState, BrokerStateChange,
                                               BrokerUnreachable, broker_outages, outages_from,
                                               unreachable_outages)
 from tests.unit.test_detector_slow_broker import (

@@ -1,5 +1,5 @@
 """The watched cluster's topic configs: infra.topic_configs asks an AdminClient for every
-topic's configs, jobs.detector_inputs keeps the compacted topics. A fake AdminClient
+topic's configs, evaluation.inputs keeps the compacted topics. A fake AdminClient
 answers, one of its topics with an error."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from detectors.compaction_lag import CompactedTopicConfig
 from infra.topic_configs import describe_topic_configs
-from jobs.detector_inputs import describe_compacted_topics
+from evaluation.inputs import describe_compacted_topics
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The live detector's incremental window reads (jobs/detector_inputs/window_cache.py):
+"""The live detector's incremental window reads (evaluation/inputs/window_cache.py):
 only the windows started within reread_s of the range end are read again; the older
 ones come from the last read, and anything that is not a continuation is read whole."""
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobs.detector_inputs.tables import TimeRange
-from jobs.detector_inputs.window_cache import WindowReadCache
+from evaluation.inputs.tables import TimeRange
+from evaluation.inputs.window_cache import WindowReadCache
 
 W = 10_000
 T0 = 1_800_000_000_000          # a window boundary
