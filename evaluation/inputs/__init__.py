@@ -173,7 +173,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DetectorInputs:
-    """Everything the four detectors take, for one range."""
+    """Everything the detectors take (detectors/registry.py names who reads what), for one
+    range."""
     stage_windows: list[RequestStageWindow] = field(default_factory=list)
     baselines: list[LatencyBaseline] = field(default_factory=list)
     follower_fetches: list[FollowerFetchWindow] = field(default_factory=list)
