@@ -101,14 +101,28 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
     return {tp.partition: tp.offset for tp in committed_tps(bootstrap, group, topic, partitions)}
 
 
-def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
-    """(log start, high watermark) per partition."""
-    from confluent_kafka import Consumer, TopicPartition
+def watermarks(bootstrap: str, topic: str, partitions: int,
+               retry_s: float = 30.0) -> dict[int, tuple[int, int]]:
+    """(log start, high watermark) per partition. A partition whose leader is moving (as
+    right after a cluster starts) is asked again for up to `retry_s`."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+    def one(p: int) -> tuple[int, int]:
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                return c.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                               cached=False)
+            except KafkaException as e:
+                if e.args[0].code() not in moving or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kmon-matrix-probe"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-                for p in range(partitions)}
+        return {p: one(p) for p in range(partitions)}
     finally:
         c.close()
 
