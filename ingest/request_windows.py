@@ -90,6 +90,7 @@ from ingest.request_exemplars import ExemplarLimits
 from ingest.request_window_records import (FILE_SHIFT, STAGES, STREAMS, Acc, Output, Part,
                                            count_stages, part_outputs)
 from schemas.client_send_windows import QUEUED_GAP_MS
+from schemas.request_stages import STAGE_COLUMNS
 
 __all__ = ["STAGES", "STREAMS", "Output", "WindowAggregator", "request_key"]
 
@@ -98,9 +99,6 @@ FETCH_CONSUMER, FETCH_FOLLOWER = "Fetch:consumer", "Fetch:follower"
 PRODUCE_KEYS = {a: f"Produce:acks={a}" for a in (-1, 0, 1)}
 CHECKPOINT_VERSION = 1
 _INF = float("inf")
-# The record's stage times, every one counted in a window's sums and histograms.
-STAGE_FIELDS = ("total_ms", "request_queue_ms", "local_ms", "remote_ms", "throttle_ms",
-                "response_queue_ms", "send_ms")
 
 
 def request_key(api: str, fetch_kind: str | None, acks: int | None) -> str:
@@ -163,7 +161,7 @@ class WindowAggregator:
         """One parsed record and its line's (inode, byte offset), in file order. A record
         whose stage times are not finite, non-negative numbers raises ValueError before it
         changes anything: counted, it would make its window unsendable."""
-        for f in STAGE_FIELDS:
+        for f in STAGE_COLUMNS:     # every one counted in the window's sums and histograms
             v = rec[f]
             if not 0.0 <= v < _INF:     # NaN fails too
                 raise ValueError(f"request-log record {f} = {v!r}: not a time in ms")

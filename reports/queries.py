@@ -16,6 +16,7 @@ spike visible.
 from __future__ import annotations
 
 from core.findings import Severity
+from jobs.gold_windows import STAGES
 from jobs.histogram_sql import collected_quantile_sql, collected_sql
 from jobs.pipeline_config import PipelineSection
 
@@ -34,8 +35,7 @@ FINDING_COLUMNS = ("finding_id", "cluster", "type", "severity", "entity_kind", "
                    "first_seen_ms", "last_seen_ms", "status", "evidence_json", "cause",
                    "explanation", "suggested_action", "incident_id", "related", "resolved_ms")
 
-STAGE_NAMES = ("total", "request_queue", "local", "remote", "throttle", "response_queue",
-               "send")
+STAGE_NAMES = STAGES                                  # total, request_queue, ...
 P99_COLUMNS = tuple(f"{n}_p99_ms" for n in STAGE_NAMES)
 MINUTE_MS = 60_000
 # Candidate bucket widths; the report uses the narrowest that keeps a series this short.

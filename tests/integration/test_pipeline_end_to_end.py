@@ -240,8 +240,9 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
                 poisoned.append(rid)
             else:
                 expected[rid] = (node.node_id, body, ts_ms)
-        size = os.path.getsize(node.request_log)
-        end = pos.offset + open(node.request_log, "rb").read()[pos.offset:size].rfind(b"\n") + 1
+        with open(node.request_log, "rb") as f:
+            f.seek(pos.offset)
+            end = pos.offset + f.read().rfind(b"\n") + 1     # the last whole line
         later |= {f"e2e:{node.node_id}:{pos.inode}:{offset}"
                   for offset, _, _ in _raw_lines(node.request_log, pos.offset, end)}
     silver = spark.read.format("delta").load(silver_path).where("cluster = 'e2e'")

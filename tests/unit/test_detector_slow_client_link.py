@@ -217,8 +217,8 @@ def test_a_slow_tail_with_a_fast_median_is_queueing_not_a_slow_link():
 
 
 def test_without_own_request_times_the_median_is_judged_against_the_brokers_tp99():
-    # The request-log windows mode keeps no per-client times: the broker's Produce TP99
-    # (8 ms here) bounds its median for this client from above.
+    # The agents' windows keep no own times for a producer folded into the "other" row:
+    # the broker's Produce TP99 (8 ms here) bounds its median for this client from above.
     assert set(found(healthy(), peers() + behind_slow_link(p99=820.0, p50=640.0))) == {
         "client:far-producer"}
     assert found(healthy(), peers() + behind_slow_link(p99=820.0, p50=300.0)) == {}
