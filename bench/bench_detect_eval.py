@@ -73,7 +73,6 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kmon-bench-detect-"))
     shutil.copytree(lake_src, work / "lake", ignore=shutil.ignore_patterns("landing"))
     os.environ["KMON__SPARK__STORAGE_ROOT"] = str(work / "lake")
-    os.environ.setdefault("KMON__PIPELINE__FAST_STAGE_TABLE", "false")   # as in the demo
 
     from infra.lake import Lake
     from infra.lake_sql import LakeSql

@@ -233,7 +233,7 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     own_sql = sql is None
     sql = LakeSql(lake) if own_sql else sql
     try:
-        inputs = read_inputs(spark, lake, config, now_ms - int(lookback_s * 1000), now_ms,
+        inputs = read_inputs(lake, config, now_ms - int(lookback_s * 1000), now_ms,
                              topic_configs, baseline_cache=baseline_cache,
                              window_cache=window_cache, commit_seed=commit_seed, sql=sql)
         if on_inputs is not None:

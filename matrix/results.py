@@ -39,9 +39,9 @@ def commit() -> str:
 # The code whose change can change a verdict: the shared signal definitions, the detectors
 # and their rules, the detector read side, and the edge aggregation that writes what it
 # reads. A live matrix run is at one rules version when all its parts share this hash.
-DETECTION_CODE = ("core", "detectors", "evaluation", "jobs/histogram_duckdb.py",
-                  "infra/lake_sql.py", "ingest/request_windows.py",
-                  "ingest/request_window_records.py", "ingest/request_exemplars.py")
+DETECTION_CODE = ("core", "detectors", "evaluation", "infra/lake_sql.py",
+                  "ingest/request_windows.py", "ingest/request_window_records.py",
+                  "ingest/request_exemplars.py")
 
 
 def rules_version(root: Path = REPO) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
 STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",
                "throttle": "Throttle", "response_queue": "ResponseQueue", "send": "ResponseSend"}
+_P99_FIELD = {s: f"{s}_p99_ms" for s in STAGES}
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class RequestStageWindow:
     total_excl_remote_p99_ms: float | None = None
 
     def stage_p99(self, stage: str) -> float:
-        return getattr(self, f"{stage}_p99_ms") or 0.0
+        return getattr(self, _P99_FIELD[stage]) or 0.0
 
 
 @dataclass(frozen=True)

@@ -121,16 +121,20 @@ def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
     return median_without(latencies, own) if own is not None else statistics.median(latencies)
 
 
+JUDGED_STAGES_PURGATORY = tuple(s for s in STAGES if s != "remote")
+
+
 def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
     """The stage with the largest p99 (Remote left out where it is a deliberate wait),
     and its share of the stage p99s considered: what blame starts from."""
-    stages = [s for s in STAGES if not (s == "remote" and waits_in_purgatory(row.api))]
-    values = {s: row.stage_p99(s) for s in stages}
-    total = sum(values.values())
+    stages = JUDGED_STAGES_PURGATORY if waits_in_purgatory(row.api) else STAGES
+    values = [row.stage_p99(s) for s in stages]
+    total = sum(values)
     if total <= 0:
         return None, 0.0
-    stage = max(stages, key=lambda s: values[s])  # ties: the earlier stage in the request path
-    return stage, values[stage] / total
+    # ties: the earlier stage in the request path (max keeps the first)
+    i = max(range(len(stages)), key=values.__getitem__)
+    return stages[i], values[i] / total
 
 
 def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_traffic: bool,

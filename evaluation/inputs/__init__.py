@@ -43,8 +43,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from pyspark.sql import SparkSession
-
 from core.config_keys import ConfigError
 from detectors.compaction_lag import CleanerGauges, CleanerRun, CompactedTopicConfig, PartitionSize
 from detectors.partition_signals import (
@@ -231,7 +229,7 @@ def check_config(config: DetectionConfig) -> None:
 
 # --- the parallel read -------------------------------------------------------------------------
 
-def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_ms: int, end_ms: int,
+def read_inputs(lake: Lake, config: DetectionConfig, start_ms: int, end_ms: int,
                 topic_configs: Iterable[CompactedTopicConfig] = (), *,
                 parallelism: int = 4,
                 baseline_cache: BaselineCache | None = None,
@@ -246,28 +244,25 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
     point at, then those groups' memberships, commit lines and partitions' offsets; meter
     ticks; cleaner gauges; compacted partitions' sizes beside the cleaner runs, over the
     growing-partition rule's window, and the finer sizes rule 5c judges, over its span).
-    Each read is a few small Spark jobs with driver work (planning, the Delta log)
-    between them, so one after another they leave the cores idle between jobs;
-    `parallelism` chains run at once, each in a thread that inherits the caller's
-    scheduler pool. The result does not depend on `parallelism` (1 reads in order).
+    DuckDB releases the GIL while a query runs, so `parallelism` chains run at once,
+    each in a thread. The result does not depend on `parallelism` (1 reads in order).
     `baseline_cache` (the detector query's) may answer the baselines from an earlier read,
     `window_cache` the older windows of the per-window reads and of the metric and
     cleaner histories (evaluation/inputs/window_cache.py), and `commit_seed` the
     commits' starting positions (partition_signals.CommitSeedCache).
-    `sql`: the caller's reader of the lake without the JVM (infra/lake_sql.py), which the
-    reads ported to it use (all but the baselines); None opens one for this
-    call only (its table snapshots are then loaded afresh).
+    `sql`: the caller's reader of the lake without the JVM (infra/lake_sql.py); None
+    opens one for this call only (its table snapshots are then loaded afresh).
     """
     own_sql = sql is None
     sql = LakeSql(lake) if own_sql else sql
-    reading = _Reading(spark, lake, config, TimeRange(start_ms, end_ms), parallelism,
+    reading = _Reading(lake, config, TimeRange(start_ms, end_ms), parallelism,
                        baseline_cache, DetectorInputs(topic_configs=list(topic_configs)),
                        window_cache, commit_seed, sql)
     # The longest chain first, so it never waits for a free thread.
     chains = (_partition_signal_chain, _request_stage_chain, _baseline_chain, _meter_tick_chain,
               _cleaner_gauge_chain, _compaction_history_chain, _client_rtt_chain)
     try:
-        _run_all(spark, [functools.partial(chain, reading) for chain in chains], parallelism)
+        _run_all([functools.partial(chain, reading) for chain in chains], parallelism)
     finally:
         if own_sql:
             sql.close()
@@ -277,7 +272,6 @@ def read_inputs(spark: SparkSession, lake: Lake, config: DetectionConfig, start_
 @dataclass(frozen=True)
 class _Reading:
     """One `read_inputs` call: what its chains read and where they put it."""
-    spark: SparkSession
     lake: Lake
     config: DetectionConfig
     r: TimeRange
@@ -308,7 +302,7 @@ class _Reading:
 
     def side_by_side(self, *reads: Callable[[], None]) -> None:
         """Two reads of one chain at once (when parallelism allows)."""
-        _run_all(self.spark, reads, min(self.parallelism, 2))
+        _run_all(reads, min(self.parallelism, 2))
 
 
 def _request_stage_chain(x: _Reading) -> None:
@@ -511,21 +505,15 @@ def _compaction_history_chain(x: _Reading) -> None:
     x.side_by_side(runs, sizes, contract_sizes)
 
 
-def _run_all(spark: SparkSession, tasks: Sequence[Callable[[], None]],
-             parallelism: int) -> None:
-    """Run the tasks, `parallelism` at a time, each thread with the caller's local
-    properties (scheduler pool, job group) and job tags; the first error is raised once
-    all ended."""
+def _run_all(tasks: Sequence[Callable[[], None]], parallelism: int) -> None:
+    """Run the tasks, `parallelism` at a time; the first error is raised once all ended."""
     if parallelism <= 1 or len(tasks) <= 1:
         for task in tasks:
             task()
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from pyspark import inheritable_thread_target
-
     with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="detector-read") as pool:
-        inherit = inheritable_thread_target(spark)
-        futures = [pool.submit(inherit(task)) for task in tasks]
+        futures = [pool.submit(task) for task in tasks]
     for f in futures:
         f.result()

@@ -3,8 +3,8 @@
 The agents ship per broker, request key and 10-s window histograms
 (ingest/request_windows.py), not a row per request; these reads give the rules their
 inputs by merging histograms: exact merges, and percentiles within the bucket scheme's 2 %
-(core/latency_histogram.py), in DuckDB (jobs/histogram_duckdb.py, over
-infra/lake_sql.py).
+(core/latency_histogram.py): DuckDB over infra/lake_sql.py selects the rows, numpy merges
+them (evaluation/inputs/histograms.py).
 
 - `RequestStageWindow` <- silver.request_windows: per cluster, broker, API and window, the
   rows of every request key of the API (Fetch:consumer and Fetch:follower are one Fetch,
@@ -60,9 +60,9 @@ from detectors.slow_broker import (
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from infra.lake_sql import LakeSql, marks, range_sql, utc_date
 from evaluation.inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
+from evaluation.inputs.histograms import first_bucket_at_or_over, merged_rows, valued
 from evaluation.inputs.tables import TimeRange, sorted_rows
 from jobs.gold_windows import OWN_TIME, OWN_TIME_P99
-from jobs.histogram_duckdb import first_bucket_at_or_over, merged_sql, valued
 
 # Stage columns of silver.request_windows -> RequestStageWindow fields.
 STAGE_FIELDS = {"total": "total_p99_ms", "request_queue": "request_queue_p99_ms",
@@ -81,8 +81,8 @@ def read_window_stage_windows(sql: LakeSql, config: SlowBrokerSection,
     watched = in_names_sql(config.watched_apis)
     source = (f"SELECT * FROM t WHERE {where} AND {watched} "
               "AND NOT coalesce(is_controller_traffic, false)")
-    rows = sql.rows(merged_sql(source, ["cluster", "broker", "api", "ts_ms"],
-                               tuple(STAGE_FIELDS), P99), params, t=ds)
+    rows = merged_rows(sql, source, params, {"t": ds}, ["cluster", "broker", "api", "ts_ms"],
+                       tuple(STAGE_FIELDS), P99)
     return [RequestStageWindow(
         cluster=x["cluster"], broker=int(x["broker"]), api=x["api"],
         window_start_ms=int(x["ts_ms"]), requests=int(x["requests"]),
@@ -137,8 +137,8 @@ def read_window_baselines(sql: LakeSql, config: SlowBrokerSection, r: TimeRange,
         source = (f"SELECT *, ts_ms - ts_ms % 60000 AS minute_ms FROM t WHERE {where} "
                   f"AND {watched} AND NOT coalesce(is_controller_traffic, false)")
         group = ["cluster", "broker", "api", "minute_ms"]
-        merged = sql.rows(merged_sql(source, group, ("total", OWN_TIME), P99), params,
-                          t=windows)
+        merged = merged_rows(sql, source, params, {"t": windows}, group, ("total", OWN_TIME),
+                             P99)
         if merged:
             parts.append(pa.Table.from_pylist([
                 {**{c: x[c] for c in group}, "requests": x["requests"],
@@ -171,10 +171,9 @@ def read_window_follower_windows(sql: LakeSql, config: SlowBrokerSection,
     sends = "Fetch" in config.watched_apis
     threshold = str(first_bucket_at_or_over(
         threshold_for("Fetch", config.threshold_ms, config.api_threshold_ms)))
-    rows = sql.rows(merged_sql(
-        f"SELECT * FROM t WHERE {where}", group, ("send",), P99,
-        extra={"max_gap": "max(max_fetch_gap_ms)"},
-        at_or_over={"send": threshold} if sends else None), params, t=ds)
+    rows = merged_rows(sql, f"SELECT * FROM t WHERE {where}", params, {"t": ds}, group,
+                       ("send",), P99, extra={"max_gap": ("max", "max_fetch_gap_ms")},
+                       at_or_over={"send": threshold} if sends else None)
     rows = sorted_rows(rows, group)
     out: list[FollowerFetchWindow | ClientSendWindow] = [FollowerFetchWindow(
         cluster=x["cluster"], window_start_ms=int(x["ts_ms"]), leader=int(x["broker"]),
@@ -199,10 +198,9 @@ def read_window_client_sends(sql: LakeSql, config: SlowBrokerSection,
     where, params = _closed_windows_sql(r, config)
     watched = in_names_sql(config.watched_apis)
     group = ["cluster", "ts_ms", "broker", "api", "client_id"]
-    rows = sql.rows(merged_sql(
-        f"SELECT * FROM t WHERE {where} AND {watched} AND client_id IS NOT NULL", group,
-        ("send",), P99, at_or_over={"send": _threshold_bucket_sql(config)}),
-        params, t=ds)
+    rows = merged_rows(sql, f"SELECT * FROM t WHERE {where} AND {watched} "
+                       "AND client_id IS NOT NULL", params, {"t": ds}, group, ("send",), P99,
+                       at_or_over={"send": _threshold_bucket_sql(config)})
     return [ClientSendWindow(cluster=x["cluster"], window_start_ms=int(x["ts_ms"]),
                              broker=int(x["broker"]), client_id=x["client_id"],
                              requests=int(x["requests"]),
@@ -224,10 +222,9 @@ def read_window_producer_times(sql: LakeSql, config: SlowBrokerSection,
     where, params = _closed_windows_sql(r, config)
     source = (f"SELECT * FROM t WHERE {where} AND api = 'Produce' "
               f"AND followed IS NOT NULL AND client_id IN ({marks(wanted)})")
-    rows = sql.rows(merged_sql(source, ["cluster", "ts_ms", "broker", "client_id"],
-                               ("total",), (0.5, 0.99),
-                               totals=("requests", "followed", "queued")),
-                    [*params, *wanted], t=ds)
+    rows = merged_rows(sql, source, [*params, *wanted], {"t": ds},
+                       ["cluster", "ts_ms", "broker", "client_id"], ("total",), (0.5, 0.99),
+                       totals=("requests", "followed", "queued"))
     return producer_windows_from(
         {"cluster": x["cluster"], "window_start_ms": x["ts_ms"], "broker": x["broker"],
          "client_id": x["client_id"], "requests": x["requests"], "followed": x["followed"],

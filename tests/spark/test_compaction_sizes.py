@@ -130,7 +130,7 @@ def lake(spark, kmon_config, tmp_path_factory) -> Lake:
 
 @pytest.fixture(scope="module")
 def inputs(spark, lake, config):
-    return read_inputs(spark, lake, config, END - 300_000, END, CONFIGS)
+    return read_inputs(lake, config, END - 300_000, END, CONFIGS)
 
 
 def test_one_size_per_compacted_replica_per_minute(inputs):
@@ -195,7 +195,7 @@ def test_the_rule_fires_for_the_partitions_that_grow_uncleaned(inputs, config):
 
 
 def test_without_topic_configs_only_consumer_offsets_is_read(spark, lake, config):
-    bare = read_inputs(spark, lake, config, END - 300_000, END)
+    bare = read_inputs(lake, config, END - 300_000, END)
     assert {(s.topic, s.partition) for s in bare.partition_sizes} == {("__consumer_offsets", 7)}
     assert bare.contract_sizes == []
 
@@ -211,8 +211,8 @@ def test_the_live_detectors_cached_history_reads_equal_whole_reads(spark, lake, 
     cache = WindowReadCache()
     compared = 0
     for now in range(END - 300_000 + 7_000, END + 1, 20_000):
-        got = read_inputs(spark, lake, config, now - 300_000, now, CONFIGS, window_cache=cache)
-        want = read_inputs(spark, lake, config, now - 300_000, now, CONFIGS)
+        got = read_inputs(lake, config, now - 300_000, now, CONFIGS, window_cache=cache)
+        want = read_inputs(lake, config, now - 300_000, now, CONFIGS)
         for name in ("partition_sizes", "contract_sizes", "cleaner_runs", "cleaner_gauges"):
             assert getattr(got, name) == getattr(want, name), (name, now)
         compared += len(want.partition_sizes) + len(want.contract_sizes) + len(want.cleaner_runs)

@@ -301,7 +301,7 @@ def _table_rows(spark, lake, table):
 # --- tests ------------------------------------------------------------------------------------
 
 def test_inputs_are_aggregated_in_spark(spark, lake, kmon_config):
-    inputs = read_inputs(spark, lake, kmon_config, NOW_A - 300_000, NOW_A)
+    inputs = read_inputs(lake, kmon_config, NOW_A - 300_000, NOW_A)
     # Closed windows of three brokers' Produce and Fetch (and broker 1's OffsetCommit lines),
     # nothing past NOW_A (the closing record's window is later).
     assert {(w.broker, w.api) for w in inputs.stage_windows} == {
@@ -373,8 +373,8 @@ def test_the_live_detectors_cached_reads_equal_whole_reads(spark, lake, kmon_con
     cache = WindowReadCache(reread_s=20)
     first = SLOW_FROM + 3_000
     for now in (first, first + W, first + 2 * W, END + W + 3_000):
-        cached = read_inputs(spark, lake, kmon_config, now - 60_000, now, window_cache=cache)
-        whole = read_inputs(spark, lake, kmon_config, now - 60_000, now)
+        cached = read_inputs(lake, kmon_config, now - 60_000, now, window_cache=cache)
+        whole = read_inputs(lake, kmon_config, now - 60_000, now)
         for name in ("stage_windows", "follower_fetches", "client_rtts", "producer_times"):
             assert sorted(map(repr, getattr(cached, name))) == sorted(
                 map(repr, getattr(whole, name))), (name, now - T0)
