@@ -387,7 +387,6 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bo
         result = score_evaluations(rec, evaluations())
     finally:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
-        frozen.release()
         sql.close()
         forget_lake(spark, prepared.lake_root)
     if keep_inputs:
@@ -458,7 +457,7 @@ def replay_all(spark, config, recs: list[Recording], root: Path, step_s: float,
 def forget_lake(spark, lake_root: str) -> None:
     """Drop what the JVM keeps of a replay's lake once it is scored: Delta's snapshot of
     every table of it (Delta keeps one per table path, and every replay's lake is at a
-    new path; the scored frames are unpersisted by FrozenLake.release). Without this, CI's
+    new path). Without this, CI's
     one Spark session ran out of its 2 GB heap at the 22nd of 24 replays. Only this lake's
     paths: another recording may be in preparation beside it."""
     jvm = spark._jvm

@@ -107,7 +107,9 @@ def truncations_from(rows: Iterable[Mapping[str, Any]], since_ms: int) -> list[L
                    if x["kind"] == "truncation" and int(x["ts_ms"]) >= since_ms
                    and x.get("topic") and x.get("partition") is not None
                    and x.get("offset") is not None),
-                  key=lambda t: (t.event_ms, t.cluster, t.topic, t.partition, t.broker))
+                  key=lambda t: (t.event_ms, t.cluster, t.topic, t.partition, t.broker,
+                                 t.truncated_to, t.high_watermark is not None,
+                                 t.high_watermark or 0))
 
 
 # --- group coordinator loads (from silver.log_events) ----------------------------------------
@@ -156,7 +158,8 @@ def read_commit_requests(sql: LakeSql, r: TimeRange,
         "WHERE c.topic IS NOT NULL", params, t=ds, k=_keys(wanted, ("cluster", "group_id")))
     return [commit_request_from_row(x)
             for x in sorted_rows(rows, ("cluster", "group_id", "ts_ms", "broker", "topic",
-                                        "partition"))]
+                                        "partition", "offset", "member_id", "generation",
+                                        "client_id", "total_ms"))]
 
 
 def _keys(rows: Sequence[tuple], names: Sequence[str]) -> pa.Table:

@@ -1,6 +1,5 @@
-"""The lake reads the detector inputs share: a time range, a table that may not exist yet,
-the range filters of silver and gold, and the two tables several inputs come from
-(silver.log_events and silver.broker_metrics).
+"""The lake reads the detector inputs share: a time range, the sorting of collected rows,
+and the two tables several inputs come from (silver.log_events and silver.broker_metrics).
 
 Nothing later than the range end is ever read, so a replay over history sees what a live
 evaluation at that time would have seen.
@@ -8,15 +7,11 @@ evaluation at that time would have seen.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
 from infra.lake import Lake
-from infra.lake_sql import LakeSql, marks, range_sql, utc_date as _date
+from infra.lake_sql import LakeSql, marks, range_sql
 
 # The kinds of the shared log-event read; cleaner_run is read on its own, over the
 # growing-partition rule's window (compaction.read_cleaner_runs).
@@ -42,76 +37,19 @@ class TimeRange:
 
 @dataclass(frozen=True)
 class FrozenLake(Lake):
-    """A lake that no longer changes (a recording replayed after its pipeline ran): the
-    Spark reads (`table`; the baselines) take each table once and keep
-    it in Spark's cache, so the many evaluations
-    over the recorded time filter memory instead of reading the Delta log and the files
-    each time (measured on a corpus recording: 4.5 s an evaluation, 2.7 s with the cache).
-    A table missing at its first read stays missing. `release()` frees the cache.
+    """A lake that no longer changes (a recording replayed after its pipeline ran).
     `metrics`: the broker_metrics series the lake was built with, when it holds only some
     (a corpus replay's); a read of another raises instead of finding nothing."""
-    _frames: dict = field(default_factory=dict, compare=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
     metrics: frozenset[str] | None = None
-
-    def frame(self, spark: SparkSession, layer: str, name: str) -> DataFrame | None:
-        with self._lock:   # the detector inputs are read by several threads at once
-            if (layer, name) not in self._frames:
-                df = _read(spark, self.table(layer, name))
-                self._frames[(layer, name)] = df.cache() if df is not None else None
-            return self._frames[(layer, name)]
-
-    def release(self) -> None:
-        with self._lock:
-            for df in self._frames.values():
-                if df is not None:
-                    df.unpersist()
-            self._frames.clear()
-
-
-def table(spark: SparkSession, lake: Lake, layer: str, name: str) -> DataFrame | None:
-    """The Delta table, or None while it does not exist (its input is then empty)."""
-    if isinstance(lake, FrozenLake):
-        return lake.frame(spark, layer, name)
-    return _read(spark, lake.table(layer, name))
-
-
-def _read(spark: SparkSession, path: str) -> DataFrame | None:
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return spark.read.format("delta").load(path)
 
 
 def sorted_rows(rows: Iterable[Any], keys: Sequence[str]) -> list:
-    """Collected rows in Spark's ascending order of `keys` (nulls first). The reads sort
-    their few rows here: an orderBy before collect costs a sampling job and a shuffle."""
+    """Collected rows in ascending order of `keys`, nulls first."""
     return sorted(rows, key=lambda x: tuple((x[k] is not None, x[k]) for k in keys))
 
 
 def int_or_none(x: Any) -> int | None:
     return None if x is None else int(x)
-
-
-def silver_range(df: DataFrame, r: TimeRange) -> DataFrame:
-    """Rows with ts_ms in the range; the date filter lets Delta skip other partitions."""
-    return df.where((F.col("date") >= F.lit(_date(r.start_ms)))
-                    & (F.col("date") <= F.lit(_date(r.end_ms)))
-                    & (F.col("ts_ms") >= r.start_ms) & (F.col("ts_ms") < r.end_ms))
-
-
-def gold_windows(df: DataFrame, r: TimeRange) -> DataFrame:
-    """Windows that start at or after the range start and end at or before its end."""
-    return df.where((F.col("date") >= F.lit(_date(r.start_ms)))
-                    & (F.col("date") <= F.lit(_date(r.end_ms)))
-                    & (F.unix_millis("window_start") >= r.start_ms)
-                    & (F.unix_millis("window_end") <= r.end_ms))
-
-
-def in_range(df: DataFrame, r: TimeRange) -> DataFrame:
-    """Rows of an already read frame with ts_ms in the range (no date filter to add)."""
-    return df.where((F.col("ts_ms") >= r.start_ms) & (F.col("ts_ms") < r.end_ms))
 
 
 def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
@@ -130,7 +68,7 @@ def read_log_events(sql: LakeSql, r: TimeRange) -> list[dict]:
     quoted = ", ".join(f'"{c}"' for c in cols)   # offset is a keyword of DuckDB's SQL
     rows = sql.rows(f"SELECT {quoted} FROM t WHERE {where} AND kind IN ({marks(LOG_EVENT_KINDS)})",
                     [*params, *LOG_EVENT_KINDS], t=ds)
-    # Spark's collect gave them in no set order; here in time order.
+    # DuckDB's parallel scan gives them in no set order; here in time order.
     return sorted_rows(rows, ("ts_ms", "cluster", "broker", "kind", "topic", "partition"))
 
 
