@@ -69,7 +69,10 @@ and the evidence lists every rule's result:
    seen at two scrapes at 8 and 18 s), and waiting for four looks then waits for the
    next long pass.
 6. cleaner_not_running: the broker publishes no cleaner gauge (none within CLEANER_SILENT_MS
-   of its latest size sample) while another broker of the cluster does, and its replica
+   of its latest size sample, counted from its return if it was out: a starting broker
+   publishes its logs' sizes as it loads them and starts its cleaner after the last, and
+   an outage explains every signal a broker does not send, core/outages.py; a broker
+   still out is not judged) while another broker of the cluster does, and its replica
    of a compacted partition is larger than the dirty allowance 1/(1 - r) times the
    largest other replica of it (r: the topic's min.cleanable.dirty.ratio) at the same
    step. Replicas hold the same records and each broker cleans its own; between two
@@ -158,6 +161,7 @@ from core.findings import (
     broker_entity,
     partition_entity,
 )
+from core.outages import BrokerOutage, back_since
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 PASS_LOOKS = 2   # scrapes in a row at which one cleaner pass must be seen running
@@ -489,8 +493,9 @@ def _step(ms: int, step_s: int = SIZE_STEP_S) -> int:
 
 def cleaners_not_running(sizes: Sequence[PartitionSize], gauges: Sequence[CleanerGauges],
                          topics: dict[tuple[str, str], CompactedTopicConfig],
-                         config: CompactionLagSection) -> list[NotRunning]:
-    """Rule 6 over one cluster's per-replica sizes and cleaner gauges."""
+                         config: CompactionLagSection,
+                         outages: Sequence[BrokerOutage] = ()) -> list[NotRunning]:
+    """Rule 6 over one cluster's per-replica sizes, cleaner gauges and broker outages."""
     last_gauge: dict[int, int] = {}
     for g in gauges:
         last_gauge[g.broker] = max(g.observed_ms, last_gauge.get(g.broker, g.observed_ms))
@@ -504,9 +509,11 @@ def cleaners_not_running(sizes: Sequence[PartitionSize], gauges: Sequence[Cleane
     out = []
     for broker, last_ms in sorted(latest.items()):
         since = last_ms - CLEANER_SILENT_MS
-        if last_gauge.get(broker, since - 1) >= since or not any(
-                ms >= since for b, ms in last_gauge.items() if b != broker):
-            continue                      # it publishes them, or no broker does
+        cluster = sizes[0].cluster
+        heard = max(last_gauge.get(broker, since - 1),
+                    back_since(outages, cluster, broker, last_ms) or since - 1)
+        if heard >= since or not any(ms >= since for b, ms in last_gauge.items() if b != broker):
+            continue          # it publishes them, is out or just back, or no broker does
         step = _step(last_ms)
         diverged = []
         for (topic, partition, at), replicas in sorted(by_step.items()):
@@ -817,11 +824,13 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
                           topic_configs: Iterable[CompactedTopicConfig] = (),
                           sizes: Iterable[PartitionSize] = (),
                           contract_sizes: Iterable[PartitionSize] = (),
+                          outages: Iterable[BrokerOutage] = (),
                           config: CompactionLagSection | None = None) -> list[Detection]:
     """compaction_lag detections: one per unhealthy broker, one per growing partition.
     `sizes`: every replica's, at SIZE_STEP_S (rule 6 compares them; rule 5 takes the
     largest); `contract_sizes`: every replica's of the topics whose contract_step_s is
-    finer, at that step over rule 5c's span (rule 5c judges those partitions by them)."""
+    finer, at that step over rule 5c's span (rule 5c judges those partitions by them);
+    `outages`: when brokers were out (rule 6 counts a broker's silence from its return)."""
     config = config or CompactionLagSection()
     gauges_by_broker: dict[tuple[str, int], list[CleanerGauges]] = defaultdict(list)
     for g in gauges:
@@ -832,12 +841,13 @@ def detect_compaction_lag(gauges: Iterable[CleanerGauges], *,
         configs_by_cluster[c.cluster].append(c)
     sizes = list(sizes)
     topics = {(c.cluster, c.topic): c for cs in configs_by_cluster.values() for c in cs}
+    outages = list(outages)
     detections, not_running = [], set()
     for cluster in sorted({x.cluster for x in sizes}):
         for a in cleaners_not_running(
                 [x for x in sizes if x.cluster == cluster],
                 [g for (c, _), gs in gauges_by_broker.items() if c == cluster for g in gs],
-                topics, config):
+                topics, config, [o for o in outages if o.cluster == cluster]):
             detections.append(not_running_detection(cluster, a))
             not_running.add((cluster, a.broker))
     for (cluster, broker), series in sorted(gauges_by_broker.items()):

@@ -59,7 +59,8 @@ DETECTORS: tuple[Detector, ...] = (
         timed=True),
     Detector("compaction_lag", "compaction_lag", {
         "gauges": "cleaner_gauges", "runs": "cleaner_runs", "topic_configs": "topic_configs",
-        "sizes": "partition_sizes", "contract_sizes": "contract_sizes"},
+        "sizes": "partition_sizes", "contract_sizes": "contract_sizes",
+        "outages": "broker_outages"},
         detect_compaction_lag),
     Detector("unclean_election", "unclean_election", {
         "elections": "elections", "meter_ticks": "meter_ticks", "truncations": "truncations",

@@ -3,7 +3,7 @@ is to blame: the broker, a follower it waits on, or nobody in particular.
 
 Signal (inputs.py): per broker, API and window (window_s), the request count and the p99
 of TotalTime and of each stage; the leaders' view of each follower's fetches; ISR
-shrinks; each client's sends; outages and leadership changes (outages.py, handovers.py).
+shrinks; each client's sends; outages (core/outages.py) and leadership changes (handovers.py).
 
 Rules, in order, per window, broker and watched API (detect.assess_window):
 1. judged latency: TotalTime TP99, without the purgatory wait of the APIs that wait on
@@ -29,18 +29,15 @@ from detectors.slow_broker.blame import Waits, common_party, replication_bar, re
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.detect import assess_windows, detect_slow_brokers
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.inputs import (STAGES, ClientRttWindow, ClientSendWindow,
-                                          FollowerFetchWindow, IsrShrink, LatencyBaseline,
-                                          ProducerServerWindow, RequestStageWindow)
-from detectors.slow_broker.outages import BrokerOutage
+from detectors.slow_broker.inputs import (STAGES, ClientSendWindow, FollowerFetchWindow,
+                                          IsrShrink, LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import dominant_stage, median_without
 from detectors.slow_broker.verdicts import Role
 
 __all__ = [
-    "STAGES", "BrokerOutage", "ClientRttWindow", "ClientSendWindow", "FollowerFetchWindow",
-    "IsrShrink", "LatencyBaseline", "LeadershipGain", "ProducerServerWindow",
-    "RequestStageWindow", "Role",
+    "STAGES", "ClientSendWindow", "FollowerFetchWindow", "IsrShrink", "LatencyBaseline",
+    "LeadershipGain", "RequestStageWindow", "Role",
     "SlowBrokerSection", "Waits", "assess_windows", "common_party", "detect_slow_brokers",
     "detections_from", "dominant_stage", "median_without", "replication_bar",
     "replication_waits",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from core.findings import Detection
+from core.outages import BrokerOutage
 from detectors.slow_broker.blame import (Blame, Waits, attribute, blame_slow_followers,
                                          corroborated_by_follower, holdback_view,
                                          is_cluster_wide, leader_blames, quiet_but_slow,
@@ -19,7 +20,6 @@ from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_
 from detectors.slow_broker.handovers import LeadershipGain
 from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, IsrShrink,
                                           LatencyBaseline, RequestStageWindow)
-from detectors.slow_broker.outages import BrokerOutage
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import History, enough_traffic, judge_rows
 # The read side reads as many minutes for the external baseline.
@@ -81,7 +81,8 @@ def assess_window(w: WindowInputs, history: History,
     blame (a follower that slows every leader is one broker's fault) and the
     disruptions (what they explain is no one's). Persistence comes after, over the
     windows (`detect_slow_brokers`)."""
-    rows = [r for r in w.rows if r.api in cfg.watched_apis]
+    watched = frozenset(cfg.watched_apis)
+    rows = [r for r in w.rows if r.api in watched]
     blame_of = leader_blames(w.waits, cfg)
     verdicts = corroborated_by_follower(judge_rows(rows, history, w.external, cfg), blame_of,
                                         cfg)

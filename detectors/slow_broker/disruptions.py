@@ -17,10 +17,10 @@ from enum import StrEnum
 from typing import Callable, Iterable, Mapping, Sequence
 
 from core.findings import ActionKind, Severity, broker_entity
+from core.outages import BrokerOutage
 from detectors.slow_broker.blame import OWN_STAGE_CAUSES, Waits
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.handovers import LeadershipGain
-from detectors.slow_broker.outages import BrokerOutage
 from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, SlowBrokerCause
 
 

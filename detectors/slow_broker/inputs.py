@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 # A request's stages in the order it passes them, and their JMX names.
 STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
+# The stages a broker spends its own time in when its API waits in Remote on purpose.
+STAGES_OUTSIDE_REMOTE = tuple(s for s in STAGES if s != "remote")
 STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",
                "throttle": "Throttle", "response_queue": "ResponseQueue", "send": "ResponseSend"}
 _P99_FIELD = {s: f"{s}_p99_ms" for s in STAGES}
@@ -77,36 +79,6 @@ class ClientSendWindow:
     api: str | None = None
     slow_requests: int | None = None
     follower: bool = False
-
-
-@dataclass(frozen=True)
-class ClientRttWindow:
-    """A client's own view of one broker in a window, from its librdkafka statistics: the
-    highest rtt p99 of its documents in the window and the rtt p50 of the latest (None:
-    not known); `client_type` producer or consumer."""
-    cluster: str
-    window_start_ms: int
-    client_id: str
-    client_type: str
-    broker: int
-    rtt_p99_ms: float
-    rtt_p50_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class ProducerServerWindow:
-    """What one producer's own Produce requests took at one broker in a window (TotalTime
-    p99 and p50; None: not known), and the share of them the broker read as soon as it had
-    answered the one before on the connection: they had waited in the socket, a time
-    their round trips hold and their TotalTime does not."""
-    cluster: str
-    window_start_ms: int
-    broker: int
-    client_id: str
-    requests: int
-    total_p99_ms: float
-    total_p50_ms: float | None = None
-    queued_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 from core.signals import threshold_for, waits_in_purgatory
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import STAGES, RequestStageWindow
+from detectors.slow_broker.inputs import STAGES, STAGES_OUTSIDE_REMOTE, RequestStageWindow
 from detectors.slow_broker.verdicts import ApiVerdict
 
 # A baseline or peer median below this is treated as this: ratios to ~0 ms mean nothing.
@@ -44,7 +44,7 @@ def judged_latency(row: RequestStageWindow) -> float:
         return row.total_p99_ms
     if row.total_excl_remote_p99_ms is not None:
         return row.total_excl_remote_p99_ms
-    own_stages = [row.stage_p99(s) for s in STAGES if s != "remote"]
+    own_stages = [row.stage_p99(s) for s in STAGES_OUTSIDE_REMOTE]
     return max(row.total_p99_ms - row.remote_p99_ms, *own_stages, 0.0)
 
 
@@ -121,13 +121,10 @@ def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
     return median_without(latencies, own) if own is not None else statistics.median(latencies)
 
 
-JUDGED_STAGES_PURGATORY = tuple(s for s in STAGES if s != "remote")
-
-
 def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
     """The stage with the largest p99 (Remote left out where it is a deliberate wait),
     and its share of the stage p99s considered: what blame starts from."""
-    stages = JUDGED_STAGES_PURGATORY if waits_in_purgatory(row.api) else STAGES
+    stages = STAGES_OUTSIDE_REMOTE if waits_in_purgatory(row.api) else STAGES
     values = [row.stage_p99(s) for s in stages]
     total = sum(values)
     if total <= 0:
@@ -141,9 +138,10 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
               pool: Pool | None, quiet_pool: Pool | None, baseline_ms: float | None,
               peers: float | None, history_ratio: float, peer_ratio: float) -> ApiVerdict:
     """Rules 1-5 on one row, at its pool's least latency when pooled; `quiet_pool`: the
-    pool blame may judge it on (rule 2b)."""
+    pool blame may judge it on (rule 2b). The dominant stage only of a row over its
+    threshold: blame and evidence read no other (most rows of a fleet)."""
     windows, requests, lat = pool or (1, None, latency)
-    stage, share = dominant_stage(row)
+    stage, share = dominant_stage(row) if latency > threshold else (None, 0.0)
     return ApiVerdict(
         row=row, latency_ms=lat, threshold_ms=threshold,
         enough_traffic=own_traffic or pool is not None,
@@ -169,11 +167,10 @@ class History:
         seen = self.windows.get((row.broker, row.api), {})
         return [seen.get(row.window_start_ms - k * window_ms) for k in range(1, POOL_WINDOWS)]
 
-    def note(self, row: RequestStageWindow, latency: float, window_ms: int) -> None:
-        seen = self.windows[(row.broker, row.api)]
-        seen[row.window_start_ms] = (row.requests, latency)
-        for start in [s for s in seen if s <= row.window_start_ms - POOL_WINDOWS * window_ms]:
-            del seen[start]
+    def note(self, row: RequestStageWindow, latency: float) -> None:
+        """Keep the row's window (`earlier` reads the last POOL_WINDOWS - 1 of them; a
+        history lives one evaluation, over the windows of its input)."""
+        self.windows[(row.broker, row.api)][row.window_start_ms] = (row.requests, latency)
 
     def baseline(self, row: RequestStageWindow, external: Mapping[tuple[int, str], float],
                  floor: int) -> float | None:
@@ -197,7 +194,9 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
                external: Mapping[tuple[int, str], float],
                cfg: SlowBrokerSection) -> list[ApiVerdict]:
     """Rules 1-5 on every row of one window. A pooled row is compared with its peers but
-    stays out of their medians: its latency is a bound over several windows."""
+    stays out of their medians: its latency is a bound over several windows. A row at or
+    under its threshold is never slow (rule 3), so its references (rules 4 and 5) are
+    not looked up: most rows of a fleet."""
     floor = cfg.min_requests_per_window
     judged = []
     by_api: dict[str, list[float]] = defaultdict(list)
@@ -214,12 +213,13 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
             if pool is None:
                 quiet = pool_quiet(r.requests, latency, threshold, earlier,
                                    CORROBORATED_MIN_REQUESTS)
-        history.note(r, latency, cfg.window_ms)   # earlier() reads only windows before
+        history.note(r, latency)   # earlier() reads only windows before
         judged.append((r, latency, threshold, own, pool, quiet))
     for lats in by_api.values():
         lats.sort()
     return [judge_row(r, latency, threshold, own, pool, quiet,
-                      history.baseline(r, external, floor),
-                      peer_median(by_api.get(r.api, []), latency if own else None),
+                      history.baseline(r, external, floor) if latency > threshold else None,
+                      peer_median(by_api.get(r.api, []), latency if own else None)
+                      if latency > threshold else None,
                       cfg.history_ratio, cfg.peer_ratio)
             for r, latency, threshold, own, pool, quiet in judged]

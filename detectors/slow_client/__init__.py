@@ -13,8 +13,10 @@ client: a broker slow only through a few slow readers is no slow_broker finding.
 """
 
 from detectors.slow_client.detect import ClientAssessment, assess_clients, detect_slow_clients
-from detectors.slow_client.links import LinkVerdict, judge_links
+from detectors.slow_client.links import (ClientRttWindow, LinkVerdict, ProducerServerWindow,
+                                        judge_links)
 from detectors.slow_client.readers import ClientVerdict, judge_clients, slow_count
 
-__all__ = ["ClientAssessment", "ClientVerdict", "LinkVerdict", "assess_clients",
+__all__ = ["ClientAssessment", "ClientRttWindow", "ClientVerdict", "LinkVerdict",
+           "ProducerServerWindow", "assess_clients",
            "detect_slow_clients", "judge_clients", "judge_links", "slow_count"]

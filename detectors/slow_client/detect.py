@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from core.findings import Detection
-from detectors.slow_broker import (ClientRttWindow, ClientSendWindow, ProducerServerWindow,
-                                   RequestStageWindow, SlowBrokerSection)
+from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
 from detectors.slow_broker.detect import by_cluster_window
 from detectors.slow_broker.persistence import recent_windows
-from detectors.slow_client.links import LinkVerdict, judge_links, link_detection
+from detectors.slow_client.links import (ClientRttWindow, LinkVerdict, ProducerServerWindow,
+                                        judge_links, link_detection)
 from detectors.slow_client.readers import ClientVerdict, client_detection, judge_clients
 
 

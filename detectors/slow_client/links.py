@@ -21,8 +21,7 @@ from typing import Mapping, Sequence
 
 from core.findings import Detection
 from core.signals import threshold_for
-from detectors.slow_broker import (ClientRttWindow, ProducerServerWindow, RequestStageWindow,
-                                   SlowBrokerSection)
+from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
 from detectors.slow_broker.blame import most_of
 from detectors.slow_broker.verdicts import SlowBrokerCause
 from detectors.slow_client.readers import client_finding
@@ -31,6 +30,36 @@ PRODUCE = "Produce"
 # A producer is not judged at a broker where at least this share of its requests waited
 # in the socket behind the one before: its median round trip then holds that wait.
 BACKLOG_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ClientRttWindow:
+    """A client's own view of one broker in a window, from its librdkafka statistics: the
+    highest rtt p99 of its documents in the window and the rtt p50 of the latest (None:
+    not known); `client_type` producer or consumer."""
+    cluster: str
+    window_start_ms: int
+    client_id: str
+    client_type: str
+    broker: int
+    rtt_p99_ms: float
+    rtt_p50_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ProducerServerWindow:
+    """What one producer's own Produce requests took at one broker in a window (TotalTime
+    p99 and p50; None: not known), and the share of them the broker read as soon as it had
+    answered the one before on the connection: they had waited in the socket, a time
+    their round trips hold and their TotalTime does not."""
+    cluster: str
+    window_start_ms: int
+    broker: int
+    client_id: str
+    requests: int
+    total_p99_ms: float
+    total_p50_ms: float | None = None
+    queued_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -57,22 +57,33 @@ def slow_count(s: ClientSendWindow, threshold_ms: float) -> int:
 
 def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStageWindow],
                   config: SlowBrokerSection) -> dict[str, ClientVerdict]:
-    """The clients slow in one window (of one cluster) by their own requests."""
+    """The clients slow in one window (of one cluster) by their own requests. Only the
+    clients with a slow request somewhere are judged (at 2,000 brokers, a few of
+    hundreds of thousands of rows)."""
+    thresholds = {api: threshold_for(api, config.threshold_ms, config.api_threshold_ms)
+                  for api in config.watched_apis}
+    suspects = {(s.client_id, s.api) for s in sends
+                if s.api in thresholds and not s.follower and slow_count(s, thresholds[s.api])}
+    if not suspects:
+        return {}
+    # every send at the brokers where a suspect was seen: the brokers' other clients
+    # tell a slow reader from a broker's slow send path
+    wanted = {(s.broker, s.api) for s in sends if (s.client_id, s.api) in suspects}
     at_broker: dict[tuple[int, str], list[ClientSendWindow]] = defaultdict(list)
     for s in sends:
-        if s.api is not None and s.api in config.watched_apis:
+        if (s.broker, s.api) in wanted:
             at_broker[(s.broker, s.api)].append(s)
     broker_requests = {(r.broker, r.api): r.requests for r in rows}
 
     per_client: dict[tuple[str, str], list[ClientSendWindow]] = defaultdict(list)
     excluded: dict[tuple[str, str], list[int]] = defaultdict(list)
     for (broker, api), group in at_broker.items():
-        slow, seen = slow_clients(group, threshold_for(api, config.threshold_ms,
-                                                       config.api_threshold_ms))
+        mine = [s for s in group if not s.follower and (s.client_id, api) in suspects]
+        if not mine:
+            continue
+        slow, seen = slow_clients(group, thresholds[api])
         broker_path = most_of(len(slow), seen, config.shared_cause_share)
-        for s in group:
-            if s.follower:
-                continue
+        for s in mine:
             if broker_path:
                 excluded[(s.client_id, api)].append(broker)
             else:
@@ -80,7 +91,7 @@ def judge_clients(sends: Sequence[ClientSendWindow], rows: Sequence[RequestStage
 
     judged: dict[str, list[ClientVerdict]] = defaultdict(list)
     for (client, api), group in per_client.items():
-        threshold = threshold_for(api, config.threshold_ms, config.api_threshold_ms)
+        threshold = thresholds[api]
         requests = sum(s.requests for s in group)
         slow = sum(slow_count(s, threshold) for s in group)
         if slow < CLIENT_MIN_SLOW or slow < CLIENT_SLOW_SHARE * requests:

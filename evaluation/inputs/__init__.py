@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from core.config_keys import ConfigError
+from core.outages import BrokerOutage
 from detectors.compaction_lag import CleanerGauges, CleanerRun, CompactedTopicConfig, PartitionSize
 from detectors.partition_signals import (
     ClientOffsetReset,
@@ -55,16 +56,14 @@ from detectors.partition_signals import (
     PartitionOffsets,
 )
 from detectors.slow_broker import (
-    BrokerOutage,
-    ClientRttWindow,
     ClientSendWindow,
     FollowerFetchWindow,
     IsrShrink,
     LatencyBaseline,
     LeadershipGain,
-    ProducerServerWindow,
     RequestStageWindow,
 )
+from detectors.slow_client import ClientRttWindow, ProducerServerWindow
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
 from detectors.vanished_offsets import OffsetRemoval
 from detectors.slow_broker.disruptions import Kind, span_ms

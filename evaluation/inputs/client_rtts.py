@@ -18,7 +18,8 @@ broker a window.
 
 from __future__ import annotations
 
-from detectors.slow_broker import ClientRttWindow, SlowBrokerSection
+from detectors.slow_broker import SlowBrokerSection
+from detectors.slow_client import ClientRttWindow
 from infra.lake_sql import LakeSql, range_sql
 from evaluation.inputs.tables import TimeRange, sorted_rows
 

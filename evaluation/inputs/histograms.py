@@ -72,7 +72,7 @@ def merged_rows(sql: LakeSql, source: str, params: Sequence[Any], tables: Mappin
     for s in stages:
         over = (groups.column(f"_over_{s}").to_numpy(zero_copy_only=False)
                 if s in at_or_over else None)
-        n, ids, at_over = _merge(rows.column(f"{s}_buckets"), rows.column(f"{s}_counts"),
+        n, ids, at_over = _merge(s, rows.column(f"{s}_buckets"), rows.column(f"{s}_counts"),
                                  group_of, groups.num_rows, qs, over)
         out[f"{s}_count"] = n.tolist()
         for i, col in enumerate(ids):
@@ -83,16 +83,20 @@ def merged_rows(sql: LakeSql, source: str, params: Sequence[Any], tables: Mappin
     return [dict(zip(names, values)) for values in zip(*(out[k] for k in names))]
 
 
-def _merge(buckets: pa.ChunkedArray, counts: pa.ChunkedArray, group_of: np.ndarray,
-           groups: int, qs: Sequence[float], over: np.ndarray | None
+def _merge(stage: str, buckets: pa.ChunkedArray, counts: pa.ChunkedArray,
+           group_of: np.ndarray, groups: int, qs: Sequence[float], over: np.ndarray | None
            ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
-    """One stage: per group its n, the bucket id of each q-quantile (entries of groups
-    with n = 0 are meaningless; `merged_rows` leaves them out) and, with `over` (a bucket
-    id per group), the counts at or over it."""
+    """One stage's columns (`stage`_buckets, `stage`_counts): per group its n, the
+    bucket id of each q-quantile (entries of groups with n = 0 are meaningless;
+    `merged_rows` leaves them out) and, with `over` (a bucket id per group), the counts
+    at or over it."""
     b_list, c_list = buckets.combine_chunks(), counts.combine_chunks()
+    lengths = [pc.list_value_length(x).fill_null(0).to_numpy(zero_copy_only=False)
+               for x in (b_list, c_list)]
+    if (bad := np.flatnonzero(lengths[0] != lengths[1])).size:
+        raise ValueError(f"{stage}_buckets and {stage}_counts: bucket ids and counts of "
+                         f"unequal length in row {int(bad[0])} of the read")
     parent = pc.list_parent_indices(b_list).to_numpy()
-    if not np.array_equal(parent, pc.list_parent_indices(c_list).to_numpy()):
-        raise ValueError(f"{buckets!r}: bucket ids and counts of unequal length in a row")
     b_flat, c_flat = pc.list_flatten(b_list), pc.list_flatten(c_list)
     present = pc.and_(pc.is_valid(b_flat), pc.is_valid(c_flat)).to_numpy(zero_copy_only=False)
     b = b_flat.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -119,12 +123,12 @@ def _merge(buckets: pa.ChunkedArray, counts: pa.ChunkedArray, group_of: np.ndarr
     ids = keys % span + low
     running = np.concatenate(([0], np.cumsum(merged)))
     start = np.searchsorted(keys // span, np.arange(groups), "left")
-    ranks = []
+    quantile_ids = []
     for q in qs:
         rank = np.maximum(1, np.ceil(float(q) * n.astype(np.float64))).astype(np.int64)
         first = np.searchsorted(running, running[start] + rank, "left") - 1
-        ranks.append(np.where(n > 0, ids[np.minimum(first, len(ids) - 1)], -1))
-    return n, ranks, at_over
+        quantile_ids.append(np.where(n > 0, ids[np.minimum(first, len(ids) - 1)], -1))
+    return n, quantile_ids, at_over
 
 
 def valued(row: Mapping[str, Any], stage: str, i: int) -> float | None:

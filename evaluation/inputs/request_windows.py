@@ -53,10 +53,10 @@ from detectors.slow_broker import (
     ClientSendWindow,
     FollowerFetchWindow,
     LatencyBaseline,
-    ProducerServerWindow,
     RequestStageWindow,
     SlowBrokerSection,
 )
+from detectors.slow_client import ProducerServerWindow
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
 from infra.lake_sql import LakeSql, marks, range_sql, utc_date
 from evaluation.inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Iterable, Mapping
 
+from core.outages import BrokerOutage
 from detectors.slow_broker import (
-    BrokerOutage,
     IsrShrink,
     LatencyBaseline,
     SlowBrokerSection,

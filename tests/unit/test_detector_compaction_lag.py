@@ -386,6 +386,42 @@ def test_either_sign_alone_is_no_finding():
     assert detect_compaction_lag([], sizes=replica_sizes(OFF), topic_configs=ACCOUNTS) == []
 
 
+def test_a_broker_out_or_just_back_is_not_silent_until_it_was_up_long_enough():
+    """A starting broker publishes its logs' sizes as it loads them and starts its
+    cleaner after the last: the silence counts from its return (unfenced), and a broker
+    still out is not judged. Its sizes here run to 130 s, its gauges stopped at 60 s."""
+    from core.outages import BrokerOutage
+    gauges = gauges_of(3, 4) + gauges_of(1, until_s=60)
+
+    def causes(*outages):
+        return [d.cause for d in detect_compaction_lag(
+            gauges, sizes=replica_sizes(OFF), topic_configs=ACCOUNTS, outages=outages)]
+
+    def outage(back_s, broker=1, cluster="c1"):
+        return BrokerOutage(cluster, broker, T0 + 70_000, None, "broker_fenced",
+                            back_ms=None if back_s is None else T0 + back_s * 1000)
+
+    assert causes() == ["cleaner_not_running"]
+    assert causes(outage(None)) == []               # still out
+    assert causes(outage(125)) == []                # back 5 s before its latest size
+    assert causes(outage(95)) == ["cleaner_not_running"]   # back 35 s, still no gauge
+    # another broker's outage, or another cluster's, explains nothing of broker 1
+    assert causes(outage(125, broker=3), outage(125, cluster="c2")) == ["cleaner_not_running"]
+
+
+def test_back_since_is_the_latest_return_or_out():
+    from core.outages import BrokerOutage, back_since
+    o = [BrokerOutage("c1", 1, 10, None, "broker_fenced", back_ms=20),
+         BrokerOutage("c1", 1, 40, None, "broker_unreachable", back_ms=50),
+         BrokerOutage("c1", 1, 70, None, "broker_fenced")]
+    assert back_since(o, "c1", 1, 5) is None          # none begun yet
+    assert back_since(o, "c1", 1, 15) == float("inf")  # out
+    assert back_since(o, "c1", 1, 30) == 20
+    assert back_since(o, "c1", 1, 60) == 50
+    assert back_since(o, "c1", 1, 80) == float("inf")  # out again, not back
+    assert back_since(o, "c1", 2, 80) is None
+
+
 def test_the_allowance_follows_the_topics_dirty_ratio():
     """At the default ratio 0.5 a replica may be twice a just-cleaned one."""
     twice = {1: [200_000, 250_000, 270_000], 3: [146_000, 127_000, 135_000],

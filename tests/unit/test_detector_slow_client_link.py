@@ -9,12 +9,10 @@ import pytest
 
 from core.findings import ActionKind, AnomalyType, EntityKind, Severity
 from detectors.slow_broker import (
-    ClientRttWindow,
     ClientSendWindow,
-    ProducerServerWindow,
     detect_slow_brokers,
 )
-from detectors.slow_client import detect_slow_clients
+from detectors.slow_client import ClientRttWindow, ProducerServerWindow, detect_slow_clients
 from tests.unit.test_detector_slow_broker import (
     BROKERS,
     CONFIG,

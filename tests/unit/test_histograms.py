@@ -79,6 +79,18 @@ def test_no_rows_and_no_counts():
                    "total_at_or_over": 0}
 
 
+def test_unequal_arrays_are_named_by_their_columns():
+    sql = LakeSql(Lake("/nonexistent"))
+    table = pa.Table.from_pylist([{"g": "a", "requests": 1, "send_buckets": [3],
+                                   "send_counts": [1]},
+                                  {"g": "a", "requests": 1, "send_buckets": [3, 4],
+                                   "send_counts": [1]}])
+    with pytest.raises(ValueError, match=r"send_buckets and send_counts: .* unequal length "
+                                         r"in row 1"):
+        merged_rows(sql, "SELECT * FROM t ORDER BY len(send_buckets)", [], {"t": table},
+                    ["g"], ["send"], (0.99,))
+
+
 @pytest.mark.parametrize("ms", [0.0, 0.0005, 0.001, 1.0, 299.9, 300.0, 300.1, 1e6])
 def test_first_bucket_at_or_over(ms):
     b = first_bucket_at_or_over(ms)

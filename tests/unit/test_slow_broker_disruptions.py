@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from core.findings import ActionKind, Severity
-from detectors.slow_broker import (BrokerOutage, LeadershipGain, SlowBrokerSection,
+from core.outages import BrokerOutage
+from detectors.slow_broker import (LeadershipGain, SlowBrokerSection,
                                    replication_waits)
 from detectors.slow_broker.disruptions import (Kind, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from core.findings import AnomalyType
+from core.outages import BrokerOutage
 from detectors.slow_broker import (
-    BrokerOutage,
     SlowBrokerSection,
     assess_windows,
     detect_slow_brokers,

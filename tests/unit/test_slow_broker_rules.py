@@ -161,12 +161,12 @@ def test_history_remembers_only_non_suspect_windows_and_pools_the_latest():
     h = History()
     w = 10_000
     quiet = RequestStageWindow("c1", 1, "Produce", 0, 40, 900.0)
-    h.note(quiet, 900.0, w)
+    h.note(quiet, 900.0)
     later = RequestStageWindow("c1", 1, "Produce", w, 40, 800.0)
     assert h.earlier(later, w)[0] == (40, 900.0)
     far = RequestStageWindow("c1", 1, "Produce", POOL_WINDOWS * w, 40, 800.0)
-    h.note(far, 800.0, w)
-    assert (0 in h.windows[(1, "Produce")]) is False       # older than a pool can use
+    h.note(far, 800.0)
+    assert h.earlier(far, w) == [None] * (POOL_WINDOWS - 1)   # older than a pool can use
     busy = judge_row(row(total=20.0), 20.0, THRESHOLD, True, None, None, None, None, RATIO,
                      RATIO)
     slow = judge_row(row(total=900.0), 900.0, THRESHOLD, True, None, None, 10.0, None, RATIO,
