@@ -15,6 +15,7 @@ from detectors.lost_range import UncleanElection
 from evaluation.detect import (
     carried_findings,
     changed_findings,
+    cyclic_gc_paused,
     finding_row,
     next_findings,
     replay_times,
@@ -119,3 +120,22 @@ def test_a_row_is_the_findings_row_plus_the_date_of_first_seen():
     assert row["date"] == dt.date(2025, 12, 31)
     assert [c.name for c in ANOMALY_SCHEMA.fields] == [*f.to_row(), "date"]
     assert set(ANOMALY_COLUMNS) == set(ANOMALY_SCHEMA.fieldNames())
+
+
+def test_the_cyclic_gc_is_paused_for_an_evaluation_and_left_as_it_was():
+    import gc
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(KeyError), cyclic_gc_paused():
+            raise KeyError("a read failed")
+        assert gc.isenabled()               # resumed after an error too
+        gc.disable()
+        with cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()           # another owner's pause is kept
+    finally:
+        (gc.enable if was else gc.disable)()
