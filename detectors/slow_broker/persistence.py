@@ -1,7 +1,11 @@
 """Persistence and decay: a broker is detected when at least persistence_windows of the
 last persistence_lookback_windows windows hold a verdict for it, the cluster when all of
 them do (it names no broker and no action). One noisy window never fires; a recovered
-broker clears within two windows."""
+broker clears within two windows. The cause a finding names persisted too: the
+strongest that persistence_windows of its windows support, where a window supports its
+own cause, any weaker one, and (when it blames no one) any cause: a broker waiting on a
+slow follower in one window and briefly slow itself in the next is that follower's
+victim, not a culprit; one slow itself and then slow with no one to blame is a culprit."""
 
 from __future__ import annotations
 
@@ -74,12 +78,21 @@ def _rank(v: BrokerVerdict) -> float:
     return ROLE_ORDER.index(a.role)
 
 
-def strongest(recent: Sequence[WindowAssessment], broker: int) -> WindowAssessment:
-    """The window whose verdict on `broker` its finding reports: the first in `_rank`'s
-    order, then the newest. A fault's last window often holds less evidence than those
-    before, and the finding should not end on the vaguer cause."""
-    held = [a for a in recent if broker in flagged(a)]
-    return min(reversed(held), key=lambda a: _rank(a.brokers[broker]))
+def strongest(recent: Sequence[WindowAssessment], broker: int,
+              config: SlowBrokerSection) -> WindowAssessment:
+    """The window whose verdict on `broker` its finding reports: the newest at the
+    strongest rank (`_rank`'s order) that persistence_windows of the windows support (see
+    the module docstring; a verdict counts for the windows it covers). A fault's last
+    window often holds less evidence than those before, and the finding should not end
+    on the vaguer cause; nor name a stronger one than persisted."""
+    held = [(a, _rank(a.brokers[broker]), len(covered_windows(a, broker, config)),
+             a.brokers[broker].attribution.role is Role.UNATTRIBUTED)
+            for a in recent if broker in flagged(a)]
+    ranks = sorted({rank for _, rank, _, _ in held})
+    persisted = next((r for r in ranks
+                      if sum(n for _, rank, n, vague in held if rank <= r or vague)
+                      >= config.persistence_windows), ranks[0])
+    return next(a for a, rank, _, _ in reversed(held) if rank == persisted)
 
 
 def detections_from(assessments: Sequence[WindowAssessment],
@@ -102,5 +115,6 @@ def detections_from(assessments: Sequence[WindowAssessment],
                         by_cw[(cluster, flagged_windows[-1])], flagged_windows, config))
             elif len(flagged_windows) >= config.persistence_windows:
                 detections.append(broker_detection(
-                    cluster, strongest(recent, k).brokers[k], flagged_windows, config))
+                    cluster, strongest(recent, k, config).brokers[k], flagged_windows,
+                    config))
     return detections

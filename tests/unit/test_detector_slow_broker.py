@@ -697,12 +697,38 @@ def test_bursty_pause_that_spares_a_window_still_fires():
     assert {d.entity for d in detect_slow_brokers(rows, config=CONFIG)} == {"broker:2"}
 
 
+def test_a_victim_briefly_slow_itself_stays_the_victim():
+    # delayed-broker-quiet-5b live: leaders wait on follower 3 (victims) in both windows,
+    # and in the newer one leader 1's Fetch is also slow in its own ResponseQueue (a host
+    # hiccup). Its culprit verdict held one window of the two: the finding names the
+    # cause that persisted, the follower it waits on. Five brokers: two blamed of three
+    # would be cluster-wide.
+    brokers, both = (1, 2, 3, 4, 5), {LAST - 1, LAST}
+    fetches = [FollowerFetchWindow("c1", start(w), leader, follower, 40,
+                                   700.0 if w in both and follower == 3 else 5.0)
+               for w in range(LAST + 1) for leader in brokers for follower in brokers
+               if leader != follower]
+    rows = healthy(brokers=brokers)
+    for leader in (1, 2):
+        rows = replaced(rows, leader, "Produce", both, total=820.0, remote=800.0)
+
+    def found(slow_fetch_windows):
+        slow = replaced(rows, 1, "Fetch", slow_fetch_windows, rsq=400.0)
+        return {d.entity: d.cause for d in detect_slow_brokers(
+            slow, follower_fetches=fetches, config=CONFIG)}
+
+    assert found({LAST}) == {"broker:1": "remote_produce_slow_follower",
+                             "broker:2": "remote_produce_slow_follower",
+                             "broker:3": "slow_follower"}
+    # slow itself in both windows: the culprit persisted
+    assert found(both)["broker:1"] == "network_threads_saturated"
+
+
 def test_a_named_culprit_is_not_replaced_by_a_newer_unattributed_window():
     # freeze-long-3b live (broker 2 frozen 1.5 s of every 2 s): its finding was
     # slow_follower and leader_replication_stalled, then remote_produce_unknown_follower in
-    # the fault's last window, and ended with that vaguer cause. Of the recent windows, the
-    # finding reports the first role in Role's order (culprit before unattributed), then
-    # the newest.
+    # the fault's last window, and ended with that vaguer cause. A window that blames no
+    # one supports any cause: the finding names the culprit that persisted, the newest.
     rows = replaced(healthy(), 2, "Produce", {LAST - 1}, **SLOW_LOCAL)
     rows = replaced(rows, 2, "Produce", {LAST}, total=910.0, remote=900.0)
     (d,) = detect_slow_brokers(rows, config=CONFIG)
