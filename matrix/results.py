@@ -103,16 +103,15 @@ def scores_of(rows: list[dict]) -> list[ScenarioScore]:
 def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
     """The newest result of every scenario over all runs of this mode, as one run: the
     scenarios in catalog order of their first appearance, each from its newest run (its
-    command, date and commit kept on the row); None when there is no run."""
+    command, date and commit kept on the row), and the runs those rows come from; None
+    when there is no run."""
     files = sorted(out_dir.glob(f"matrix-{mode}-*.json"))
     if not files:
         return None
     rows: dict[str, dict] = {}
     files_data = [json.loads(f.read_text()) for f in files]
-    runs: list[dict] = []
     for data in files_data:
         parts = _runs_of(data)
-        runs += parts
         for r in data["scenarios"]:
             # the last run that was to run it: a resumed one reran what the cut one left
             part = next((p for p in reversed(parts) if r["scenario"] in p["scenarios"]),
@@ -121,8 +120,10 @@ def newest(mode: str, out_dir: Path = RESULTS_DIR) -> dict | None:
                                                                       "commit", "rules")}}
     last = files_data[-1]
     scores = scores_of(list(rows.values()))
+    runs = sorted(dict.fromkeys(tuple(r["run"].items()) for r in rows.values()),
+                  key=lambda items: str(dict(items)["date"]))
     return {**last, "scenarios": list(rows.values()), "classes": class_table(scores),
-            "runs": [{k: p[k] for k in ("command", "date", "commit", "rules")} for p in runs]}
+            "runs": [dict(items) for items in runs]}
 
 
 def first_tries(out_dir: Path = RESULTS_DIR) -> list[dict]:

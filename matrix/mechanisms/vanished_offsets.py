@@ -37,6 +37,7 @@ import re
 
 from demo.faults.base import FaultContext, FaultRun, now_ms, wait_for
 from matrix.fault import COMMITS_RETRIED, MatrixFault
+from matrix.mechanisms.compaction import delete_topic
 from matrix.mechanisms.rewind_clients import (committed, own_topic, start_producer,
                                               stop_producer, wait_group_empty, watermarks)
 from matrix.mechanisms.rewinds import group_partitions, moved
@@ -165,3 +166,10 @@ class OffsetsExpired(VanishedOffsets):
                 f"'{self.group}''s offsets")
         return wait_for(f"{self.group}'s offsets expired", lambda: vanished(self.committed(ctx)),
                         self.expire_within_s, ctx, interval_s=1.0)
+
+    def heal(self, ctx: FaultContext) -> None:
+        # The stopped group's new offsets would expire again a minute later, in the next
+        # scenario's time (a real expiry kmon reports): its topic goes, and its offsets
+        # with it, as an operator retires a test group.
+        super().heal(ctx)
+        delete_topic(ctx.bootstrap, self.topic)

@@ -164,3 +164,19 @@ def test_first_tries_are_each_scenarios_oldest_live_result(tmp_path):
     doc = results.render_doc(None, None, [], list(firsts.values()))
     assert "| 20260101T000001 | c1 | 2 | 1/2 | a | - |" in doc
     assert "| 20260102T000002 | c2 | 1 | 0/0 | - | c |" in doc
+
+
+def test_the_doc_lists_only_the_runs_its_newest_rows_come_from(tmp_path):
+    def result(stamp, commit, rules, names):
+        return {"mode": "live", "command": f"kmon matrix run {stamp}", "date": stamp,
+                "machine": {"cpus": 2},
+                "commit": commit, "rules": rules,
+                "scenarios": [{"scenario": n, "fault_class": "healthy", "passed": True,
+                               "expects": [], "unexplained": []} for n in names]}
+    for stamp, commit, rules, names in (("20260101T000000Z", "old0001", "r-old", ["a", "b"]),
+                                        ("20260102T000000Z", "new0002", "r-new", ["a", "b"])):
+        (tmp_path / f"matrix-live-{stamp}.json").write_text(
+            json.dumps(result(stamp, commit, rules, names)))
+    newest = results.newest("live", tmp_path)
+    assert [r["commit"] for r in newest["runs"]] == ["new0002"]     # the old run is superseded
+    assert "across these runs: yes" in results.render_doc(newest, None, [])
