@@ -23,7 +23,7 @@ class BrokerOutage:
 
 
 def back_since(outages: Iterable[BrokerOutage], cluster: str, broker: int,
-               at_ms: int) -> int | None:
+               at_ms: int) -> float | None:
     """When `broker` last came back at or before `at_ms`, or +inf when it is out at
     `at_ms` (an outage begun by then that has not ended by then); None when no outage
     of it begun by then is known."""

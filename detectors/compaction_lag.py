@@ -509,9 +509,8 @@ def cleaners_not_running(sizes: Sequence[PartitionSize], gauges: Sequence[Cleane
     out = []
     for broker, last_ms in sorted(latest.items()):
         since = last_ms - CLEANER_SILENT_MS
-        cluster = sizes[0].cluster
-        heard = max(last_gauge.get(broker, since - 1),
-                    back_since(outages, cluster, broker, last_ms) or since - 1)
+        back = back_since(outages, sizes[0].cluster, broker, last_ms)
+        heard = max(last_gauge.get(broker, since - 1), since - 1 if back is None else back)
         if heard >= since or not any(ms >= since for b, ms in last_gauge.items() if b != broker):
             continue          # it publishes them, is out or just back, or no broker does
         step = _step(last_ms)
