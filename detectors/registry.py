@@ -47,7 +47,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("slow_broker", "slow_broker", {
         **_STAGE_READS, "follower_fetches": "follower_fetches", "isr_shrinks": "isr_shrinks",
         "baselines": "baselines", "outages": "broker_outages",
-        "leadership_gains": "leadership_gains"}, detect_slow_brokers),
+        "replica_starts": "replica_starts"}, detect_slow_brokers),
     Detector("slow_client", "slow_broker", {
         **_STAGE_READS, "client_rtts": "client_rtts", "producer_times": "producer_times"},
         detect_slow_clients),

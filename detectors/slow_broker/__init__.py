@@ -28,7 +28,7 @@ explained by evidence.py. Keys: config.py. Why each rule is so: docs/slow-broker
 from detectors.slow_broker.blame import Waits, common_party, replication_bar, replication_waits
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.detect import assess_windows, detect_slow_brokers
-from detectors.slow_broker.handovers import LeadershipGain
+from detectors.slow_broker.handovers import ReplicaStart
 from detectors.slow_broker.inputs import (STAGES, ClientSendWindow, FollowerFetchWindow,
                                           IsrShrink, LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
@@ -37,7 +37,7 @@ from detectors.slow_broker.verdicts import Role
 
 __all__ = [
     "STAGES", "ClientSendWindow", "FollowerFetchWindow", "IsrShrink", "LatencyBaseline",
-    "LeadershipGain", "RequestStageWindow", "Role",
+    "ReplicaStart", "RequestStageWindow", "Role",
     "SlowBrokerSection", "Waits", "assess_windows", "common_party", "detect_slow_brokers",
     "detections_from", "dominant_stage", "median_without", "replication_bar",
     "replication_waits",

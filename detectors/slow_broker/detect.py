@@ -17,7 +17,7 @@ from detectors.slow_broker.blame import (Blame, Waits, attribute, blame_slow_fol
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)
-from detectors.slow_broker.handovers import LeadershipGain
+from detectors.slow_broker.handovers import ReplicaStart
 from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, IsrShrink,
                                           LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
@@ -130,7 +130,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    client_sends: Iterable[ClientSendWindow] = (),
                    baselines: Iterable[LatencyBaseline] = (),
                    outages: Sequence[BrokerOutage] = (),
-                   leadership_gains: Sequence[LeadershipGain] = (),
+                   replica_starts: Sequence[ReplicaStart] = (),
                    config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
     """Every window of the input, oldest first, per cluster (see `assess_window`)."""
     config = config or SlowBrokerSection()
@@ -144,7 +144,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, b.api)] = b.p99_ms
 
-    disruptions = disruptions_from(outages, leadership_gains)
+    disruptions = disruptions_from(outages, replica_starts)
     out = []
     histories: dict[str, History] = defaultdict(History)
     last_seen: dict[str, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
@@ -173,7 +173,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
 def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
                         config: SlowBrokerSection | None = None, **inputs) -> list[Detection]:
     """slow_broker and cluster_wide_slowness detections from the input windows (`inputs`:
-    those of `assess_windows`; `outages` and `leadership_gains` are the events of the
+    those of `assess_windows`; `outages` and `replica_starts` are the events of the
     known disruptions)."""
     config = config or SlowBrokerSection()
     return detections_from(assess_windows(rows, config=config, **inputs), config)

@@ -1,5 +1,5 @@
 """Known disruptions explain the slowness they cause, in one table of events: a broker
-out, its warm-up, a leadership handover. Each event (`Disruption`, `disruptions_from`) is
+out, its warm-up, a leadership handover, replicas created. Each event (`Disruption`, `disruptions_from`) is
 in effect from its start until `Row.graces` x disruption_grace_s after its end; `TABLE`
 says per kind whose verdicts it sets aside (they neither count for persistence nor name
 anyone) and whose own-stage culprits it only makes warning victims (no action, not
@@ -20,7 +20,7 @@ from core.findings import ActionKind, Severity, broker_entity
 from core.outages import BrokerOutage
 from detectors.slow_broker.blame import OWN_STAGE_CAUSES, Waits
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.handovers import LeadershipGain
+from detectors.slow_broker.handovers import ReplicaStart
 from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, SlowBrokerCause
 
 
@@ -28,6 +28,7 @@ class Kind(StrEnum):
     BROKER_OUT = "broker_out"
     BROKER_WARMUP = "broker_warmup"
     LEADERSHIP_HANDOVER = "leadership_handover"
+    REPLICAS_CREATED = "replicas_created"
 
 
 @dataclass(frozen=True)
@@ -40,19 +41,37 @@ class Disruption:
     partitions: frozenset[tuple[str, int]] = frozenset()   # leaderships it moved to the subject
 
 
+# Creation lines of one broker less than this apart are one event (a topic's partitions
+# are created in one metadata update; a window apart is another operation).
+CREATION_GAP_MS = 10_000
+
+
 def disruptions_from(outages: Iterable[BrokerOutage] = (),
-                     gains: Iterable[LeadershipGain] = ()) -> list[Disruption]:
+                     starts: Iterable[ReplicaStart] = ()) -> list[Disruption]:
     """The events of every kind: a broker out until its unfence, then warming up; a
-    leadership handover at each "Leader ... starts" line of the new leader."""
+    leadership handover at each "Leader ... starts" line of the new leader at an epoch
+    above 0; replicas created on a broker, from its first epoch-0 line to its last."""
     out = []
     for o in outages:
         out.append(Disruption(o.cluster, Kind.BROKER_OUT, o.broker, o.start_ms, o.back_ms))
         if o.back_ms is not None:
             out.append(Disruption(o.cluster, Kind.BROKER_WARMUP, o.broker, o.back_ms,
                                   o.back_ms))
-    for g in gains:
-        out.append(Disruption(g.cluster, Kind.LEADERSHIP_HANDOVER, g.broker, g.event_ms,
-                              g.event_ms, frozenset({(g.topic, g.partition)})))
+    created: dict[tuple[str, int], list[int]] = {}
+    for g in sorted(starts, key=lambda g: g.event_ms):
+        if g.is_handover:
+            out.append(Disruption(g.cluster, Kind.LEADERSHIP_HANDOVER, g.broker, g.event_ms,
+                                  g.event_ms, frozenset({(g.topic, g.partition)})))
+        elif g.is_creation:
+            run = created.get((g.cluster, g.broker))
+            if run is not None and g.event_ms - run[1] <= CREATION_GAP_MS:
+                run[1] = g.event_ms
+            else:
+                if run is not None:
+                    out.append(Disruption(g.cluster, Kind.REPLICAS_CREATED, g.broker, *run))
+                created[(g.cluster, g.broker)] = [g.event_ms, g.event_ms]
+    out.extend(Disruption(cluster, Kind.REPLICAS_CREATED, broker, *run)
+               for (cluster, broker), run in created.items())
     return out
 
 
@@ -144,6 +163,13 @@ TABLE: Mapping[Kind, Row] = {
     # it; its clients and followers move to it.
     Kind.LEADERSHIP_HANDOVER: Row(0.5, (Whose.SUBJECT_UNNAMED_WAITS,), Whose.SUBJECT,
                                   _new_leader_warning),
+    # A new topic or partitions (an admin's, or an internal topic's on first use): each
+    # broker opens a log per replica and its leaders' first acks=all writes wait for new
+    # followers, while every client refreshes its metadata. An operation, not a fault of
+    # the broker: its effect on those brokers is no one's; slowness beyond them is judged
+    # as usual.
+    Kind.REPLICAS_CREATED: Row(0.5, (Whose.SUBJECT_OWN_STAGES, Whose.SUBJECT_UNNAMED_WAITS),
+                               None),
 }
 
 

@@ -60,7 +60,7 @@ from detectors.slow_broker import (
     FollowerFetchWindow,
     IsrShrink,
     LatencyBaseline,
-    LeadershipGain,
+    ReplicaStart,
     RequestStageWindow,
 )
 from detectors.slow_client import ClientRttWindow, ProducerServerWindow
@@ -129,7 +129,7 @@ from evaluation.inputs.slow_broker import (
     ISR_CONFIRM_S,
     ISR_SEED_S,
     BaselineCache,
-    leadership_gains_from,
+    replica_starts_from,
     outages_from,
     shrinks_from_isr_events,
 )
@@ -153,7 +153,7 @@ __all__ = [
     "compacted_topic_config", "coordinator_loads_from", "read_commit_requests",
     "compacted_topics", "contract_range", "contract_steps", "dedupe_elections",
     "describe_compacted_topics", "growth_range", "leader_epochs_from",
-    "leadership_gains_from",
+    "replica_starts_from",
     "merge_controller_ticks", "read_leader_epochs",
     "read_cleaner_gauges", "read_cleaner_runs", "read_client_rtts",
     "read_commits", "read_contract_sizes", "read_inputs", "read_log_events",
@@ -177,7 +177,7 @@ class DetectorInputs:
     follower_fetches: list[FollowerFetchWindow] = field(default_factory=list)
     isr_shrinks: list[IsrShrink] = field(default_factory=list)
     broker_outages: list[BrokerOutage] = field(default_factory=list)
-    leadership_gains: list[LeadershipGain] = field(default_factory=list)
+    replica_starts: list[ReplicaStart] = field(default_factory=list)
     client_sends: list[ClientSendWindow] = field(default_factory=list)
     client_rtts: list[ClientRttWindow] = field(default_factory=list)
     producer_times: list[ProducerServerWindow] = field(default_factory=list)
@@ -373,8 +373,9 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
         [e for e in events if e["kind"] in ("isr_shrink", "isr_update", "isr_expand",
                                             "leader_change")], since_ms=r.start_ms)
     out.broker_outages = outages_from(events, x.config.slow_broker)
-    out.leadership_gains = leadership_gains_from(
-        events, r.start_ms - span_ms(Kind.LEADERSHIP_HANDOVER, x.config.slow_broker))
+    out.replica_starts = replica_starts_from(events, r.start_ms - max(
+        span_ms(k, x.config.slow_broker) for k in (Kind.LEADERSHIP_HANDOVER,
+                                                   Kind.REPLICAS_CREATED)))
     out.truncations = truncations_from(events, r.start_ms - int(x.evidence_s * 1000))
     out.coordinator_loads = coordinator_loads_from(events, r.start_ms - int(x.evidence_s * 1000))
     election_since = r.start_ms - int(x.meter_s * 1000)

@@ -35,7 +35,7 @@ from detectors.slow_broker import (
     LatencyBaseline,
     SlowBrokerSection,
 )
-from detectors.slow_broker.handovers import LeadershipGain
+from detectors.slow_broker.handovers import ReplicaStart
 
 # How much history before the range each input reads (see the module docstring).
 BASELINE_HISTORY_S = 3600
@@ -70,19 +70,20 @@ class BaselineCache:
         return self._value
 
 
-# --- leadership gains, outages, ISR shrinks (from silver.log_events) -----------------------------
+# --- replica starts, outages, ISR shrinks (from silver.log_events) ------------------------------
 
-def leadership_gains_from(events: Iterable[Mapping[str, Any]], since_ms: int
-                          ) -> list[LeadershipGain]:
-    """When brokers became leaders: each "[Broker id=B] Leader <tp> ... starts at leader
-    epoch" line a broker logged about itself (kind leader_change, new_leader = broker) at
-    or after since_ms (detectors/slow_broker/handovers.py)."""
-    return sorted((LeadershipGain(e["cluster"], int(e["broker"]), int(e["ts_ms"]), e["topic"],
-                                  int(e["partition"]))
+def replica_starts_from(events: Iterable[Mapping[str, Any]], since_ms: int
+                        ) -> list[ReplicaStart]:
+    """When brokers started to lead or follow partitions: each "[Broker id=B] Leader (or
+    Follower) <tp> ... starts at leader epoch E" line a broker logged about itself (kind
+    leader_change; it leads when new_leader = broker) at or after since_ms
+    (detectors/slow_broker/handovers.py)."""
+    return sorted((ReplicaStart(e["cluster"], int(e["broker"]), int(e["ts_ms"]), e["topic"],
+                                int(e["partition"]), int(e["leader_epoch"]),
+                                e.get("new_leader") == e["broker"])
                    for e in events
-                   if e["kind"] == "leader_change" and e.get("new_leader") is not None
-                   and e["new_leader"] == e["broker"] and (e.get("leader_epoch") or 0) > 0
-                   and e["ts_ms"] >= since_ms
+                   if e["kind"] == "leader_change" and e.get("leader_epoch") is not None
+                   and e["leader_epoch"] >= 0 and e["ts_ms"] >= since_ms
                    and e.get("topic") is not None and e.get("partition") is not None),
                   key=lambda g: g.event_ms)
 

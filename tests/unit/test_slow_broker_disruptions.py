@@ -11,7 +11,7 @@ import pytest
 
 from core.findings import ActionKind, Severity
 from core.outages import BrokerOutage
-from detectors.slow_broker import (LeadershipGain, SlowBrokerSection,
+from detectors.slow_broker import (ReplicaStart, SlowBrokerSection,
                                    replication_waits)
 from detectors.slow_broker.disruptions import (Kind, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)
@@ -56,7 +56,7 @@ def window(subject_verdict):
 
 OUTAGE = BrokerOutage("c1", SUBJECT, start_ms=100_000, end_ms=220_000, how="broker_fenced",
                       back_ms=160_000)
-GAIN = LeadershipGain("c1", SUBJECT, 100_000, "orders", 4)
+GAIN = ReplicaStart("c1", SUBJECT, 100_000, "orders", 4)
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def test_what_an_event_explains_is_set_aside_before_anyone_is_made_a_victim():
     """A new leader back from its own outage: its own-stage verdict is the warm-up's, set
     aside, not a warning of the handover."""
     back = BrokerOutage("c1", SUBJECT, 0, 60_000, "broker_fenced", back_ms=0)
-    gain = LeadershipGain("c1", SUBJECT, 95_000, "orders", 4)
+    gain = ReplicaStart("c1", SUBJECT, 95_000, "orders", 4)
     active = active_in(disruptions_from([back], [gain]), "c1", 100_000, 110_000, CONFIG)
     assert {d.kind for d in active} == {Kind.BROKER_WARMUP, Kind.LEADERSHIP_HANDOVER}
     x = explain(window(culprit(SUBJECT)), active, replication_waits(BY_LEADER), SEEN, set())
