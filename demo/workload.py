@@ -46,7 +46,37 @@ class ProducerSpec:
     idempotent: bool = False       # enable.idempotence (acks=all only); see the module doc
     bootstrap: str | None = None   # its own path to the cluster (a proxy); None: the workload's
     linger_ms: int = 100           # 0: each send goes out at once (a request-heavy load)
+    varied_values: bool = False    # each value another slice of word-like text (what a codec
+                                   # works on), not one byte repeated
     metadata_refresh_ms: int | None = None   # topic.metadata.refresh.interval.ms; None: 5 min
+
+
+def text_corpus(size: int, seed: int = 0) -> bytes:
+    """`size` bytes of word-like text (field names, ids, amounts), the same for a seed: it
+    compresses about 3x with gzip, as event payloads do, and costs a codec real work."""
+    import random
+    r = random.Random(seed)
+    words = [b"order", b"customer", b"amount", b"status", b"shipped", b"region", b"EUR",
+             b"sku", b"quantity", b"created"]
+    parts, n = [], 0
+    while n < size:
+        w = r.choice(words) + b"=" + str(r.randrange(100_000)).encode() + b" "
+        parts.append(w)
+        n += len(w)
+    return b"".join(parts)[:size]
+
+
+class VariedValues:
+    """Values of `size` bytes, each a slice of one text corpus at a random offset."""
+
+    def __init__(self, size: int, corpus_bytes: int = 4 << 20, seed: int = 0):
+        import random
+        self.size, self.corpus = size, text_corpus(max(corpus_bytes, 2 * size), seed)
+        self.random = random.Random(seed)
+
+    def __call__(self) -> bytes:
+        at = self.random.randrange(len(self.corpus) - self.size + 1)
+        return self.corpus[at:at + self.size]
 
 
 def producer_config(spec: ProducerSpec, bootstrap: str) -> dict:
@@ -143,6 +173,7 @@ class Workload:
 
         p = Producer(conf)
         value = b"v" * spec.value_bytes
+        varied = VariedValues(spec.value_bytes) if spec.varied_values else None
         tick_s = 0.1   # produce in ticks of this length: few wake-ups, a steady rate
         i, owed = 0, 0.0
         while not stop.is_set():
@@ -151,7 +182,8 @@ class Workload:
                 owed -= 1
                 key = f"k{i % spec.key_space}".encode() if spec.key_space else None
                 try:
-                    p.produce(spec.topic, key=key, value=value, on_delivery=delivered)
+                    p.produce(spec.topic, key=key, value=varied() if varied else value,
+                              on_delivery=delivered)
                     counts["messages"] += 1
                 except BufferError:   # a paused broker: drop this tick's rest, do not burst
                     owed = 0

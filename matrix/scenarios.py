@@ -173,8 +173,9 @@ def catalog() -> list[Scenario]:
           "uncleanable"),
         S("starved-handlers-5b", "slow_broker", FIVE,
           _make("starved_handlers", "StarvedRequestHandlers", broker=1),
-          "broker 1's num.io.threads cut to 1 at runtime under a request-heavy load: slow "
-          "in its own request queue (dynamic broker config; KAFKA-14694)"),
+          "broker 1's num.io.threads cut to 1 at runtime while it recompresses a load its "
+          "topic wants at gzip level 9: slow in its own request queue (dynamic broker "
+          "config; KAFKA-14694, KIP-390)"),
         S("unclean-by-config-5b", "unclean_election", FIVE,
           _make("forced_elections", "UncleanEnabledByOperator"),
           "offline RF 2 partition: operator sets unclean.leader.election.enable=true on its "

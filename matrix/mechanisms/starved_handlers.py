@@ -9,22 +9,25 @@ RequestHandlerAvgIdlePercent gauge near 0 is Kafka's documented sign). The queue
 the broker's own stage (RequestQueue): a correct monitor blames the broker by it, not as a
 slow follower, even when its late answers also hold others back.
 
-How: handlers held by slow work and too few of them. The load topic flushes every append
-(flush.messages=1: an fsync in the handler thread that appended, a durability setting
-sites copy from old advice), and the broker's handler pool is cut to one. Per-broker
+How: handlers held by slow work and too few of them. The load topic asks for gzip at its
+highest level (compression.type, compression.gzip.level: KIP-390) while its producers send
+uncompressed, so the broker recompresses every batch in the handler thread that appends it
+(a topic codec its clients do not use is a known cause of broker CPU load), and it
+flushes every append (flush.messages=1: an fsync in that thread, a durability setting
+sites copy from old advice); the broker's handler pool is cut to one. Per-broker
 dynamic configs (incremental_alter_configs on the broker resource, as
 kafka-configs --entity-type brokers --entity-name <id> does). A broker refuses a new
 thread count below half or above double its current one (DynamicThreadPool), so the
 count goes down in halving steps, each applied by the broker before the next, and back
 up in doubling steps in `heal`, before the dynamic entry is deleted. The load: producers
-that send every record at once (linger.ms 0, one request each) to a topic the broker
-leads, on top of the workload. The fault holds until the finding arrives or duration_s.
-run.notes: the thread counts, the load, and the worst request-queue size and handler
-idle share read from the broker's JMX exporter while it lasted. A broker whose handlers
-stayed idle more than STARVED_IDLE of the time was not starved: the run is not caused
-(an error), not a miss of the detector. On the 2-core development VM even the fsync-bound
-load left the one handler 35% idle at the lowest: this scenario needs a faster load
-generator (or a slower disk) than that machine has.
+of varied text values (about 14 MB/s in all: more than a core recompresses at gzip's
+highest level) to a topic the broker leads, on top of the workload. The fault holds
+until the finding arrives or duration_s. run.notes: the thread counts, the load, and the
+worst request-queue size and handler idle share read from the broker's JMX exporter
+while it lasted. A broker whose handlers stayed idle more than STARVED_IDLE of the time
+was not starved: the run is not caused (an error), not a miss of the detector. With
+fsync and small uncompressed requests alone, the 2-core development VM left the one
+handler 35-57% idle: the load generator could not send enough requests.
 
 Expected: slow_broker on the broker, cause request_handlers_saturated (or
 network_threads_saturated when the network threads are cut too). Explained: its victims
@@ -51,6 +54,9 @@ IO_THREADS = "num.io.threads"
 NETWORK_THREADS = "num.network.threads"
 QUEUE_SIZE = "kafka_network_requestchannel_requestqueuesize"
 HANDLER_IDLE = "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent"
+# Every batch recompressed at gzip's highest level and flushed, in the handler thread.
+TOPIC_CONFIG = {"compression.type": "gzip", "compression.gzip.level": "9",
+                "flush.messages": "1"}
 # Kafka's documented sign of saturated handlers is this idle share near 0; above this at
 # its lowest, requests did not queue for handlers.
 STARVED_IDLE = 0.2
@@ -98,11 +104,11 @@ class StarvedRequestHandlers(MatrixFault):
 
     def __init__(self, broker: int = 1, io_threads: int = 1, network_threads: int | None = None,
                  topic: str = "starve-load", partitions: int = 6, producers: int = 6,
-                 rate_per_s: float = 300, value_bytes: int = 1000, duration_s: float = 240.0):
+                 rate_per_s: float = 300, value_bytes: int = 8000, duration_s: float = 240.0):
         self.broker, self.io_threads, self.network_threads = broker, io_threads, network_threads
         self.topic, self.partitions, self.duration_s = topic, partitions, duration_s
         self.load = [ProducerSpec(f"{topic}-producer-{i}", topic, rate_per_s, acks="all",
-                                  value_bytes=value_bytes, linger_ms=0)
+                                  value_bytes=value_bytes, varied_values=True)
                      for i in range(producers)]
         self.original: dict[str, int] = {}     # the counts before, to go back to
         self._created = False
@@ -130,7 +136,7 @@ class StarvedRequestHandlers(MatrixFault):
         assignment = led_by(self.broker, brokers, self.partitions, min(3, len(brokers)))
         create_topics(ctx.bootstrap, [NewTopic(self.topic, self.partitions,
                                                replica_assignment=assignment,
-                                               config={"flush.messages": "1"})])
+                                               config=TOPIC_CONFIG)])
         self._created = True
 
     # ---- the broker's dynamic configs ------------------------------------------------------

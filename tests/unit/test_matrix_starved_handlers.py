@@ -58,3 +58,21 @@ def test_only_the_brokers_own_queue_is_the_right_cause():
     assert victim.matches({"type": "slow_broker", "entity": "broker:2",
                            "cause": "remote_produce_slow_follower"})
     assert not victim.names({"type": "slow_broker", "entity": "broker:1"})
+
+
+def test_the_load_is_varied_text_the_topic_recompresses():
+    import zlib
+
+    from demo.workload import VariedValues, text_corpus
+    from matrix.mechanisms.starved_handlers import TOPIC_CONFIG
+
+    fault = StarvedRequestHandlers(broker=1)
+    assert all(p.varied_values and p.acks == "all" for p in fault.load)
+    # the producers send uncompressed: a topic codec they do not use is recompressed
+    assert TOPIC_CONFIG["compression.type"] == "gzip" and "compression.gzip.level" in TOPIC_CONFIG
+    assert text_corpus(1000, seed=3) == text_corpus(1000, seed=3) != text_corpus(1000, seed=4)
+    values = VariedValues(8000)
+    batch = [values() for _ in range(20)]
+    assert {len(v) for v in batch} == {8000} and len(set(batch)) == 20
+    ratio = len(b"".join(batch)) / len(zlib.compress(b"".join(batch), 9))
+    assert 2 < ratio < 5, ratio     # compressible like event payloads, not one byte repeated
