@@ -49,7 +49,8 @@ DETECTORS: tuple[Detector, ...] = (
         "baselines": "baselines", "outages": "broker_outages",
         "replica_starts": "replica_starts"}, detect_slow_brokers),
     Detector("slow_client", "slow_broker", {
-        **_STAGE_READS, "client_rtts": "client_rtts", "producer_times": "producer_times"},
+        **_STAGE_READS, "client_rtts": "client_rtts", "producer_times": "producer_times",
+        "outages": "broker_outages", "replica_starts": "replica_starts"},
         detect_slow_clients),
     Detector("offset_rewind", "offset_rewind", {
         "commits": "commits", "offsets": "partition_offsets", "resets": "resets",

@@ -1,6 +1,10 @@
 """The slow-client detector's order: both rules on each of the slow-broker detector's
 windows (`assess_clients`), then persistence as for brokers (`detect_slow_clients`): one
-finding per client, its slow reads before its link."""
+finding per client, its slow reads before its link. A producer is not judged for its link
+in a window where a broker it talks to is the subject of a known disruption (out, warming
+up, taking leaderships, creating replicas: the slow-broker table): its round trips then
+hold reconnects, metadata refreshes and retries, not only its path; and leaving out just
+that broker would leave out the counter-evidence it gives."""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from core.findings import Detection
-from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
+from core.outages import BrokerOutage
+from detectors.slow_broker import (ClientSendWindow, ReplicaStart, RequestStageWindow,
+                                   SlowBrokerSection)
 from detectors.slow_broker.detect import by_cluster_window
+from detectors.slow_broker.disruptions import active_in, disruptions_from
 from detectors.slow_broker.persistence import recent_windows
 from detectors.slow_client.links import (ClientRttWindow, LinkVerdict, ProducerServerWindow,
                                         judge_links, link_detection)
@@ -30,20 +37,30 @@ def assess_clients(rows: Iterable[RequestStageWindow], *,
                    client_sends: Iterable[ClientSendWindow] = (),
                    client_rtts: Iterable[ClientRttWindow] = (),
                    producer_times: Iterable[ProducerServerWindow] = (),
+                   outages: Sequence[BrokerOutage] = (),
+                   replica_starts: Sequence[ReplicaStart] = (),
                    config: SlowBrokerSection | None = None) -> list[ClientAssessment]:
     """Every window with stage rows, oldest first, per cluster: the stage rows give each
     broker's request count and Produce time, `producer_times` what the brokers took for
-    each producer's own requests."""
+    each producer's own requests; `outages` and `replica_starts` the known disruptions."""
     config = config or SlowBrokerSection()
     rows_by_cw = by_cluster_window(rows)
     sends, rtts = by_cluster_window(client_sends), by_cluster_window(client_rtts)
     own = by_cluster_window(producer_times)
+    disruptions = disruptions_from(outages, replica_starts)
     out = []
-    for key in sorted(rows_by_cw):
-        watched = [r for r in rows_by_cw[key] if r.api in config.watched_apis]
-        out.append(ClientAssessment(*key, judge_clients(sends.get(key, ()), watched, config),
-                                    judge_links(rtts.get(key, ()), watched, config,
-                                                own.get(key, ()))))
+    for cluster, start in sorted(rows_by_cw):
+        watched = [r for r in rows_by_cw[(cluster, start)] if r.api in config.watched_apis]
+        disrupted = {d.subject for d in active_in(disruptions, cluster, start,
+                                                   start + config.window_ms, config)}
+        window_rtts = rtts.get((cluster, start), ())
+        unsettled = {x.client_id for x in window_rtts if x.broker in disrupted}
+        trips = [x for x in window_rtts if x.client_id not in unsettled]
+        out.append(ClientAssessment(cluster, start,
+                                    judge_clients(sends.get((cluster, start), ()), watched,
+                                                  config),
+                                    judge_links(trips, watched, config,
+                                                own.get((cluster, start), ()))))
     return out
 
 

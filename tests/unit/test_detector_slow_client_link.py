@@ -250,3 +250,36 @@ def test_a_backlog_at_one_broker_leaves_the_link_judged_by_the_others():
     under = own("far-producer", ALL, BROKERS, p99=8.0, p50=4.0, queued=0.49)
     assert found(healthy(), peers() + rtts, own=under)["client:far-producer"].evidence[
         "brokers"] == [1, 2, 3]
+
+
+def test_round_trips_to_a_broker_a_known_disruption_concerns_are_not_judged():
+    """rolling-restart-3b live: a producer's rtt to broker 1 just after its controlled
+    restart was 918 ms p99 (median 358 ms) while broker 1 served its Produce requests in
+    483 ms, and other producers were fine: paged as a slow link. A restarted broker's
+    clients reconnect and refresh their metadata while it warms up: a producer talking to
+    a disrupted broker is not judged in that window."""
+    from core.outages import BrokerOutage
+    from detectors.slow_broker import ReplicaStart
+
+    slow_to_1 = behind_slow_link(brokers=(1,), p99=918.0, p50=358.0)
+    assert set(found(healthy(), peers() + slow_to_1)) == {"client:far-producer"}
+    restarted = [BrokerOutage("c1", 1, start(LAST - 3), None, "broker_shutdown",
+                              back_ms=start(LAST - 2))]
+    took_over = [ReplicaStart("c1", 1, start(LAST - 1) + 1_000, "orders", 4, 3, True)]
+    for events in (dict(outages=restarted), dict(replica_starts=took_over)):
+        assert detect_slow_clients(healthy(), client_rtts=peers() + slow_to_1, config=CONFIG,
+                                   **events) == [], events
+    # a disruption of a broker it does not talk to, or one long over, leaves it judged
+    slow_to_1_3 = behind_slow_link(brokers=(1, 3), p99=918.0, p50=358.0)
+    elsewhere = [BrokerOutage("c1", 2, start(LAST - 3), None, "broker_shutdown",
+                              back_ms=start(LAST - 2))]
+    long_ago = [BrokerOutage("c1", 1, start(0) - 400_000, None, "broker_shutdown",
+                             back_ms=start(0) - 300_000)]
+    for outages in (elsewhere, long_ago):
+        assert [d.entity for d in detect_slow_clients(
+            healthy(), client_rtts=peers() + slow_to_1_3, config=CONFIG, outages=outages)] == [
+            "client:far-producer"], outages
+    # nor is a producer judged on the brokers left when one it talks to is disrupted:
+    # its slow trips to broker 3 alone, with no peer seen fine there, say nothing
+    assert detect_slow_clients(healthy(), client_rtts=slow_to_1_3, config=CONFIG,
+                               outages=restarted) == []
