@@ -3,7 +3,7 @@ is to blame: the broker, a follower it waits on, or nobody in particular.
 
 Signal (inputs.py): per broker, API and window (window_s), the request count and the p99
 of TotalTime and of each stage; the leaders' view of each follower's fetches; ISR
-shrinks; each client's sends; outages (core/outages.py) and leadership changes (handovers.py).
+shrinks; each client's sends; outages (core/outages.py) and replica starts (handovers.py).
 
 Rules, in order, per window, broker and watched API (detect.assess_window):
 1. judged latency: TotalTime TP99, without the purgatory wait of the APIs that wait on
