@@ -26,6 +26,7 @@ the pipeline, and that spin came out of the pipeline's share during the fault.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,7 +55,6 @@ class ProducerSpec:
 def text_corpus(size: int, seed: int = 0) -> bytes:
     """`size` bytes of word-like text (field names, ids, amounts), the same for a seed: it
     compresses about 3x with gzip, as event payloads do, and costs a codec real work."""
-    import random
     r = random.Random(seed)
     words = [b"order", b"customer", b"amount", b"status", b"shipped", b"region", b"EUR",
              b"sku", b"quantity", b"created"]
@@ -70,7 +70,6 @@ class VariedValues:
     """Values of `size` bytes, each a slice of one text corpus at a random offset."""
 
     def __init__(self, size: int, corpus_bytes: int = 4 << 20, seed: int = 0):
-        import random
         self.size, self.corpus = size, text_corpus(max(corpus_bytes, 2 * size), seed)
         self.random = random.Random(seed)
 

@@ -1,7 +1,7 @@
 """Known disruptions explain the slowness they cause, in one table of events: a broker
-out, its warm-up, a leadership handover, replicas created. Each event (`Disruption`, `disruptions_from`) is
-in effect from its start until `Row.graces` x disruption_grace_s after its end; `TABLE`
-says per kind whose verdicts it sets aside (they neither count for persistence nor name
+out, its warm-up, a leadership handover, replicas created. Each event (`Disruption`,
+`disruptions_from`) is in effect from its start until `Row.graces` x disruption_grace_s
+after its end; `TABLE` says per kind whose verdicts it sets aside (they neither count for persistence nor name
 anyone) and whose own-stage culprits it only makes warning victims (no action, not
 counted toward cluster-wide); `explain` applies it to one window. For every kind alike:
 partners are the brokers that share partitions with the subjects (by the follower

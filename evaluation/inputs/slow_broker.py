@@ -76,15 +76,17 @@ def replica_starts_from(events: Iterable[Mapping[str, Any]], since_ms: int
                         ) -> list[ReplicaStart]:
     """When brokers started to lead or follow partitions: each "[Broker id=B] Leader (or
     Follower) <tp> ... starts at leader epoch E" line a broker logged about itself (kind
-    leader_change; it leads when new_leader = broker) at or after since_ms
-    (detectors/slow_broker/handovers.py)."""
-    return sorted((ReplicaStart(e["cluster"], int(e["broker"]), int(e["ts_ms"]), e["topic"],
-                                int(e["partition"]), int(e["leader_epoch"]),
-                                e.get("new_leader") == e["broker"])
-                   for e in events
-                   if e["kind"] == "leader_change" and e.get("leader_epoch") is not None
-                   and e["leader_epoch"] >= 0 and e["ts_ms"] >= since_ms
-                   and e.get("topic") is not None and e.get("partition") is not None),
+    leader_change; it leads when new_leader = broker) at or after since_ms that is a
+    handover or a creation (detectors/slow_broker/handovers.py): a follower line above
+    epoch 0, thousands at a broker's restart, is neither."""
+    starts = (ReplicaStart(e["cluster"], int(e["broker"]), int(e["ts_ms"]), e["topic"],
+                           int(e["partition"]), int(e["leader_epoch"]),
+                           e.get("new_leader") == e["broker"])
+              for e in events
+              if e["kind"] == "leader_change" and e.get("leader_epoch") is not None
+              and e["leader_epoch"] >= 0 and e["ts_ms"] >= since_ms
+              and e.get("topic") is not None and e.get("partition") is not None)
+    return sorted((g for g in starts if g.is_handover or g.is_creation),
                   key=lambda g: g.event_ms)
 
 

@@ -111,11 +111,13 @@ def test_starts_are_a_brokers_own_leader_and_follower_lines():
               line(3, 3, 9, kind="isr_update"),
               line(2, 3, None)]
     starts = replica_starts_from(events, since_ms=500)
+    # the follower line above epoch 0 is neither a handover nor a creation: not kept
     assert starts == [ReplicaStart("c1", 3, 1_000, "orders", 4, 7, True),
-                      ReplicaStart("c1", 1, 1_000, "orders", 4, 7, False),
                       ReplicaStart("c1", 3, 1_000, "orders", 4, 0, True)]
-    assert [(s.is_handover, s.is_creation) for s in starts] == [
-        (True, False), (False, False), (False, True)]
+    assert [(s.is_handover, s.is_creation) for s in starts] == [(True, False), (False, True)]
+    assert not ReplicaStart("c1", 1, 1_000, "orders", 4, 7, False).is_handover
+    follower_created = replica_starts_from([line(1, 3, 0)], since_ms=500)
+    assert [(s.leads, s.is_creation) for s in follower_created] == [(False, True)]
 
 
 def created(broker, ms, partition=0, leads=True, cluster="c1"):
