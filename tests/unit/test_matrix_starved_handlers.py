@@ -1,12 +1,13 @@
 """A broker starved of request handlers: the steps a broker accepts, the load's topic, the
-exporter page it is read from, and a ground truth that takes only its own stage."""
+exporter page it is read from, when it counts as starved, and a ground truth that takes
+only its own handler stages."""
 
 from __future__ import annotations
 
 import pytest
 
 from matrix.mechanisms.starved_handlers import (HANDLER_IDLE, QUEUE_SIZE, StarvedRequestHandlers,
-                                                led_by, metric_value, thread_steps)
+                                                led_by, metric_value, starved, thread_steps)
 
 pytestmark = pytest.mark.unit
 
@@ -42,14 +43,24 @@ def test_metric_value_reads_the_named_sample_only():
     assert metric_value('x{a="1"} 3.5', "x") == 3.5
 
 
-def test_only_the_brokers_own_queue_is_the_right_cause():
+def test_starved_when_requests_wait_for_a_handler_in_most_samples():
+    assert starved({"samples": 30, "queued_samples": 15})
+    assert not starved({"samples": 30, "queued_samples": 14})
+    assert not starved({})                                   # never sampled: not known
+    # the idle share's one-minute average lags: it does not decide
+    assert starved({"samples": 10, "queued_samples": 9, "handler_idle_min": 0.42})
+
+
+def test_only_the_brokers_own_handler_stages_are_the_right_cause():
     fault = StarvedRequestHandlers(broker=1)
     assert fault.runs_until_detected and fault.targets() == {"num.io.threads": 1}
     [e] = fault.expect()
     own = {"type": "slow_broker", "entity": "broker:1", "cause": "request_handlers_saturated",
            "severity": "high"}
     assert e.matches(own)
+    assert e.matches({**own, "cause": "local_disk_or_page_cache"})   # the work holding it
     assert not e.matches({**own, "cause": "slow_follower"})
+    assert not e.matches({**own, "cause": "slow_unattributed"})
     assert not e.matches({**own, "cause": "network_threads_saturated"})
     both = StarvedRequestHandlers(broker=1, network_threads=1)
     assert both.targets() == {"num.io.threads": 1, "num.network.threads": 1}
