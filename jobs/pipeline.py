@@ -53,28 +53,6 @@ BRONZE_SCHEMA = StructType([
 ])
 
 
-# The fair scheduler (infra/spark_session.py) shares the task slots between pools, and
-# within one pool runs jobs first come, first served: the minute rollups' long batches
-# run in a pool of their own, so a silver micro-batch that starts beside one gets its
-# share of the slots instead of waiting behind all of its tasks.
-ROLLUP_POOL = "rollups"
-
-
-def in_pool(spark: SparkSession, pool: str, start: Callable[[], object]) -> Callable[[], object]:
-    """`start` wrapped to start its streaming query in `pool`: a query's thread keeps the
-    scheduler pool of the thread that started it (Spark's documented way for streaming),
-    and the starting thread's own is restored."""
-    def started():
-        sc = spark.sparkContext
-        before = sc.getLocalProperty("spark.scheduler.pool")
-        sc.setLocalProperty("spark.scheduler.pool", pool)
-        try:
-            return start()
-        finally:
-            sc.setLocalProperty("spark.scheduler.pool", before)
-    return started
-
-
 class PipelineFailed(RuntimeError):
     """A streaming query stopped with an error; the message names the query."""
 
@@ -244,10 +222,7 @@ class Pipeline:
         if once:
             _await(started)
         names = {s.name for s in self.streams}
-        spark, lake = self.spark, self.lake
-
-        def launch(start):   # the rollups' queries in their own scheduler pool
-            return self._launch(in_pool(spark, ROLLUP_POOL, start))
+        spark, lake, launch = self.spark, self.lake, self._launch
         if "request_windows" in names:
             # The stage minutes from the edge's histograms (request_stages holds only the
             # requests kept whole).
@@ -263,7 +238,7 @@ class Pipeline:
         if once:
             _await(started)
         for make in self.extra_queries:
-            started.append(self._launch(lambda make=make: make(trig(st.detect_trigger_s))))
+            started.append(launch(lambda make=make: make(trig(st.detect_trigger_s))))
         if once:
             _await(started)
         self.queries = started

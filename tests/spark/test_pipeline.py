@@ -327,27 +327,3 @@ def test_a_lake_made_before_a_log_event_kind_was_added_takes_rows_of_the_new_kin
              ).process_available()
     rows = spark.read.format("delta").load(path).where("kind = 'broker_fenced'").collect()
     assert [(r["subject_broker"], r["broker"]) for r in rows] == [(2, 3)]
-
-
-def test_a_query_started_in_a_pool_runs_its_batches_there(spark, tmp_path):
-    """The minute rollups run in their own fair-scheduler pool: the pool set while a query
-    starts reaches the jobs its foreachBatch submits, and the starter's own is restored."""
-    from jobs.pipeline import ROLLUP_POOL, in_pool
-
-    seen = []
-
-    def batch(df, _batch_id):
-        seen.append(spark.sparkContext.getLocalProperty("spark.scheduler.pool"))
-        df.count()
-
-    stream = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
-    start = in_pool(spark, ROLLUP_POOL, lambda: (
-        stream.writeStream.option("checkpointLocation", str(tmp_path / "ck"))
-        .foreachBatch(batch).trigger(availableNow=True).start()))
-    query = start()
-    try:
-        assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None
-        query.awaitTermination(120)
-    finally:
-        query.stop()
-    assert seen and set(seen) == {ROLLUP_POOL}
