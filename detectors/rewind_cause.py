@@ -50,7 +50,12 @@ the lines of the group before it say:
   sends the position again, on its other connection to the coordinator too (librdkafka
   keeps one for the group), and the two race: the old position lands after a newer one,
   and the member, behind, reads nothing again. A seek commits at the coordinator's usual
-  pace (milliseconds).
+  pace (milliseconds). Or the rewind's commit came in the moment the coordinator answered
+  one of the member's slow (SLOW_COMMIT_MS) or failed requests, within QUEUED_MS: a
+  broker reads a connection's next request only once it has answered the one before, so
+  the commit waited behind that one, sent while it was pending; a client that waits on a
+  stalled coordinator queues its next positions so, and they land in a burst after a
+  newer position sent on its other connection.
 - `in_flight` (no line needed): the rewind's offset lies strictly between the last two
   positions committed before it (an idle consumer commits one position many times: the
   one before those), and the next commit, within REORDER_WINDOW_MS, is the old position
@@ -90,6 +95,9 @@ REORDER_WINDOW_MS = 10_000
 # A commit the coordinator held this long is one the client may send again (`retried`):
 # a healthy coordinator answers a commit in milliseconds.
 SLOW_COMMIT_MS = 1_000.0
+# A request read this soon after the answer to the one before it on the member's
+# connection was waiting behind it (`retried`): a broker reads the next at once.
+QUEUED_MS = 50
 
 
 class RewindCause(StrEnum):
@@ -114,7 +122,7 @@ class Committer:
     own_last: CommitRequest | None = None        # the same member's last line before it
     newest_generation: int | None = None         # the group's newest generation before it
     retried: CommitRequest | None = None         # the member's earlier failed (or slow) line,
-                                                 # same offset
+                                                 # same offset, or the one it queued behind
 
     @property
     def self_rewind(self) -> bool:
@@ -188,6 +196,10 @@ def committer_of(rewind_commit: OffsetCommit, previous_commit: OffsetCommit,
     retried = [x for x in own if x.offset == line.offset
                and (x.failed or (x.total_ms >= SLOW_COMMIT_MS
                                  and line.received_ms - x.received_ms <= REORDER_WINDOW_MS))]
+    if not retried and line.from_member:
+        retried = [x for x in before if x.member_id == line.member_id
+                   and (x.failed or x.total_ms >= SLOW_COMMIT_MS)
+                   and 0 <= line.received_ms - x.request_ms <= QUEUED_MS]
     return Committer(line=line, previous_line=line_of(previous_commit, before),
                      own_last=own[-1] if own else None,
                      newest_generation=max(generations, default=None),

@@ -322,6 +322,41 @@ def scenarios():
                           "previous_member_id": "m-live", "previous_client_id": "billing-1",
                           "retries_commit_ms": at(457.919)}}})
 
+    # Seen in the live matrix (throttled-cleaner-3b, a __consumer_offsets follower killed):
+    # the coordinator held the member's commits 4-6 s each, waiting on it, and failed them.
+    # 180940 (its position, sent on its other connection) landed with 180545, which had
+    # waited on the first connection behind the failed 180505 and was read the moment that
+    # one was answered; then the positions queued behind 180545 landed one by one, each read
+    # as the one before it was answered: 180460, 180505 ... 181435 within 1.2 s (twenty
+    # times the member's pace). Sent while the coordinator stalled; nothing was re-read.
+    def line(t_answered, off, total_ms=5.0, failed=False):
+        return CommitRequest("c1", "billing", "orders", 2, off, at(t_answered), "m-live", 3,
+                             "billing-1", 2, failed=failed, total_ms=total_ms)
+
+    queued = [(27.813, 180505), (27.827, 180545), (27.861, 180600), (27.887, 180620),
+              (27.927, 180705), (27.974, 180810), (28.411, 180900), (28.575, 181005),
+              (28.992, 181435)]
+    stalled_lines = [line(6.354, 180410), line(23.987, 180505, 6059.0, failed=True),
+                     line(27.762, 180940, 3778.0), line(27.763, 180545, 3775.0),
+                     line(27.810, 180460, 47.0)]
+    answered, queued_lines = 27.810, []
+    for t, off in queued:      # each read when the one before was answered
+        queued_lines.append(line(t + 0.005, off, (t + 0.005 - answered) * 1000))
+        answered = t + 0.005
+    yield Scenario(
+        "commits_queued_behind_a_stalled_one_landing_after_a_newer_one_are_reordered",
+        commits((6.352, 180410), (17.953, 180505), (24.019, 180940), (24.020, 180545),
+                (27.767, 180460), *queued, (29.55, 181487), (30.712, 181531)),
+        offsets=ends((5, 179885, 0), (15, 180361, 0), (25, 181550, 0)), members=ACTIVE,
+        requests=stalled_lines + queued_lines + lines("m-live", 3, (29.55, 181487)),
+        now_s=45,
+        rewind={"old_position": 180940, "new_position": 180460, "drops": 2, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 480,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)})
+
     # Seen in the live matrix (app-seek-3b): the application seeks back 100 messages at
     # 100 messages a second, so onto an offset it had committed (successfully) before, and
     # re-reads them within a second. A seek, not a retried commit.

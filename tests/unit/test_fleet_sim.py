@@ -17,8 +17,9 @@ TABLES = {"request_windows": request_windows, "follower_fetch_windows": follower
 
 @pytest.fixture(scope="module")
 def templates():
-    from pathlib import Path
-    return templates_from_recording(Path(__file__).parents[1] / "corpus" / "throttled-cleaner-3b")
+    # the bench's own default: a healthy recording (a fault's would bring its own gaps)
+    from bench.fleet_sim import DEFAULT_RECORDING
+    return templates_from_recording(DEFAULT_RECORDING)
 
 
 @pytest.fixture(scope="module")
