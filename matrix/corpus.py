@@ -45,14 +45,17 @@ from pathlib import Path
 from typing import Iterator
 
 from detectors.lost_range import EPOCH_KINDS
+from ingest.request_window_records import STREAMS as REQUEST_WINDOW_STREAMS
 from matrix.fault import finding_dict
 from matrix.score import ScenarioScore, score, states_json
 from matrix.truth import GroundTruth
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 STATE_STREAMS = ("offset_commits", "group_members")
-# Streams the replay rebuilds from the raw broker files with the real agents.
-FROM_RAW = ("request_stages", "log_events", "quarantine")
+# Streams the replay rebuilds from the raw broker files with the real agents: never
+# recorded, and never copied from an older recording that kept them (their windows at the
+# range's ends hold lines outside it, so a copy would count those twice or not at all).
+FROM_RAW = ("request_stages", "log_events", "quarantine", *REQUEST_WINDOW_STREAMS)
 REQUEST_LOG = "kafka-request.log"
 BROKER_LOG_FILES = ("server.log", "controller.log", "state-change.log", "log-cleaner.log")
 STATE_HISTORY_S = 600
@@ -248,6 +251,8 @@ def prepare_replay(spark, config, rec: Recording, root: Path,
     config = replay_config(config, rec, root)
     lake = Lake(config.storage_root)
     for stream_dir in sorted((rec.path / "landing").iterdir()):
+        if stream_dir.name in FROM_RAW:
+            continue
         if stream_dir.name == "broker_metrics":
             copy_detector_metrics(stream_dir, Path(lake.landing(stream_dir.name)))
         else:
