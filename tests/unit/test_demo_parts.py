@@ -431,3 +431,37 @@ def test_a_topic_counts_as_served_once_every_partition_has_a_leader_and_a_timeou
     assert not _topics_served(Admin(md(orders=[1])), topics)
     assert not _topics_served(Admin(md(clicks=[1, 2])), topics)
     assert _topics_served(Admin(md(orders=[1, 2])), topics)
+
+
+def test_the_monitor_yields_the_cpu_to_every_thread_of_its_process_tree():
+    """yield_cpu sets the niceness of a real process, its threads and its children (the
+    Spark JVM's Python workers), and of nothing outside that tree."""
+    import os
+    import subprocess
+    import sys
+
+    from demo.runner import process_tree, yield_cpu
+
+    code = ("import subprocess, sys, threading, time; "
+            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+            "print(c.pid, flush=True); time.sleep(30)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert {parent.pid, child} <= set(process_tree(parent.pid))
+        assert os.getpid() not in process_tree(parent.pid)
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        set_ = yield_cpu(parent.pid, niceness=mine + 3)
+        assert set_ >= 3      # the parent's two threads and the child's one at least
+        for pid in (parent.pid, child):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                assert os.getpriority(os.PRIO_PROCESS, int(tid)) == mine + 3
+        assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+    finally:
+        for pid in process_tree(parent.pid)[::-1]:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        parent.wait()
