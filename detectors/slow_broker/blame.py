@@ -415,7 +415,8 @@ def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
             own = blamed
             blamed = BrokerVerdict(f, slow_follower_attribution(f),
                                    own.api_verdict if own else None,
-                                   slow_apis=own.slow_apis if own else [])
+                                   slow_apis=own.slow_apis if own else [],
+                                   others=[own, *own.others] if own else [])
             brokers[f] = blamed
         blamed.held_back_leaders.append(v.broker)
         blamed.victim_latency_ms = max(blamed.victim_latency_ms, v.api_verdict.latency_ms)

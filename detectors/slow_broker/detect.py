@@ -53,7 +53,12 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Bl
         current = brokers.get(b)
         slow_apis = (current.slow_apis if current else []) + [v.row.api]
         if current is None or _verdict_rank(candidate) < _verdict_rank(current):
+            if current is not None:
+                candidate.others = current.others + [current]
+                current.others = []
             brokers[b] = candidate
+        else:
+            current.others.append(candidate)
         brokers[b].slow_apis = slow_apis
     return brokers
 

@@ -1,9 +1,10 @@
 """Known disruptions explain the slowness they cause, in one table of events: a broker
 out, its warm-up, a leadership handover, replicas created. Each event (`Disruption`,
 `disruptions_from`) is in effect from its start until `Row.graces` x disruption_grace_s
-after its end; `TABLE` says per kind whose verdicts it sets aside (they neither count for persistence nor name
-anyone) and whose own-stage culprits it only makes warning victims (no action, not
-counted toward cluster-wide); `explain` applies it to one window. For every kind alike:
+after its end; `TABLE` says per kind whose verdicts it sets aside (they neither count
+for persistence nor name anyone) and whose own-stage culprits it only makes warning
+victims (no action, not counted toward cluster-wide); `explain` applies it to one window
+(a broker's other slow rows alike). For every kind alike:
 partners are the brokers that share partitions with the subjects (by the follower
 fetches seen so far; every broker when those never showed a subject) and those that took
 leaderships; a broker blamed in the last window before is no victim (its slowness came
@@ -259,7 +260,10 @@ def explain(brokers: Mapping[int, BrokerVerdict], active: Sequence[Disruption],
             else:
                 eligible = any(d.subject == b for d in events)
             if eligible:
-                kept[b] = replace(v, attribution=row.warning(v.attribution, b, active))
+                kept[b] = replace(v, attribution=row.warning(v.attribution, b, active), others=[
+                    replace(o, attribution=row.warning(o.attribution, b, active))
+                    if o.attribution.role is Role.CULPRIT
+                    and o.attribution.cause in OWN_STAGE_CAUSES else o for o in v.others])
                 victims.add(b)
     explained = {d.subject for d in active
                  if {Whose.SUBJECT, Whose.SUBJECT_OWN_STAGES} & set(TABLE[d.kind].explains)}

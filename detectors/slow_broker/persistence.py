@@ -2,14 +2,16 @@
 last persistence_lookback_windows windows hold a verdict for it, the cluster when all of
 them do (it names no broker and no action). One noisy window never fires; a recovered
 broker clears within two windows. The cause a finding names persisted too: the
-strongest that persistence_windows of its windows support, where a window supports its
-own cause, any weaker one, and (when it blames no one) any cause: a broker waiting on a
-slow follower in one window and briefly slow itself in the next is that follower's
-victim, not a culprit; one slow itself and then slow with no one to blame is a culprit."""
+strongest that persistence_windows of its windows support, where a window supports the
+cause of each of the broker's slow rows in it and, when its verdict blames no one, any
+cause. A leader waiting on a slow follower in both windows, and slow itself in one, is
+that follower's victim; one slow itself and then slow with no one to blame is a culprit;
+two windows that disagree on whose fault it is are not yet a finding (a third decides)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Sequence
 
 from core.findings import Detection
@@ -79,20 +81,35 @@ def _rank(v: BrokerVerdict) -> float:
 
 
 def strongest(recent: Sequence[WindowAssessment], broker: int,
-              config: SlowBrokerSection) -> WindowAssessment:
-    """The window whose verdict on `broker` its finding reports: the newest at the
-    strongest rank (`_rank`'s order) that persistence_windows of the windows support (see
-    the module docstring; a verdict counts for the windows it covers). A fault's last
-    window often holds less evidence than those before, and the finding should not end
-    on the vaguer cause; nor name a stronger one than persisted."""
-    held = [(a, _rank(a.brokers[broker]), len(covered_windows(a, broker, config)),
-             a.brokers[broker].attribution.role is Role.UNATTRIBUTED)
-            for a in recent if broker in flagged(a)]
-    ranks = sorted({rank for _, rank, _, _ in held})
+              config: SlowBrokerSection) -> BrokerVerdict | None:
+    """The verdict on `broker` its finding reports: of the strongest rank (`_rank`'s
+    order) that persistence_windows of the windows support (see the module docstring; a
+    verdict counts for the windows it covers), the newest; None when no rank persisted.
+    A fault's last window often holds less evidence than those before, and the finding
+    should not end on the vaguer cause; nor name one that did not persist."""
+    held = []
+    for a in recent:
+        if broker in flagged(a):
+            v = a.brokers[broker]
+            held.append((v, {_rank(x): x for x in (*v.others, v)
+                             if x.attribution.role is not Role.CLIENT},
+                         len(covered_windows(a, broker, config)),
+                         v.attribution.role is Role.UNATTRIBUTED))
+    ranks = sorted({rank for _, verdicts, _, _ in held for rank in verdicts})
     persisted = next((r for r in ranks
-                      if sum(n for _, rank, n, vague in held if rank <= r or vague)
-                      >= config.persistence_windows), ranks[0])
-    return next(a for a, rank, _, _ in reversed(held) if rank == persisted)
+                      if sum(n for _, verdicts, n, vague in held if r in verdicts or vague)
+                      >= config.persistence_windows), None)
+    if persisted is None:
+        return None
+    chosen, verdicts = next((v, verdicts) for v, verdicts, _, _ in reversed(held)
+                            if persisted in verdicts)
+    found = verdicts[persisted]
+    if found is chosen:
+        return chosen
+    # another row's verdict of that window: it reports the broker's slow APIs all the same
+    return replace(found, slow_apis=chosen.slow_apis, others=[],
+                   held_back_leaders=chosen.held_back_leaders,
+                   victim_latency_ms=chosen.victim_latency_ms)
 
 
 def detections_from(assessments: Sequence[WindowAssessment],
@@ -114,7 +131,8 @@ def detections_from(assessments: Sequence[WindowAssessment],
                     detections.append(cluster_wide_detection(
                         by_cw[(cluster, flagged_windows[-1])], flagged_windows, config))
             elif len(flagged_windows) >= config.persistence_windows:
-                detections.append(broker_detection(
-                    cluster, strongest(recent, k, config).brokers[k], flagged_windows,
-                    config))
+                verdict = strongest(recent, k, config)
+                if verdict is not None:
+                    detections.append(broker_detection(cluster, verdict, flagged_windows,
+                                                       config))
     return detections

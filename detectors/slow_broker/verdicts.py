@@ -97,6 +97,8 @@ class BrokerVerdict:
     slow_apis: list[str] = field(default_factory=list)
     held_back_leaders: list[int] = field(default_factory=list)
     victim_latency_ms: float = 0.0         # the worst Produce latency it caused on a leader
+    # its other suspect rows' verdicts in the window (persistence weighs every one)
+    others: list["BrokerVerdict"] = field(default_factory=list)
 
 
 @dataclass

@@ -724,6 +724,34 @@ def test_a_victim_briefly_slow_itself_stays_the_victim():
     assert found(both)["broker:1"] == "network_threads_saturated"
 
 
+def test_windows_that_disagree_on_whose_fault_wait_for_a_third():
+    # starved-handlers-5b live (monitor niced): in the fault's first window leader 1's
+    # Produce waited on follower 3 (its fetches silent ~1 s at every leader); from the
+    # next, leader 1 was slow in its own request queue, its Produce waiting on no follower
+    # in particular. Victim then culprit is no cause yet; the third window decides.
+    brokers, first = (1, 2, 3, 4, 5), LAST - 1
+    fetches = [FollowerFetchWindow("c1", start(w), leader, follower, 40,
+                                   900.0 if w == first and follower == 3 else 5.0)
+               for w in range(LAST + 2) for leader in brokers for follower in brokers
+               if leader != follower]
+    rows = healthy(windows=range(LAST + 2), brokers=brokers)
+    rows = replaced(rows, 1, "Produce", {first}, total=880.0, remote=860.0)
+    rows = replaced(rows, 2, "Produce", {first}, total=880.0, remote=860.0)
+    rows = replaced(rows, 1, "Produce", {LAST, LAST + 1}, total=990.0, rq=380.0,
+                    local=270.0, remote=900.0)
+    rows = replaced(rows, 1, "Fetch", {LAST, LAST + 1}, total=1200.0, rq=850.0,
+                    remote=500.0)
+
+    def found(last):
+        got = [r for r in rows if window_of(r) <= last]
+        return {d.entity: d.cause for d in detect_slow_brokers(
+            got, follower_fetches=[f for f in fetches if window_of(f) <= last],
+            config=CONFIG)}
+
+    assert "broker:1" not in found(LAST)
+    assert found(LAST + 1)["broker:1"] == "request_handlers_saturated"
+
+
 def test_a_named_culprit_is_not_replaced_by_a_newer_unattributed_window():
     # freeze-long-3b live (broker 2 frozen 1.5 s of every 2 s): its finding was
     # slow_follower and leader_replication_stalled, then remote_produce_unknown_follower in

@@ -160,3 +160,19 @@ def test_windows_with_a_broker_out_do_not_count_as_before():
     out = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, CONFIG)
     handover = active_in(events(Kind.LEADERSHIP_HANDOVER), "c1", 100_000, 110_000, CONFIG)
     assert not counts_as_before(out) and counts_as_before(handover) and counts_as_before([])
+
+
+def test_a_victims_other_slow_rows_in_its_own_stages_are_warnings_too():
+    """Persistence weighs every slow row of a window (BrokerVerdict.others): a partner made
+    a victim keeps no own-stage culprit among them, and its wait on a follower stays."""
+    active = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, CONFIG)
+    w = window(culprit(SUBJECT))
+    waits_on_3 = victim_of(4, 3)
+    w[4].others = [culprit(4, SlowBrokerCause.REQUEST_HANDLERS_SATURATED), waits_on_3]
+    x = explain(w, active, replication_waits(BY_LEADER), SEEN, set())
+    assert 4 in x.victims
+    queued, waiting = x.kept[4].others
+    assert (queued.attribution.role, queued.attribution.action,
+            queued.attribution.cause) == (Role.VICTIM, ActionKind.NONE,
+                                          SlowBrokerCause.REQUEST_HANDLERS_SATURATED)
+    assert waiting is waits_on_3
