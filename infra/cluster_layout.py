@@ -29,6 +29,7 @@ replica takes the direct path.
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,10 +114,33 @@ class Routes:
         return bool(self.client_link)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Where free ports are looked for when the kernel's ephemeral range cannot be read.
+EPHEMERAL_DEFAULT = (32768, 60999)
+LOWEST_PORT = 10000
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """The ports the kernel hands out for bind(0) and outgoing connections."""
+    try:
+        lo, hi = (int(x) for x in open(path).read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return EPHEMERAL_DEFAULT
+
+
+def free_port(taken: set[int] = frozenset(), rng: random.Random | None = None) -> int:
+    """A free port outside the kernel's ephemeral range: a node's ports are fixed in its
+    server.properties, and while it is stopped an ephemeral one could be handed to any
+    connection or listener of the host (a Spark result server took a killed broker's
+    client port, and Python then reached the broker instead)."""
+    lo, hi = ephemeral_range()
+    ranges = [r for r in (range(LOWEST_PORT, lo), range(hi + 1, 65536)) if len(r) > 100]
+    rng = rng or random.Random()
+    for _ in range(1000):
+        port = rng.choice(rng.choice(ranges))
+        if port not in taken and port_is_free(port):
+            return port
+    raise ClusterError(f"no free port found outside the ephemeral range {lo}-{hi}")
 
 
 def port_is_free(port: int) -> bool:
@@ -129,17 +153,17 @@ def port_is_free(port: int) -> bool:
 
 
 def allocate_ports(count: int, per_node: int, base: int) -> list[tuple[int, ...]]:
-    """`per_node` ports for each of `count` nodes: free ones (base 0) or base + 100*k + i."""
+    """`per_node` ports for each of `count` nodes: free ones outside the ephemeral range
+    (base 0) or base + 100*k + i."""
     if base == 0:
         taken: set[int] = set()
         out = []
         for _ in range(count):
             group = []
             while len(group) < per_node:
-                p = free_port()
-                if p not in taken:
-                    taken.add(p)
-                    group.append(p)
+                p = free_port(taken)
+                taken.add(p)
+                group.append(p)
             out.append(tuple(group))
         return out
     out = [tuple(base + 100 * k + i for k in range(per_node)) for i in range(count)]
