@@ -128,16 +128,14 @@ def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tup
         return EPHEMERAL_DEFAULT
 
 
-def free_port(taken: set[int] = frozenset(), rng: random.Random | None = None) -> int:
+def free_port(taken: set[int] = frozenset()) -> int:
     """A free port outside the kernel's ephemeral range: a node's ports are fixed in its
     server.properties, and while it is stopped an ephemeral one could be handed to any
-    connection or listener of the host (a Spark result server took a killed broker's
-    client port, and Python then reached the broker instead)."""
+    connection or listener of the host, which the node's clients would then reach."""
     lo, hi = ephemeral_range()
     ranges = [r for r in (range(LOWEST_PORT, lo), range(hi + 1, 65536)) if len(r) > 100]
-    rng = rng or random.Random()
     for _ in range(1000):
-        port = rng.choice(rng.choice(ranges))
+        port = random.choice(random.choice(ranges))
         if port not in taken and port_is_free(port):
             return port
     raise ClusterError(f"no free port found outside the ephemeral range {lo}-{hi}")
