@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench.result_file import machine_header, save
+from infra.procfs import PPID, STIME, UTIME, pids, stat_fields
 
 DEFAULT_SCENARIOS = "freeze-short-5b,slow-link-3b,unclean-noloss-3b"
 
@@ -34,16 +35,10 @@ DEFAULT_SCENARIOS = "freeze-short-5b,slow-link-3b,unclean-noloss-3b"
 def tree_cpu_s() -> float:
     """CPU seconds of this process and its direct children (the Spark driver JVM)."""
     me, tick, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0.0
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue          # gone since listed
-        fields = stat[stat.rfind(")") + 2:].split()
-        if int(p) == me or int(fields[1]) == me:
-            total += (int(fields[11]) + int(fields[12])) / tick
+    for p in pids():
+        fields = stat_fields(p)
+        if fields is not None and (p == me or int(fields[PPID]) == me):
+            total += (int(fields[UTIME]) + int(fields[STIME])) / tick
     return total
 
 

@@ -45,6 +45,7 @@ from demo.outcomes import FaultOutcome, FindingTracker, finding_line
 from demo.preflight import clean_previous, preflight
 from demo.settings import DEMO_CLUSTER, SHORT, DemoSettings, demo_config
 from demo.summary import summary_table, table_width
+from infra.procfs import PPID, pids, stat_fields
 from kmon.config import Config
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,10 @@ MONITOR_NICENESS = 10
 def process_tree(root: int) -> list[int]:
     """`root` and every process descended from it (by /proc/<pid>/stat's parent)."""
     parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    for pid in pids():
+        fields = stat_fields(pid)
+        if fields is not None:         # gone since listed otherwise
+            parents[pid] = int(fields[PPID])
     tree, frontier = [root], [root]
     while frontier:
         children = [pid for pid, ppid in parents.items() if ppid in frontier]

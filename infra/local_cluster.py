@@ -51,6 +51,7 @@ from core.config_keys import ConfigError
 from infra.cluster_layout import (ClusterError, Node, Routes, allocate_ports, node_properties,
                                   node_roles)
 from infra.jvm_deps import JvmDeps, JvmSection
+from infra.procfs import STATE, stat_fields
 
 __all__ = ["ClusterError", "LocalCluster", "LocalClusterSection", "Node", "Routes"]
 
@@ -97,13 +98,8 @@ RESOURCES = Path(__file__).parent / "resources"
 
 def _proc_state(pid: int | None) -> str | None:
     """The state letter from /proc/<pid>/stat (R, S, T, Z, ...), None if there is no such pid."""
-    if not pid:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
+    fields = stat_fields(pid) if pid else None
+    return fields[STATE] if fields else None
 
 
 def _pid_alive(pid: int | None) -> bool:
