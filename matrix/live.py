@@ -29,6 +29,7 @@ from demo.faults.base import FaultRun
 from demo.outcomes import FaultOutcome
 from demo.runner import LiveDemo
 from demo.settings import DemoSettings
+from jobs.pipeline import PipelineFailed
 from matrix.corpus import CORPUS_DIR, record
 from matrix.fault import finding_dict
 from matrix.scenarios import Scenario, Topology
@@ -86,6 +87,7 @@ class MatrixSession(LiveDemo):
         self.results: list[ScenarioResult] = []
         self.healed_ms = 0
         self.unhealed: str | None = None     # why the last heal failed, if it did
+        self.pipeline_failed: str | None = None   # why the monitor's pipeline stopped
 
     def cluster_step(self) -> str:
         return f"starting a real Kafka cluster (KRaft): {self.topology.describe()}"
@@ -124,6 +126,13 @@ class MatrixSession(LiveDemo):
                     self.p.note(f"--- scenario {i}/{len(self.scenarios)}: {s.name}: "
                                 f"{s.summary} ---")
                     r = self.run_scenario(s, fault)
+                    if self.pipeline_failed:
+                        # The detectors saw nothing from then on: no try of theirs, so not
+                        # scored; a --resume runs it and the rest with a fresh monitor.
+                        self.p.note(f"{s.name}: the monitor's pipeline stopped "
+                                    f"({self.pipeline_failed}); not scored, stopping here, "
+                                    "--resume runs the rest")
+                        break
                     if self.stop.is_set():
                         # Stopped (Ctrl-C) mid-scenario: its waits ended early, so its
                         # score would be a false failure; left out, a --resume runs it.
@@ -163,6 +172,10 @@ class MatrixSession(LiveDemo):
                 self.stop.wait(1.0)
             self.p.note(f"watching {fault.observe_s:.0f} s more for unexplained findings")
             self.stop.wait(fault.observe_s)
+        except PipelineFailed as e:
+            log.exception("the monitor's pipeline stopped during scenario %s", s.name)
+            self.pipeline_failed = str(e).splitlines()[0][:300]
+            error = f"PipelineFailed: {self.pipeline_failed}"
         except Exception as e:  # noqa: BLE001 - score it as not caused, go on
             log.exception("scenario %s failed", s.name)
             error = f"{type(e).__name__}: {e}"
