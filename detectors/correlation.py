@@ -13,8 +13,9 @@ Two chains are known:
 
 Algorithm. Each rule below says whether finding A can have caused finding B; both must be
 in the same cluster and B must start no earlier than clock_skew_s before A (early_s when
-A is a meter-only election, stamped by a scrape) and no later than chain_window_s after it (slow_follower_window_s of overlap for the slow-follower rule).
-Partitions are matched on the topic and partition in the evidence (every partition-level
+A is a meter-only election, stamped by a scrape) and no later than chain_window_s after it
+(slow_follower_window_s of overlap for the slow-follower rule). Partitions are matched on
+the topic and partition in the evidence (every partition-level
 detector puts them there), groups on the evidence group. Linked findings form
 incidents (connected components). The root of an incident is a finding nothing else in
 it caused, the earliest such (then the worst type); its finding_id becomes every member's

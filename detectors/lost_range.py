@@ -15,8 +15,9 @@ algorithm:
      leader's own truncation after the election (it truncates to exactly that point when
      it comes back: the most direct evidence); else the new leader's own "Leader <tp> ...
      starts at leader epoch <elected> from offset O" (its log end as it took over); else
-     the lowest truncation below a logged high watermark; else the lowest truncation of the partition after the election; else
-     the first end offset observed after the election (an upper bound: new writes may
+     the lowest truncation below a logged high watermark; else the lowest truncation of the
+     partition after the election; else the first end offset observed after the election (an
+     upper bound: new writes may
      already be in it).
    - lost_until, the high watermark before the election: the highest "below high
      watermark M" of the truncation lines; else, when the old leader came back as a

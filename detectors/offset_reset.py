@@ -12,8 +12,9 @@ so `is_admin_commit`, which the rewind rules use too, is defined here. Both read
 
 Resets. Client reset lines (after `pair_reset_events`) become offset_reset findings
 unless benign (reason no_committed_offset: a new group; an application's seek; or an
-unexplained reset of a partition the group had never committed). A reset forward skips messages the group never
-read: skipped = to - from (possible loss); a reset backward re-reads. An empty group's
+unexplained reset of a partition the group had never committed). A reset forward skips
+messages the group never read: skipped = to - from (possible loss); a reset backward
+re-reads. An empty group's
 forward commit (an operator's reset to latest or to a later offset) is an offset_reset
 too: cause operator_reset_forward.
 

@@ -47,7 +47,8 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("slow_broker", "slow_broker", {
         **_STAGE_READS, "follower_fetches": "follower_fetches", "isr_shrinks": "isr_shrinks",
         "baselines": "baselines", "outages": "broker_outages",
-        "replica_starts": "replica_starts"}, detect_slow_brokers),
+        "replica_starts": "replica_starts", "held_requests": "held_requests"},
+        detect_slow_brokers),
     Detector("slow_client", "slow_broker", {
         **_STAGE_READS, "client_rtts": "client_rtts", "producer_times": "producer_times",
         "outages": "broker_outages", "replica_starts": "replica_starts"},

@@ -157,7 +157,7 @@ class Committer:
                                        else None),
                 "previous_client_id": (self.previous_line.client_id if self.previous_line
                                        else None),
-                "retries_commit_ms": self.retried.request_ms if self.retried else None}
+                "earlier_commit_ms": self.retried.request_ms if self.retried else None}
 
 
 def requests_by_group(requests: Iterable[CommitRequest]) -> dict[tuple[str, str],

@@ -53,8 +53,8 @@ its broker went down, which a 4.x controller elects from the last known ELR and 
 unclean: detectors/lost_range.py), the cause is last_in_sync_replica_elected and the
 range is judged against its own log end.
 An end offset sampled after the election equal to the last one before it (no writes in
-between) counts as an empty range; one past it leaves the start unknown (new writes). Unfixable: lost data cannot
-be brought back by kmon; every finding here suggests page_human.
+between) counts as an empty range; one past it leaves the start unknown (new writes).
+Unfixable: lost data cannot be brought back by kmon; every finding here suggests page_human.
 
 Config keys ([unclean_election] section, `UncleanElectionSection`):
 

@@ -127,7 +127,8 @@ def ensure_anomalies_table(spark: SparkSession, path: str) -> None:
          .partitionBy("date").save(path))
 
 
-def read_findings(spark: SparkSession, path: str, now_ms: int, config: DetectionConfig) -> list[Finding]:
+def read_findings(spark: SparkSession, path: str, now_ms: int,
+                  config: DetectionConfig) -> list[Finding]:
     """The findings an evaluation at now_ms starts from: open ones, and those resolved
     within the correlation window (correlation may still link them), first seen by now
     (a replay over a range already evaluated sees the table as it was). The same rule as
@@ -145,7 +146,8 @@ def read_findings(spark: SparkSession, path: str, now_ms: int, config: Detection
     return [Finding.from_row(r.asDict()) for r in rows]
 
 
-def carried_findings(findings: Iterable[Finding], now_ms: int, config: DetectionConfig) -> list[Finding]:
+def carried_findings(findings: Iterable[Finding], now_ms: int,
+                     config: DetectionConfig) -> list[Finding]:
     """What `read_findings` would read at now_ms from a table whose rows are `findings`
     (an evaluation's result, all of it written): the detector query starts each
     evaluation from the last one's result instead of reading gold.anomalies again."""

@@ -15,7 +15,8 @@ names the table.
 
 One query per evaluation that has such detections (none otherwise; DuckDB over
 infra/lake_sql.py): the detections' (cluster, broker, API, span) filters in one read, the
-top `limit` per detection by a window function. Quorum (controller-listener) traffic is left out, as in the rule.
+top `limit` per detection by a window function. Quorum (controller-listener) traffic is left
+out, as in the rule.
 """
 
 from __future__ import annotations

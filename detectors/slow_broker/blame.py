@@ -17,7 +17,8 @@ from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from core.findings import ActionKind, Severity, broker_entity
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
+from detectors.slow_broker.inputs import (OWN_STAGES, ClientSendWindow, FollowerFetchWindow,
+                                          IsrShrink)
 from detectors.slow_broker import rules
 from detectors.slow_broker.rules import MIN_REFERENCE_MS
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
@@ -244,8 +245,6 @@ def leader_blames(w: Waits, config: SlowBrokerSection) -> Callable[[int], Blame]
 # Requests whose Remote time waits for the followers to copy a write (acks=all): Produce,
 # and the offset commits the group coordinator appends to __consumer_offsets.
 REPLICATED_WRITE_APIS = frozenset({"Produce", "OffsetCommit", "TxnOffsetCommit"})
-# A broker's own stages: slow there, the broker (or its host) is slow.
-OWN_STAGES = ("request_queue", "local", "response_queue")
 _SELF_CAUSES = {
     "request_queue": (SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
                       "requests wait for a free request handler thread (CPU or handler "

@@ -18,12 +18,13 @@ from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_before,
                                                disruptions_from, explain, not_named_by_margin)
 from detectors.slow_broker.handovers import ReplicaStart
-from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, IsrShrink,
-                                          LatencyBaseline, RequestStageWindow)
+from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, HeldRequest,
+                                          IsrShrink, LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import History, enough_traffic, judge_rows
 # The read side reads as many minutes for the external baseline.
 from detectors.slow_broker.rules import MIN_HISTORY_WINDOWS  # noqa: F401
+from detectors.slow_broker.stalls import Holds, set_aside_shared_stalls
 from detectors.slow_broker.verdicts import (BLAMED_ROLES, ROLE_ORDER, ApiVerdict, BrokerVerdict,
                                             WindowAssessment)
 
@@ -75,6 +76,7 @@ class WindowInputs:
     active: Sequence[Disruption] = ()             # the known disruptions in effect
     followers_seen: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     blamed_before: AbstractSet[int] = frozenset()  # blamed in the last window before them
+    holds: Holds | None = None                   # the cluster's held requests (rule 6b)
 
 
 def assess_window(w: WindowInputs, history: History,
@@ -82,29 +84,34 @@ def assess_window(w: WindowInputs, history: History,
     """Judge one window, the watched APIs' rows only, in this order: rules 1-5 on each
     row (rules.judge_rows); 6, blame (blame.py), which needs every broker's rows and the
     replication waits, and whose follower evidence lowers the bars of rules 2 and 4
-    (2b, 4b); 7, the known disruptions (disruptions.py); 8, cluster-wide, which needs
-    blame (a follower that slows every leader is one broker's fault) and the
-    disruptions (what they explain is no one's). Persistence comes after, over the
-    windows (`detect_slow_brokers`)."""
+    (2b, 4b), after a stall the brokers share is set aside (6b, stalls.py); 7, the known
+    disruptions (disruptions.py); 8, cluster-wide, which needs blame (a follower that slows
+    every leader is one broker's fault) and the disruptions (what they explain is no
+    one's), and counts 6b's shared stalls (a stall over the threshold on most brokers is
+    the cluster's). Persistence comes after, over the windows (`detect_slow_brokers`)."""
     watched = frozenset(cfg.watched_apis)
     rows = [r for r in w.rows if r.api in watched]
     blame_of = leader_blames(w.waits, cfg)
-    verdicts = corroborated_by_follower(judge_rows(rows, history, w.external, cfg), blame_of,
-                                        cfg)
+    with_traffic = {r.broker for r in rows
+                    if enough_traffic(r.requests, cfg.min_requests_per_window)}
+    verdicts = set_aside_shared_stalls(corroborated_by_follower(
+        judge_rows(rows, history, w.external, cfg), blame_of, cfg), w.holds, with_traffic, cfg)
     brokers = broker_verdicts(verdicts, blame_of, w.sends, cfg)
     blame_slow_followers(brokers)
     x = explain(brokers, w.active, w.waits, w.followers_seen, set(w.blamed_before))
     brokers = x.kept
-    with_traffic = {r.broker for r in rows
-                    if enough_traffic(r.requests, cfg.min_requests_per_window)}
     blamed_set = {b for b, v in brokers.items() if v.attribution.role in BLAMED_ROLES}
     quiet = quiet_but_slow(verdicts, x.own_stages_explained, cfg) - blamed_set
-    wide = is_cluster_wide(blamed_set | quiet, with_traffic | blamed_set | quiet, cfg)
+    shared = {v.row.broker for v in verdicts if v.shared_stall} - x.own_stages_explained
+    shared -= blamed_set | quiet
+    slow = blamed_set | quiet | shared
+    wide = is_cluster_wide(slow, with_traffic | slow, cfg)
     history.remember(verdicts)
     return WindowAssessment(cluster=w.cluster, window_start_ms=w.window_start_ms,
                             api_verdicts=verdicts, brokers=brokers,
                             brokers_with_traffic=with_traffic, blamed=blamed_set,
-                            cluster_wide=wide, excused=x.set_aside, quiet_slow=quiet)
+                            cluster_wide=wide, excused=x.set_aside, quiet_slow=quiet,
+                            shared_stall=shared)
 
 
 Windowed = TypeVar("Windowed")
@@ -136,6 +143,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    baselines: Iterable[LatencyBaseline] = (),
                    outages: Sequence[BrokerOutage] = (),
                    replica_starts: Sequence[ReplicaStart] = (),
+                   held_requests: Iterable[HeldRequest] = (),
                    config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
     """Every window of the input, oldest first, per cluster (see `assess_window`)."""
     config = config or SlowBrokerSection()
@@ -148,6 +156,10 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, b.api)] = b.p99_ms
+    held_by_cluster: dict[str, list[HeldRequest]] = defaultdict(list)
+    for h in held_requests:
+        held_by_cluster[h.cluster].append(h)
+    holds = {cluster: Holds(held) for cluster, held in held_by_cluster.items()}
 
     disruptions = disruptions_from(outages, replica_starts)
     out = []
@@ -168,7 +180,7 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         a = assess_window(WindowInputs(
             cluster, start, window_rows, waits, external_by_cluster[cluster],
             sends_by_cw.get((cluster, start), []), active, last_seen[cluster],
-            blamed_before[cluster]), histories[cluster], config)
+            blamed_before[cluster], holds.get(cluster)), histories[cluster], config)
         if counts_as_before(active):
             blamed_before[cluster] = set(a.blamed)
         out.append(a)

@@ -103,14 +103,17 @@ def cluster_wide_detection(a: WindowAssessment, flagged: list[int],
         lats = [v.latency_ms for v in a.api_verdicts if v.row.api == api and v.enough_traffic]
         medians[api] = _round(statistics.median(lats))
     stage = stages.most_common(1)[0][0] if stages else None
-    slow = a.blamed | a.quiet_slow
+    slow = a.blamed | a.quiet_slow | a.shared_stall
     judged = a.brokers_with_traffic | slow
     share = len(slow) / max(1, len(judged))
-    quiet = f" ({len(a.quiet_slow)} of them too quiet to judge alone)" if a.quiet_slow else ""
+    quiet = "".join(f" ({len(who)} of them {what})" for who, what in (
+        (a.quiet_slow, "too quiet to judge alone"),
+        (a.shared_stall, "held at the same instants as the others")) if who)
     return finding(
         a.cluster, flagged, config,
         {"brokers_blamed": sorted(a.blamed)[:100], "brokers_blamed_count": len(a.blamed),
          "brokers_slow_but_quiet": sorted(a.quiet_slow)[:100],
+         "brokers_in_shared_stalls": sorted(a.shared_stall)[:100],
          "brokers_with_traffic": len(a.brokers_with_traffic), "share": _round(share),
          "causes": dict(causes), "dominant_stage": stage, "median_latency_ms_by_api": medians},
         type=AnomalyType.CLUSTER_WIDE_SLOWNESS, severity=Severity.HIGH,

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
 # The stages a broker spends its own time in when its API waits in Remote on purpose.
 STAGES_OUTSIDE_REMOTE = tuple(s for s in STAGES if s != "remote")
+# A broker's own stages: slow there, the broker (or its host) is slow.
+OWN_STAGES = ("request_queue", "local", "response_queue")
 STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",
                "throttle": "Throttle", "response_queue": "ResponseQueue", "send": "ResponseSend"}
 _P99_FIELD = {s: f"{s}_p99_ms" for s in STAGES}
@@ -88,3 +90,19 @@ class LatencyBaseline:
     broker: int
     api: str
     p99_ms: float
+
+
+@dataclass(frozen=True)
+class HeldRequest:
+    """A request the edge kept whole that its broker held in its own stages (OWN_STAGES,
+    summed) for `held_ms`; it ended at `end_ms` after `total_ms`."""
+    cluster: str
+    broker: int
+    api: str
+    end_ms: int
+    total_ms: float
+    held_ms: float
+
+    @property
+    def start_ms(self) -> float:
+        return self.end_ms - self.total_ms

@@ -179,9 +179,10 @@ class History:
                         self.quiet.get(key, []), floor)
 
     def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
-        """Keep the window's non-suspect latencies (quiet ones over the threshold too)."""
+        """Keep the window's non-suspect latencies (quiet ones over the threshold too; not
+        a shared stall's, which is no usual latency)."""
         for v in verdicts:
-            if v.suspect:
+            if v.suspect or v.shared_stall:
                 continue
             key = (v.row.broker, v.row.api)
             if v.enough_traffic and v.pooled_windows == 1:

@@ -71,10 +71,12 @@ class ApiVerdict:
     # rule 2 may be judged on, and whether the follower it waits on is late elsewhere.
     follower_corroborated: bool = False
     quiet_pool: tuple[int, int, float] | None = None
+    # Rule 6b (stalls.py): held in its own stages at instants the other brokers were too.
+    shared_stall: bool = False
 
     @property
     def suspect(self) -> bool:
-        return self.enough_traffic and self.over_threshold and (
+        return self.enough_traffic and self.over_threshold and not self.shared_stall and (
             self.slow_vs_history or self.slow_vs_peers or self.follower_corroborated)
 
 
@@ -112,3 +114,4 @@ class WindowAssessment:
     cluster_wide: bool
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)  # by a disruption
     quiet_slow: set[int] = field(default_factory=set)  # blame.quiet_but_slow
+    shared_stall: set[int] = field(default_factory=set)  # stalls.py: slow, shared

@@ -58,6 +58,7 @@ from detectors.partition_signals import (
 from detectors.slow_broker import (
     ClientSendWindow,
     FollowerFetchWindow,
+    HeldRequest,
     IsrShrink,
     LatencyBaseline,
     ReplicaStart,
@@ -73,6 +74,7 @@ from infra.lake_sql import LakeSql
 from evaluation.config import DetectionConfig
 from evaluation.inputs.client_rtts import read_client_rtts
 from evaluation.inputs.request_windows import (
+    read_held_requests,
     read_window_baselines,
     read_window_client_sends,
     read_window_follower_windows,
@@ -179,6 +181,7 @@ class DetectorInputs:
     broker_outages: list[BrokerOutage] = field(default_factory=list)
     replica_starts: list[ReplicaStart] = field(default_factory=list)
     client_sends: list[ClientSendWindow] = field(default_factory=list)
+    held_requests: list[HeldRequest] = field(default_factory=list)
     client_rtts: list[ClientRttWindow] = field(default_factory=list)
     producer_times: list[ProducerServerWindow] = field(default_factory=list)
     commits: list[OffsetCommit] = field(default_factory=list)
@@ -290,14 +293,15 @@ class _Reading:
         return self.config.unclean_election.meter_match_window_s
 
     def by_window(self, name: str, read: Callable[[TimeRange], list[T]],
-                  stream: str | None = None) -> list[T]:
+                  stream: str | None = None, **cached) -> list[T]:
         """`read(r)` of a per-window read, timed; with the detector query's cache, the
         older windows from its last read and only the newest read again (window_cache.py;
-        `stream`, the silver stream read, for what silver says it wrote since)."""
+        `stream`, the silver stream read, for what silver says it wrote since; `cached`,
+        WindowReadCache.read's other options)."""
         if self.window_cache is None:
             return self.out.timed(name, lambda: read(self.r))
         return self.out.timed(name, lambda: self.window_cache.read(
-            name, self.r, self.config.slow_broker.window_ms, read, stream=stream))
+            name, self.r, self.config.slow_broker.window_ms, read, stream=stream, **cached))
 
     def side_by_side(self, *reads: Callable[[], None]) -> None:
         """Two reads of one chain at once (when parallelism allows)."""
@@ -306,8 +310,9 @@ class _Reading:
 
 def _request_stage_chain(x: _Reading) -> None:
     """The request windows: the stage windows (then the clients' sends) beside the follower
-    fetches (and the replicas' sends). With the detector query's cache, each read reads
-    only its newest windows (window_cache.py)."""
+    fetches (and the replicas' sends, then the requests kept whole that the brokers held).
+    With the detector query's cache, each read reads only its newest windows
+    (window_cache.py)."""
     sb = x.config.slow_broker
     clients: list[ClientSendWindow] = []
 
@@ -323,6 +328,8 @@ def _request_stage_chain(x: _Reading) -> None:
             x.sql, sb, sub), stream="follower_fetch_windows")
         x.out.follower_fetches = [w for w in both if isinstance(w, FollowerFetchWindow)]
         clients.extend(w for w in both if isinstance(w, ClientSendWindow))
+        x.out.held_requests = x.by_window("held_requests", lambda sub: read_held_requests(
+            x.sql, sb, sub), stream="request_exemplars", time_of=lambda h: h.end_ms)
 
     x.side_by_side(stage_windows, window_followers)
     x.out.client_sends = clients

@@ -25,7 +25,8 @@ stamped with its broker's last scrape in it). At most compacted replicas x (wind
 + 3) rows reach the driver: ~18,600 for __consumer_offsets' 50 partitions at replication
 factor 3 over 2 h, whatever the scrape interval. The read scans the window's
 silver.broker_metrics files (date partitions skip the other days) at every evaluation
-that the window cache does not answer (window_cache.py). Cleaner runs are few (one per cleaned log per pass).
+that the window cache does not answer (window_cache.py). Cleaner runs are few (one per
+cleaned log per pass).
 
 A minute is coarse against a topic that promises compaction within a minute or two
 (max.compaction.lag.ms L): rule 5c's span is L (a minute at least) plus two backoffs,

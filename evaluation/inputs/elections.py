@@ -56,8 +56,9 @@ def dedupe_elections(rows: Iterable[Line], topics: Mapping[tuple[str, str], str]
     unclean election" (topic id only, no epoch) and, from 3.9, "Triggering unclean leader
     election" (no leaders, no epoch). The first two name the last known ELR (4.x). Lines
     are one election when they name the same partition and either the same leader epoch,
-    or no epoch and fall within merge_window_ms of a line of that election. A line whose topic cannot be resolved from
-    its topic id is dropped (logged). The earliest line's time is the election's; leaders
+    or no epoch and fall within merge_window_ms of a line of that election. A line whose
+    topic cannot be resolved from its topic id is dropped (logged). The earliest line's time
+    is the election's; leaders
     and epoch come from whichever line gives them.
     """
     out: list[UncleanElection] = []

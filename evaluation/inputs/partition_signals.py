@@ -145,7 +145,8 @@ def read_commit_requests(sql: LakeSql, r: TimeRange,
     """The OffsetCommit request-log lines of the given (cluster, group)s in the range, one
     per committed partition (a line naming its topic by id only is left out)."""
     wanted = sorted(set(groups))
-    ds = sql.dataset("silver", "request_stages", start_ms=r.start_ms, end_ms=r.end_ms) if wanted else None
+    ds = (sql.dataset("silver", "request_stages", start_ms=r.start_ms, end_ms=r.end_ms)
+          if wanted else None)
     if ds is None or "committed" not in ds.schema.names:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)
@@ -419,7 +420,8 @@ def read_memberships(sql: LakeSql, r: TimeRange,
 def read_partition_offsets(sql: LakeSql, r: TimeRange,
                            partitions: Iterable[tuple[str, str, int]]) -> list[PartitionOffsets]:
     tps = sorted(set(partitions))
-    ds = sql.dataset("silver", "partition_offsets", start_ms=r.start_ms, end_ms=r.end_ms) if tps else None
+    ds = (sql.dataset("silver", "partition_offsets", start_ms=r.start_ms, end_ms=r.end_ms)
+          if tps else None)
     if ds is None:
         return []
     where, params = range_sql(r.start_ms, r.end_ms)

@@ -16,8 +16,9 @@ them (evaluation/inputs/histograms.py).
   range whose end is at or before the range end counts; a late delta adds to it later.
 - `LatencyBaseline` over the BASELINE_HISTORY_S before the range: the median of the
   minutes' latency per broker and API, minutes with enough requests. The minutes come
-  from gold.request_stages_1m as far as it holds them (its total_excl_remote_p99_ms is the own time's p99 from the
-  histograms), the newer ones (gold is final about request_windows' lateness after a
+  from gold.request_stages_1m as far as it holds them (its total_excl_remote_p99_ms is the
+  own time's p99 from the histograms), the newer ones (gold is final about request_windows'
+  lateness after a
   minute; at the start, all of them) from a merge of silver.request_windows per broker,
   API and minute. The two give the same minute (the same histograms merged), so the hour
   costs 60 gold rows per broker and API plus a few minutes of silver, not 360 windows.
@@ -34,11 +35,16 @@ them (evaluation/inputs/histograms.py).
   they are few. The replicas' rows and the `FollowerFetchWindow`s
   come from one read and merge of follower_fetch_windows (`read_window_follower_windows`).
 - `ProducerServerWindow` <- silver.client_send_windows, Produce rows of the producers
-  with round trips (client_rtts.py; the slow-link rule's own-request times): per window, broker and client, every Produce key
-  and emission merged, the requests, the TotalTime p50 and p99 of the merged histogram
+  with round trips (client_rtts.py; the slow-link rule's own-request times): per window,
+  broker and client, every Produce key and emission merged, the requests, the TotalTime p50
+  and p99 of the merged histogram
   and the share of the requests that followed another on their connection that had
   waited in the socket (counted at the edge, QUEUED_GAP_MS). A producer folded into the
   edge's "other" row has none: the rule then takes the broker's TP99 for it.
+- `HeldRequest` <- silver.request_exemplars (the requests the edge kept whole), every API,
+  controller-listener traffic left out: those its broker held in its own stages at least
+  the lowest watched threshold / peer_ratio, the least hold rule 6b
+  (detectors/slow_broker/stalls.py) can count.
 """
 
 from __future__ import annotations
@@ -52,12 +58,14 @@ from core.signals_sql import in_names_sql, in_purgatory_sql, threshold_case_sql
 from detectors.slow_broker import (
     ClientSendWindow,
     FollowerFetchWindow,
+    HeldRequest,
     LatencyBaseline,
     RequestStageWindow,
     SlowBrokerSection,
 )
 from detectors.slow_client import ProducerServerWindow
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
+from detectors.slow_broker.inputs import OWN_STAGES
 from infra.lake_sql import LakeSql, marks, range_sql, utc_date
 from evaluation.inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
 from evaluation.inputs.histograms import first_bucket_at_or_over, merged_rows, valued
@@ -243,3 +251,22 @@ def producer_windows_from(rows: Iterable) -> list[ProducerServerWindow]:
                                  queued_share=(x["queued"] / x["followed"] if x["followed"]
                                                else None))
             for x in sorted_rows(rows, ("cluster", "window_start_ms", "broker", "client_id"))]
+
+
+def read_held_requests(sql: LakeSql, config: SlowBrokerSection,
+                       r: TimeRange) -> list[HeldRequest]:
+    """The requests kept whole in the range that their brokers held in their own stages
+    at least the least hold rule 6b counts (module docstring), in the order they ended."""
+    ds = sql.dataset("silver", "request_exemplars", start_ms=r.start_ms, end_ms=r.end_ms)
+    if ds is None:
+        return []
+    floor = min(threshold_for(api, config.threshold_ms, config.api_threshold_ms)
+                for api in config.watched_apis) / config.peer_ratio
+    held = " + ".join(f"coalesce({s}_ms, 0)" for s in OWN_STAGES)
+    where, params = range_sql(r.start_ms, r.end_ms)
+    rows = sql.rows(
+        f"SELECT cluster, broker, api, ts_ms, total_ms, {held} AS held_ms FROM t "
+        f"WHERE {where} AND NOT coalesce(is_controller_traffic, false) AND {held} >= ? "
+        "ORDER BY cluster, ts_ms, broker", [*params, floor], t=ds)
+    return [HeldRequest(x["cluster"], int(x["broker"]), x["api"], int(x["ts_ms"]),
+                        float(x["total_ms"] or 0.0), float(x["held_ms"])) for x in rows]

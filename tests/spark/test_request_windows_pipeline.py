@@ -410,14 +410,57 @@ def test_one_read_of_the_follower_windows_gives_the_fetches_and_the_replicas_sen
     assert sum(x.slow_requests for x in replicas.values()) > 0
 
 
+def test_held_requests_are_the_kept_lines_held_in_their_brokers_own_stages(lake, kmon_config):
+    """read_held_requests gives the requests kept whole that their brokers held in their
+    own stages (RequestQueue + Local + ResponseQueue) at least the lowest watched
+    threshold / peer_ratio: each is a raw line's, and every line over the exemplar
+    threshold that was held that long is there (the edge keeps those whole, up to its cap
+    per key and window)."""
+    from collections import Counter
+
+    from core.signals import judged_ms
+    from infra.lake import Lake
+    from infra.lake_sql import LakeSql
+    from evaluation.inputs.request_windows import read_held_requests
+    from evaluation.inputs.tables import TimeRange
+
+    root, _ = lake
+    sb = dataclasses.replace(kmon_config.slow_broker, threshold_ms=30.0, api_threshold_ms={},
+                             peer_ratio=3.0)
+    lines = {}
+    for b, r in _client_lines(recordings(names=[RECORDING])[0].path):
+        own = r["request_queue_ms"] + r["local_ms"] + r["response_queue_ms"]
+        lines.setdefault((b, r["ts_ms"], round(r["total_ms"], 3)), []).append((own, r))
+    start = min(ts for _, ts, _ in lines)
+    got = read_held_requests(LakeSql(Lake(root)), sb, TimeRange(start, max(
+        ts for _, ts, _ in lines) + 1))
+    assert got and [h.end_ms for h in got] == sorted(h.end_ms for h in got)
+    for h in got:
+        assert h.held_ms >= 10.0
+        assert any(abs(own - h.held_ms) < 0.01 and r["api"] == h.api
+                   for own, r in lines[(h.broker, h.end_ms, round(h.total_ms, 3))]), h
+    found = {(h.broker, h.end_ms, round(h.total_ms, 3)) for h in got}
+    over = {(k, r["api"]) for k, xs in lines.items() for _, r in xs if judged_ms(
+        r["api"], r["total_ms"], r["remote_ms"]) >= kmon_config.request_log.exemplar_slow_ms}
+    # the edge keeps exemplar_slow_cap of them per key and window (a sample past it): the
+    # broker/API/windows with no more than that many keep them all
+    per_window = Counter((k[0], api, k[1] // 10_000) for k, api in over)
+    slow = {k for k, api in over if per_window[(k[0], api, k[1] // 10_000)]
+            <= kmon_config.request_log.exemplar_slow_cap and any(
+                own >= 10.0 for own, _ in lines[k])}
+    assert len(slow) > 100 and slow <= found
+
+
 def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, kmon_config):
     """The live detector reads only the newest windows again and keeps the older ones
     (evaluation/inputs/window_cache.py): step by step over the recording, as the
-    detector query evaluates, each of the three window reads through the cache gives the
-    same rows as reading the whole range, while reading about 60 s of the 300."""
+    detector query evaluates, each of the four window reads through the cache gives the
+    same rows as reading the whole range, while reading about 60 s of the 300 (the held
+    requests by their own end time)."""
     from infra.lake import Lake
     from infra.lake_sql import LakeSql
-    from evaluation.inputs.request_windows import (read_window_client_sends,
+    from evaluation.inputs.request_windows import (read_held_requests,
+                                                      read_window_client_sends,
                                                       read_window_follower_windows,
                                                       read_window_stage_windows)
     from evaluation.inputs.tables import TimeRange
@@ -429,7 +472,7 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
     cache = WindowReadCache(reread_s=60)
     sql = LakeSql(Lake(root))
     reads = {"stage_windows": read_window_stage_windows, "client_sends": read_window_client_sends,
-             "follower_windows": read_window_follower_windows}
+             "follower_windows": read_window_follower_windows, "held": read_held_requests}
     first = (min(ts) + max(ts)) // 2 // 10_000 * 10_000 + 3_000
     now, seen = first, 0
     while now <= first + 100_000:
@@ -437,7 +480,8 @@ def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, k
         for name, read in reads.items():
             def whole(sub, read=read):
                 return read(sql, sb, sub)
-            got = cache.read(name, r, sb.window_ms, whole)
+            got = cache.read(name, r, sb.window_ms, whole,
+                             **({"time_of": lambda h: h.end_ms} if name == "held" else {}))
             want = whole(r)
             assert sorted(map(repr, got)) == sorted(map(repr, want)), (name, now)
             seen += len(want)

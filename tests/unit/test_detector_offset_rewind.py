@@ -138,7 +138,7 @@ def scenarios():
                           "generation": 4, "request_ms": at(300) + 40, "broker": 1,
                           "own_last_offset": None, "group_newest_generation": 3,
                           "previous_member_id": "m-live", "previous_client_id": "billing-1",
-                          "retries_commit_ms": None}}})
+                          "earlier_commit_ms": None}}})
 
     # The same commit with no request log (or its line not found): a member committed an
     # older offset, and nothing says whether it sought back or was stale.
@@ -190,7 +190,7 @@ def scenarios():
             "committer": {"client_id": "billing-1", "member_id": "m-live", "generation": 3,
                           "request_ms": at(300) + 40, "broker": 1, "own_last_offset": 5000,
                           "group_newest_generation": 3, "previous_member_id": "m-live",
-                          "previous_client_id": "billing-1", "retries_commit_ms": None}}})
+                          "previous_client_id": "billing-1", "earlier_commit_ms": None}}})
 
     # Seen in the live matrix (coordinator-failover-3b): a partition leader died; the
     # coordinator appended the member's commit of 5000 at 240 s but its replication timed
@@ -222,7 +222,7 @@ def scenarios():
                           "request_ms": at(249.38), "broker": 1, "own_last_offset": 5010,
                           "group_newest_generation": 3, "previous_member_id": "m-live",
                           "previous_client_id": "billing-1",
-                          "retries_commit_ms": at(245.006)}}})
+                          "earlier_commit_ms": at(245.006)}}})
 
     # A commit sent between the member's last two positions lands after the newer one
     # (5005 after 5010), and the next commit puts 5010 back: a reordered commit. Judged
@@ -320,7 +320,7 @@ def scenarios():
                           "request_ms": at(458.265) + 40, "broker": 1,
                           "own_last_offset": 8521, "group_newest_generation": 3,
                           "previous_member_id": "m-live", "previous_client_id": "billing-1",
-                          "retries_commit_ms": at(457.919)}}})
+                          "earlier_commit_ms": at(457.919)}}})
 
     # Seen in the live matrix (throttled-cleaner-3b, a __consumer_offsets follower killed):
     # the coordinator held the member's commits 4-6 s each, waiting on it, and failed them.

@@ -1,0 +1,71 @@
+"""Rule 6b, a stall the brokers share: requests a broker held in its own stages at the
+instants the other brokers held theirs about as long are the host's or the cluster's (a
+hypervisor or storage pause, a machine the brokers share), not that broker's, even when
+only its p99 crossed the threshold. From the requests the edge kept whole
+(`HeldRequest`): a suspect row whose dominant stage is the broker's own is no one's when,
+for every request of its API held over its threshold in the window, most of the other
+brokers with traffic (blame.most_of, shared_cause_share) held a request under way at the
+same time at least 1/peer_ratio as long: it did not stand out from its peers at that
+instant. With no such request kept the windows alone cannot tell, and the row stands.
+Such a broker is blamed for nothing but counts toward cluster-wide (rule 8): a stall over
+the threshold on most brokers at once is the cluster's."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import replace
+from typing import AbstractSet, Iterable, Sequence
+
+from detectors.slow_broker.blame import most_of
+from detectors.slow_broker.config import SlowBrokerSection
+from detectors.slow_broker.inputs import OWN_STAGES, HeldRequest
+from detectors.slow_broker.verdicts import ApiVerdict
+
+
+class Holds:
+    """One cluster's held requests, per broker in the order they ended."""
+
+    def __init__(self, held: Iterable[HeldRequest]):
+        by_broker: dict[int, list[HeldRequest]] = defaultdict(list)
+        for h in held:
+            by_broker[h.broker].append(h)
+        self._held = {b: sorted(hs, key=lambda h: h.end_ms) for b, hs in by_broker.items()}
+        self._ends = {b: [h.end_ms for h in hs] for b, hs in self._held.items()}
+        self._longest = {b: max(h.total_ms for h in hs) for b, hs in self._held.items()}
+
+    def ended(self, broker: int, start_ms: int, end_ms: int) -> list[HeldRequest]:
+        """The broker's requests that ended in [start_ms, end_ms)."""
+        ends, held = self._ends.get(broker, []), self._held.get(broker, [])
+        return held[bisect.bisect_left(ends, start_ms):bisect.bisect_left(ends, end_ms)]
+
+    def longest_during(self, broker: int, start_ms: float, end_ms: float) -> float:
+        """The broker's longest hold among its requests under way at some time of
+        [start_ms, end_ms]; 0 when none was kept."""
+        reach = self._longest.get(broker, 0.0)
+        return max((h.held_ms for h in self.ended(broker, int(start_ms), int(end_ms + reach) + 1)
+                    if h.start_ms <= end_ms), default=0.0)
+
+
+def shared(v: ApiVerdict, holds: Holds, peers: AbstractSet[int],
+           config: SlowBrokerSection) -> bool:
+    """Whether every request the row's broker held over the row's threshold in its window
+    was held at a time most of the other brokers in `peers` held theirs about as long."""
+    start = v.row.window_start_ms
+    stalls = [h for h in holds.ended(v.row.broker, start, start + config.window_ms)
+              if h.api == v.row.api and h.held_ms > v.threshold_ms]
+    others = peers - {v.row.broker}
+    return bool(stalls) and all(most_of(sum(
+        holds.longest_during(p, s.start_ms, s.end_ms) * config.peer_ratio >= s.held_ms
+        for p in others), len(others), config.shared_cause_share) for s in stalls)
+
+
+def set_aside_shared_stalls(verdicts: Sequence[ApiVerdict], holds: Holds | None,
+                            peers: AbstractSet[int],
+                            config: SlowBrokerSection) -> list[ApiVerdict]:
+    """Rule 6b on one window's verdicts (`peers`: its brokers with traffic)."""
+    if holds is None:
+        return list(verdicts)
+    return [replace(v, shared_stall=True)
+            if v.suspect and v.dominant_stage in OWN_STAGES and shared(v, holds, peers, config)
+            else v for v in verdicts]
