@@ -449,6 +449,9 @@ def test_held_requests_are_the_kept_lines_held_in_their_brokers_own_stages(lake,
             <= kmon_config.request_log.exemplar_slow_cap and any(
                 own >= 10.0 for own, _ in lines[k])}
     assert len(slow) > 100 and slow <= found
+    # with no API watched no row is judged, and there is no threshold to read from
+    unwatched = dataclasses.replace(sb, watched_apis=[])
+    assert read_held_requests(LakeSql(Lake(root)), unwatched, TimeRange(start, start + 1)) == []
 
 
 def test_the_live_detectors_cached_window_reads_equal_whole_reads(spark, lake, kmon_config):
