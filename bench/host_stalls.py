@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.result_file import machine_header, save
+from detectors.slow_broker.inputs import OWN_STAGES
 from ingest.request_log import parse_request_line
 
 STALL_MS = 150.0
@@ -37,8 +38,7 @@ def stalls(recording: Path) -> dict:
             if r["is_controller_traffic"] or not lo <= r["ts_ms"] < hi:
                 continue
             requests += 1
-            stalled += max(r["request_queue_ms"], r["local_ms"],
-                           r["response_queue_ms"]) >= STALL_MS
+            stalled += max(r[f"{s}_ms"] for s in OWN_STAGES) >= STALL_MS
             own.append(r["total_ms"] - r["remote_ms"])
     own.sort()
     minutes = (hi - lo) / 60_000

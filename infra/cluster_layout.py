@@ -122,7 +122,7 @@ LOWEST_PORT = 10000
 def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
     """The ports the kernel hands out for bind(0) and outgoing connections."""
     try:
-        lo, hi = (int(x) for x in open(path).read().split())
+        lo, hi = (int(x) for x in Path(path).read_text().split())
         return lo, hi
     except (OSError, ValueError):
         return EPHEMERAL_DEFAULT

@@ -23,6 +23,10 @@ from detectors.slow_broker.inputs import OWN_STAGES, HeldRequest
 from detectors.slow_broker.verdicts import ApiVerdict
 
 
+def _end(h: HeldRequest) -> int:
+    return h.end_ms
+
+
 class Holds:
     """One cluster's held requests, per broker in the order they ended."""
 
@@ -30,14 +34,14 @@ class Holds:
         by_broker: dict[int, list[HeldRequest]] = defaultdict(list)
         for h in held:
             by_broker[h.broker].append(h)
-        self._held = {b: sorted(hs, key=lambda h: h.end_ms) for b, hs in by_broker.items()}
-        self._ends = {b: [h.end_ms for h in hs] for b, hs in self._held.items()}
+        self._held = {b: sorted(hs, key=_end) for b, hs in by_broker.items()}
         self._longest = {b: max(h.total_ms for h in hs) for b, hs in self._held.items()}
 
     def ended(self, broker: int, start_ms: int, end_ms: int) -> list[HeldRequest]:
         """The broker's requests that ended in [start_ms, end_ms)."""
-        ends, held = self._ends.get(broker, []), self._held.get(broker, [])
-        return held[bisect.bisect_left(ends, start_ms):bisect.bisect_left(ends, end_ms)]
+        held = self._held.get(broker, [])
+        return held[bisect.bisect_left(held, start_ms, key=_end):
+                    bisect.bisect_left(held, end_ms, key=_end)]
 
     def longest_during(self, broker: int, start_ms: float, end_ms: float) -> float:
         """The broker's longest hold among its requests under way at some time of
