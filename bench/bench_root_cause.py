@@ -41,10 +41,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from bench.bench_edge_aggregation import cpu_model
+from core import signals
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-STAGES = ("total", "request_queue", "local", "remote", "throttle", "response_queue", "send")
+STAGES = ("total", *signals.STAGES)
 APIS = ("Produce", "Fetch", "Metadata", "OffsetCommit", "Heartbeat", "ListOffsets",
         "FindCoordinator", "JoinGroup", "SyncGroup", "ApiVersions")
 CLUSTER = "fleet"

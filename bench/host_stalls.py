@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.result_file import machine_header, save
-from detectors.slow_broker.inputs import OWN_STAGES
+from core.signals import OWN_STAGES
 from ingest.request_log import parse_request_line
 
 STALL_MS = 150.0

@@ -25,12 +25,15 @@ from bench.rescore_parity import FIELDS
 
 D, B, P = ("detectors.slow_broker.detect", "detectors.slow_broker.blame",
            "detectors.slow_broker.persistence")
+E = "detectors.explaining_away"
 
 
 def _patches() -> dict[str, tuple[str, Callable[..., list]]]:
     """Name -> (what it switches off, the patches that do it)."""
     import detectors.slow_broker.blame as blame
-    import detectors.slow_broker.disruptions as disruptions
+    from detectors.explaining_away import Blame
+    import core.disruptions as disruptions
+    import detectors.slow_broker.excuses as excuses
     import detectors.slow_broker.persistence as persistence
 
     def no_shrinks(by_leader, shrinks=(), not_by_margin=()):
@@ -42,10 +45,10 @@ def _patches() -> dict[str, tuple[str, Callable[..., list]]]:
     attribute_replication = blame.attribute_replication
 
     def no_follower(broker, _blame):
-        return attribute_replication(broker, blame.Blame(None, False, None, None))
+        return attribute_replication(broker, Blame(None, False, None, None))
 
     def nothing_before(brokers, active, waits, followers_seen, _before):
-        return disruptions.explain(brokers, active, waits, followers_seen, set())
+        return excuses.explain(brokers, active, waits, followers_seen, set())
 
     return {
         "corroboration": ("rules 2b/4b: a follower late everywhere as a second sign",
@@ -54,11 +57,11 @@ def _patches() -> dict[str, tuple[str, Callable[..., list]]]:
         "quiet_slow": ("quiet brokers slow in their own stages count toward cluster-wide",
                        lambda: [mock.patch(f"{D}.quiet_but_slow", lambda *_: set())]),
         "margin": ("the worst follower at every leader by a margin is late",
-                   lambda: [mock.patch(f"{B}.worst_everywhere", lambda *_: False)]),
+                   lambda: [mock.patch(f"{E}.worst_everywhere", lambda *_: False)]),
         "stands_out": ("a follower late by peer_ratio over the leader's other followers",
-                       lambda: [mock.patch(f"{B}.stands_out", lambda *_: False)]),
+                       lambda: [mock.patch(f"{E}.stands_out", lambda *_: False)]),
         "server_explains": ("a leader every follower waits on but no other leader",
-                            lambda: [mock.patch(f"{B}.server_explains", lambda *_: False)]),
+                            lambda: [mock.patch(f"{E}.server_explains", lambda *_: False)]),
         "follower_memory": ("a follower that stopped fetching held its leader back",
                             lambda: [mock.patch(f"{B}.FOLLOWER_MEMORY_WINDOWS", 0)]),
         "shrinks": ("ISR shrinks name a follower",

@@ -3,8 +3,8 @@ unfenced it again. A broker that is out publishes none of its own signals, and o
 starts loads its logs before anything else runs; so an outage explains what a broker
 does not say, and every detector that reads a missing signal asks this first. The read
 side derives outages from the controllers' and the other brokers' log lines
-(evaluation/inputs/slow_broker.py `outages_from`); the slow-broker detector's
-disruptions (detectors/slow_broker/disruptions.py) build on them."""
+(evaluation/inputs/slow_broker.py `outages_from`); the known disruptions
+(core/disruptions.py) build on them."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ defined once here (core/signals_sql.py generates their SQL forms from these).
   configuration may spell it otherwise ("FETCH_CONSUMER", "fetch", JMX's FetchConsumer);
   `canonical_api` maps a spelling to the name once, when the configuration is read, so
   every comparison after that is of exact strings.
+- A request's stages, and which of them are the broker's own time.
 - The purgatory APIs and a request's judged latency (`judged_ms`).
 - An API's slow threshold (`threshold_for`).
 """
@@ -16,6 +17,13 @@ from typing import Mapping
 from core.config_keys import ConfigError
 from core.kafka_apis import API_NAMES
 
+# A request's stages in the order it passes them (the request log's and JMX's times), and
+# their JMX names; the windows also hold the total and the judged own time beside them.
+STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
+STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",
+               "throttle": "Throttle", "response_queue": "ResponseQueue", "send": "ResponseSend"}
+# A broker's own stages: slow there, the broker (or its host) is slow.
+OWN_STAGES = ("request_queue", "local", "response_queue")
 # APIs whose Remote time is a deliberate wait, not the broker's work: a Fetch waits until
 # fetch.min.bytes arrive or fetch.max.wait.ms runs out, a JoinGroup or SyncGroup until the
 # rebalance completes. Kafka's own waits, not a site's choice, hence no configuration key.

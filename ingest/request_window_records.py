@@ -31,13 +31,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from core import signals
 from core.latency_histogram import INV_LOG_GAMMA, MIN_BUCKET, MIN_MS, ZERO_BUCKET
 from ingest.request_exemplars import ExemplarLimits, ExemplarPicker
 
 STREAMS = ("request_windows", "follower_fetch_windows", "client_send_windows",
            "request_exemplars")
-STAGES = ("total", "request_queue", "local", "remote", "throttle", "response_queue", "send",
-          "total_minus_remote")
+STAGES = ("total", *signals.STAGES, "total_minus_remote")
 FILE_SHIFT = 40   # a line's position key: file ordinal << 40 | byte offset (files < 1 TiB)
 _OFFSET_MASK = (1 << FILE_SHIFT) - 1
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core import signals
 from infra.lake import Lake, skipping_properties
 from jobs.batch_appends import BatchAppends
 from jobs.gold import silver_stream
@@ -45,7 +46,7 @@ from jobs.histogram_sql import QUANTILES, quantile_label, stage_percentiles
 
 # The seven stage timings of the stage tables; the histograms also hold total_minus_remote,
 # which only gold.request_stages_1m's total_excl_remote_p99_ms shows.
-STAGES = ("total", "request_queue", "local", "remote", "throttle", "response_queue", "send")
+STAGES = ("total", *signals.STAGES)
 OWN_TIME = "total_minus_remote"
 OWN_TIME_P99 = "total_excl_remote_p99_ms"
 COUNTS = ("requests", "errors", "request_bytes", "response_bytes")

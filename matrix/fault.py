@@ -37,7 +37,7 @@ COMMITS_RETRIED = Expect("a member's retried commit landing after its newer one"
 # While a broker is out, the brokers that share partitions with it take over its
 # leaderships and clients, and on a loaded host their own stages slow down (seen live:
 # crash-restart-3b, controller-failover-5b). kmon reports that as a warning victim of the
-# outage, with no action (detectors/slow_broker/disruptions.py); a correct monitor may, in any
+# outage, with no action (detectors/slow_broker/excuses.py); a correct monitor may, in any
 # scenario that takes a broker out. A HIGH page on such a broker stays unexplained.
 PARTNERS_LOADED = Expect("a broker loaded by another's outage", "slow_broker", r"broker:\d+",
                          tuple(sorted(OWN_STAGE_CAUSES)), ("warning",))

@@ -8,16 +8,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from core.disruptions import Disruption, ReplicaStart, active_in, disruptions_from
 from core.findings import Detection
 from core.outages import BrokerOutage
-from detectors.slow_broker.blame import (Blame, Waits, attribute, blame_slow_followers,
+from detectors.explaining_away import Blame, Waits
+from detectors.slow_broker.blame import (attribute, blame_slow_followers,
                                          corroborated_by_follower, holdback_view,
                                          is_cluster_wide, leader_blames, quiet_but_slow,
                                          replication_waits)
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.disruptions import (Disruption, active_in, counts_as_before,
-                                               disruptions_from, explain, not_named_by_margin)
-from detectors.slow_broker.handovers import ReplicaStart
+from detectors.slow_broker.excuses import counts_as_before, explain, not_named_by_margin
 from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, HeldRequest,
                                           IsrShrink, LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
@@ -174,7 +174,8 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
         by_leader = holdback_view(fetches, start, last_seen[cluster], logged, window_ms)
         for f in fetches:
             last_seen[cluster][f.leader][f.follower] = start
-        active = active_in(disruptions, cluster, start, start + window_ms, config)
+        active = active_in(disruptions, cluster, start, start + window_ms,
+                           config.disruption_grace_s)
         waits = replication_waits(by_leader, shrinks_by_cw.get((cluster, start), ()),
                                   not_named_by_margin(active))
         a = assess_window(WindowInputs(

@@ -8,9 +8,9 @@ from collections import Counter
 
 from core.findings import (ActionKind, AnomalyType, Detection, EntityKind, Severity,
                            broker_entity, cluster_entity)
+from core.signals import STAGE_NAMES, STAGES
+from detectors.explaining_away import MIN_REFERENCE_MS
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import STAGE_NAMES, STAGES
-from detectors.slow_broker.rules import MIN_REFERENCE_MS
 from detectors.slow_broker.verdicts import (ApiVerdict, BrokerVerdict, SlowBrokerCause,
                                             WindowAssessment)
 

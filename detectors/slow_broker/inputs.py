@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# A request's stages in the order it passes them, and their JMX names.
-STAGES = ("request_queue", "local", "remote", "throttle", "response_queue", "send")
+from core.signals import STAGES
+
 # The stages a broker spends its own time in when its API waits in Remote on purpose.
 STAGES_OUTSIDE_REMOTE = tuple(s for s in STAGES if s != "remote")
-# A broker's own stages: slow there, the broker (or its host) is slow.
-OWN_STAGES = ("request_queue", "local", "response_queue")
-STAGE_NAMES = {"request_queue": "RequestQueue", "local": "Local", "remote": "Remote",
-               "throttle": "Throttle", "response_queue": "ResponseQueue", "send": "ResponseSend"}
 _P99_FIELD = {s: f"{s}_p99_ms" for s in STAGES}
 
 

@@ -10,13 +10,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from core.signals import threshold_for, waits_in_purgatory
+from core.signals import STAGES, threshold_for, waits_in_purgatory
+from detectors.explaining_away import MIN_REFERENCE_MS
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import STAGES, STAGES_OUTSIDE_REMOTE, RequestStageWindow
+from detectors.slow_broker.inputs import STAGES_OUTSIDE_REMOTE, RequestStageWindow
 from detectors.slow_broker.verdicts import ApiVerdict
 
-# A baseline or peer median below this is treated as this: ratios to ~0 ms mean nothing.
-MIN_REFERENCE_MS = 1.0
 # A quiet window is pooled with at most this many windows in all (one minute at 10-s
 # windows): an older pool no longer describes now.
 POOL_WINDOWS = 6

@@ -4,7 +4,7 @@ hypervisor or storage pause, a machine the brokers share), not that broker's, ev
 only its p99 crossed the threshold. From the requests the edge kept whole
 (`HeldRequest`): a suspect row whose dominant stage is the broker's own is no one's when,
 for every request of its API held over its threshold in the window, most of the other
-brokers with traffic (blame.most_of, shared_cause_share) held a request under way at the
+brokers with traffic (`most_of`, shared_cause_share) held a request under way at the
 same time at least 1/peer_ratio as long: it did not stand out from its peers at that
 instant. With no such request kept the windows alone cannot tell, and the row stands.
 Such a broker is blamed for nothing but counts toward cluster-wide (rule 8): a stall over
@@ -17,9 +17,10 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import AbstractSet, Iterable, Sequence
 
-from detectors.slow_broker.blame import most_of
+from detectors.explaining_away import most_of
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker.inputs import OWN_STAGES, HeldRequest
+from core.signals import OWN_STAGES
+from detectors.slow_broker.inputs import HeldRequest
 from detectors.slow_broker.verdicts import ApiVerdict
 
 

@@ -12,12 +12,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from core.disruptions import ReplicaStart, active_in, disruptions_from
 from core.findings import Detection
 from core.outages import BrokerOutage
-from detectors.slow_broker import (ClientSendWindow, ReplicaStart, RequestStageWindow,
-                                   SlowBrokerSection)
+from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
 from detectors.slow_broker.detect import by_cluster_window
-from detectors.slow_broker.disruptions import active_in, disruptions_from
 from detectors.slow_broker.persistence import recent_windows
 from detectors.slow_client.links import (ClientRttWindow, LinkVerdict, ProducerServerWindow,
                                         judge_links, link_detection)
@@ -52,7 +51,8 @@ def assess_clients(rows: Iterable[RequestStageWindow], *,
     for cluster, start in sorted(rows_by_cw):
         watched = [r for r in rows_by_cw[(cluster, start)] if r.api in config.watched_apis]
         disrupted = {d.subject for d in active_in(disruptions, cluster, start,
-                                                   start + config.window_ms, config)}
+                                                   start + config.window_ms,
+                                                   config.disruption_grace_s)}
         window_rtts = rtts.get((cluster, start), ())
         unsettled = {x.client_id for x in window_rtts if x.broker in disrupted}
         trips = [x for x in window_rtts if x.client_id not in unsettled]

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 from core.findings import Detection
 from core.signals import threshold_for
 from detectors.slow_broker import RequestStageWindow, SlowBrokerSection
-from detectors.slow_broker.blame import most_of
+from detectors.explaining_away import most_of
 from detectors.slow_broker.verdicts import SlowBrokerCause
 from detectors.slow_client.readers import client_finding
 

@@ -20,7 +20,8 @@ from typing import Mapping, Sequence
 from core.findings import ActionKind, AnomalyType, Detection, EntityKind, Severity, client_entity
 from core.signals import threshold_for
 from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
-from detectors.slow_broker.blame import most_of, slow_clients
+from detectors.explaining_away import most_of
+from detectors.slow_broker.blame import slow_clients
 from detectors.slow_broker.evidence import finding
 from detectors.slow_broker.verdicts import SlowBrokerCause
 

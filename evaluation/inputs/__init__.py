@@ -61,13 +61,12 @@ from detectors.slow_broker import (
     HeldRequest,
     IsrShrink,
     LatencyBaseline,
-    ReplicaStart,
     RequestStageWindow,
 )
 from detectors.slow_client import ClientRttWindow, ProducerServerWindow
 from detectors.lost_range import LeaderEpochSeen, UncleanElection
 from detectors.vanished_offsets import OffsetRemoval
-from detectors.slow_broker.disruptions import Kind, span_ms
+from core.disruptions import Kind, ReplicaStart, span_ms
 from detectors.unclean_election import UncleanElectionMeterTick
 from infra.lake import Lake
 from infra.lake_sql import LakeSql
@@ -381,7 +380,7 @@ def _inputs_from_log_events(x: _Reading, events: list[dict]) -> None:
                                             "leader_change")], since_ms=r.start_ms)
     out.broker_outages = outages_from(events, x.config.slow_broker)
     out.replica_starts = replica_starts_from(events, r.start_ms - max(
-        span_ms(k, x.config.slow_broker) for k in (Kind.LEADERSHIP_HANDOVER,
+        span_ms(k, x.config.slow_broker.disruption_grace_s) for k in (Kind.LEADERSHIP_HANDOVER,
                                                    Kind.REPLICAS_CREATED)))
     out.truncations = truncations_from(events, r.start_ms - int(x.evidence_s * 1000))
     out.coordinator_loads = coordinator_loads_from(events, r.start_ms - int(x.evidence_s * 1000))

@@ -65,7 +65,7 @@ from detectors.slow_broker import (
 )
 from detectors.slow_client import ProducerServerWindow
 from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
-from detectors.slow_broker.inputs import OWN_STAGES
+from core.signals import OWN_STAGES
 from infra.lake_sql import LakeSql, marks, range_sql, utc_date
 from evaluation.inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
 from evaluation.inputs.histograms import first_bucket_at_or_over, merged_rows, valued

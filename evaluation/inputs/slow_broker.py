@@ -35,7 +35,7 @@ from detectors.slow_broker import (
     LatencyBaseline,
     SlowBrokerSection,
 )
-from detectors.slow_broker.handovers import ReplicaStart
+from core.disruptions import ReplicaStart
 
 # How much history before the range each input reads (see the module docstring).
 BASELINE_HISTORY_S = 3600
@@ -77,7 +77,7 @@ def replica_starts_from(events: Iterable[Mapping[str, Any]], since_ms: int
     """When brokers started to lead or follow partitions: each "[Broker id=B] Leader (or
     Follower) <tp> ... starts at leader epoch E" line a broker logged about itself (kind
     leader_change; it leads when new_leader = broker) at or after since_ms that is a
-    handover or a creation (detectors/slow_broker/handovers.py): a follower line above
+    handover or a creation (core/disruptions.py): a follower line above
     epoch 0, thousands at a broker's restart, is neither."""
     starts = (ReplicaStart(e["cluster"], int(e["broker"]), int(e["ts_ms"]), e["topic"],
                            int(e["partition"]), int(e["leader_epoch"]),

@@ -259,7 +259,7 @@ def test_round_trips_to_a_broker_a_known_disruption_concerns_are_not_judged():
     clients reconnect and refresh their metadata while it warms up: a producer talking to
     a disrupted broker is not judged in that window."""
     from core.outages import BrokerOutage
-    from detectors.slow_broker import ReplicaStart
+    from core.disruptions import ReplicaStart
 
     slow_to_1 = behind_slow_link(brokers=(1,), p99=918.0, p50=358.0)
     assert set(found(healthy(), peers() + slow_to_1)) == {"client:far-producer"}

@@ -1,5 +1,5 @@
-"""The known-disruption table (detectors/slow_broker/disruptions.py), one row per kind: whose
-verdicts an event of that kind explains (sets aside) and whose own-stage culprits it only
+"""The known disruptions (core/disruptions.py) and the slow-broker table of what each kind
+explains (detectors/slow_broker/excuses.py), one row per kind: whose verdicts an event of that kind explains (sets aside) and whose own-stage culprits it only
 makes warning victims, for how long after its end, and nothing before or after. Then the
 rules every kind shares."""
 
@@ -11,15 +11,14 @@ import pytest
 
 from core.findings import ActionKind, Severity
 from core.outages import BrokerOutage
-from detectors.slow_broker import (ReplicaStart, SlowBrokerSection,
-                                   replication_waits)
-from detectors.slow_broker.disruptions import (Kind, active_in, counts_as_before,
-                                               disruptions_from, explain, not_named_by_margin)
+from core.disruptions import Kind, ReplicaStart, active_in, disruptions_from
+from detectors.slow_broker import SlowBrokerSection, replication_waits
+from detectors.slow_broker.excuses import counts_as_before, explain, not_named_by_margin
 from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, SlowBrokerCause
 
 pytestmark = pytest.mark.unit
 
-CONFIG = SlowBrokerSection()          # disruption_grace_s = 60
+GRACE_S = SlowBrokerSection().disruption_grace_s   # 60
 W = 10_000
 SUBJECT = 2
 # Who follows whom (leader -> followers with their holdback ms): broker 1 leads partitions
@@ -90,7 +89,7 @@ def events(kind):
 
 
 def explained(kind, window_start, subject_verdict):
-    active = active_in(events(kind), "c1", window_start, window_start + W, CONFIG)
+    active = active_in(events(kind), "c1", window_start, window_start + W, GRACE_S)
     x = explain(window(subject_verdict), active, replication_waits(BY_LEADER), SEEN, set())
     return active, x
 
@@ -124,23 +123,23 @@ def test_each_kind_explains_nothing_before_it_starts_or_after_it_lasted(name):
 
 def test_an_event_not_ended_yet_lasts():
     open_outage = BrokerOutage("c1", SUBJECT, 100_000, None, "broker_shutdown")
-    active = active_in(disruptions_from([open_outage]), "c1", 10**12, 10**12 + W, CONFIG)
+    active = active_in(disruptions_from([open_outage]), "c1", 10**12, 10**12 + W, GRACE_S)
     assert [d.kind for d in active] == [Kind.BROKER_OUT]
-    assert active_in(disruptions_from([open_outage]), "c2", 10**12, 10**12 + W, CONFIG) == []
+    assert active_in(disruptions_from([open_outage]), "c2", 10**12, 10**12 + W, GRACE_S) == []
 
 
 # --- the rules every kind shares -----------------------------------------------------------------
 
 def test_a_broker_blamed_before_the_disruption_is_no_victim_of_it():
     for kind in (Kind.BROKER_OUT, Kind.LEADERSHIP_HANDOVER):
-        active = active_in(events(kind), "c1", 100_000, 110_000, CONFIG)
+        active = active_in(events(kind), "c1", 100_000, 110_000, GRACE_S)
         x = explain(window(culprit(SUBJECT)), active, replication_waits(BY_LEADER), SEEN,
                     blamed_before={SUBJECT, 4})
         assert not x.victims and x.kept[4].attribution.role is Role.CULPRIT, kind
 
 
 def test_partners_are_every_broker_when_the_fetches_never_showed_the_subject():
-    active = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, CONFIG)
+    active = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, GRACE_S)
     x = explain(window(culprit(SUBJECT)), active, replication_waits({}), {}, set())
     assert x.victims == {4, 5}
 
@@ -150,22 +149,22 @@ def test_what_an_event_explains_is_set_aside_before_anyone_is_made_a_victim():
     aside, not a warning of the handover."""
     back = BrokerOutage("c1", SUBJECT, 0, 60_000, "broker_fenced", back_ms=0)
     gain = ReplicaStart("c1", SUBJECT, 95_000, "orders", 4)
-    active = active_in(disruptions_from([back], [gain]), "c1", 100_000, 110_000, CONFIG)
+    active = active_in(disruptions_from([back], [gain]), "c1", 100_000, 110_000, GRACE_S)
     assert {d.kind for d in active} == {Kind.BROKER_WARMUP, Kind.LEADERSHIP_HANDOVER}
     x = explain(window(culprit(SUBJECT)), active, replication_waits(BY_LEADER), SEEN, set())
     assert SUBJECT in x.set_aside and SUBJECT not in x.victims
 
 
 def test_windows_with_a_broker_out_do_not_count_as_before():
-    out = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, CONFIG)
-    handover = active_in(events(Kind.LEADERSHIP_HANDOVER), "c1", 100_000, 110_000, CONFIG)
+    out = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, GRACE_S)
+    handover = active_in(events(Kind.LEADERSHIP_HANDOVER), "c1", 100_000, 110_000, GRACE_S)
     assert not counts_as_before(out) and counts_as_before(handover) and counts_as_before([])
 
 
 def test_a_victims_other_slow_rows_in_its_own_stages_are_warnings_too():
     """Persistence weighs every slow row of a window (BrokerVerdict.others): a partner made
     a victim keeps no own-stage culprit among them, and its wait on a follower stays."""
-    active = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, CONFIG)
+    active = active_in(events(Kind.BROKER_OUT), "c1", 100_000, 110_000, GRACE_S)
     w = window(culprit(SUBJECT))
     waits_on_3 = victim_of(4, 3)
     w[4].others = [culprit(4, SlowBrokerCause.REQUEST_HANDLERS_SATURATED), waits_on_3]

@@ -1,6 +1,6 @@
 """A broker that has just become leader waits on its new followers: its Remote waits that
 name no follower are set aside for HANDOVER_GRACES x disruption_grace_s, and its own stages
-slowed by the load that moved to it are a warning (detectors/slow_broker/handovers.py).
+slowed by the load that moved to it are a warning (core/disruptions.py, detectors/slow_broker/excuses.py).
 The case is the one the matrix paged on (rolling-restart-3b): the controller's
 preferred-leader election gave broker 3 back 18 partitions and its acks=all Produce TP99
 was 1,548 ms, then 843 ms, all Remote, no follower late enough to name."""
@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 
 from core.findings import AnomalyType
-from detectors.slow_broker import (ReplicaStart, SlowBrokerSection, assess_windows,
-                                   detect_slow_brokers)
-from detectors.slow_broker.disruptions import active_in, disruptions_from, leaderships_taken
+from core.disruptions import ReplicaStart, active_in, disruptions_from, leaderships_taken
+from detectors.slow_broker import SlowBrokerSection, assess_windows, detect_slow_brokers
 from evaluation.inputs import replica_starts_from
 from tests.unit.test_detector_slow_broker import (
     BROKERS, FAULT, HELD, LAST, follower_fetches, healthy, replaced, start)
@@ -24,9 +23,9 @@ CONFIG = SlowBrokerSection()
 
 def new_leaders_during(gains, cluster, start_ms, end_ms, grace_ms):
     """Broker -> partitions it took, of the handovers in effect in [start_ms, end_ms)."""
-    config = SlowBrokerSection(disruption_grace_s=grace_ms / 500)     # a handover: 0.5x
+    grace_s = grace_ms / 500                                          # a handover: 0.5x
     return leaderships_taken(active_in(disruptions_from(starts=gains), cluster, start_ms,
-                                       end_ms, config))
+                                       end_ms, grace_s))
 
 
 def gain(broker, ms, cluster="c1"):

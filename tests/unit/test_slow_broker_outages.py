@@ -17,7 +17,7 @@ from detectors.slow_broker import (
 )
 import dataclasses
 
-from detectors.slow_broker.disruptions import Kind, active_in, disruptions_from, subjects
+from core.disruptions import Kind, active_in, disruptions_from, subjects
 from evaluation.inputs.slow_broker import (BrokerState, BrokerStateChange,
                                               BrokerUnreachable, broker_outages, outages_from,
                                               unreachable_outages)
@@ -41,7 +41,8 @@ def outages(*changes):
 
 def in_effect(kind, outs, cluster, start_ms, end_ms, config=CONFIG):
     """The brokers an outage's `kind` of disruption covers in [start_ms, end_ms)."""
-    return subjects(active_in(disruptions_from(outs), cluster, start_ms, end_ms, config), kind)
+    return subjects(active_in(disruptions_from(outs), cluster, start_ms, end_ms,
+                              config.disruption_grace_s), kind)
 
 
 def out_during(outs, cluster, start_ms, end_ms):
