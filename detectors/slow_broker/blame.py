@@ -1,10 +1,9 @@
-"""Blame by explaining away (rule 6): whose fault a suspect row is, by its dominant stage.
-The broker's own stages make it the culprit; a wait on others (acks=all Remote) is
-explained by `common_party` over who waited on whom, judged across everyone that party
-serves; slow sends are a few clients' or, when most are slow, the broker's send path;
-Throttle is the quotas'. What none explains is unattributed; what most brokers share is
-cluster-wide. A broker slow itself that also holds others back keeps its own cause.
-"""
+"""Blame (rule 6): whose fault a suspect row is, by its dominant stage. Its own stages make
+the broker the culprit; an acks=all Remote wait is explained away over the leaders'
+waits on their followers (detectors/explaining_away.py); slow sends are a few clients'
+or, when most are slow, the broker's send path; Throttle is the quotas'. What none
+explains is unattributed. A broker slow itself that also holds others back keeps its
+own cause."""
 
 from __future__ import annotations
 
@@ -13,14 +12,14 @@ import functools
 from collections import Counter, defaultdict
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
-from core.findings import ActionKind, Severity, broker_entity
+from core.findings import broker_entity
+from core.signals import OWN_STAGES
 from detectors.explaining_away import MIN_REFERENCE_MS, Bar, Blame, Waits, common_party, most_of
 from detectors.slow_broker.config import SlowBrokerSection
-from core.signals import OWN_STAGES
-from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
 from detectors.slow_broker import rules
+from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
-                                            SlowBrokerCause)
+                                            SlowBrokerCause, attribution)
 
 # A healthy follower fetches again within milliseconds; 1 s without one holds every
 # acks=all write past 3x the latency threshold: late, whatever the others did.
@@ -96,41 +95,27 @@ def leader_blames(w: Waits, config: SlowBrokerSection) -> Callable[[int], Blame]
 # Requests whose Remote time waits for the followers to copy a write (acks=all): Produce,
 # and the offset commits the group coordinator appends to __consumer_offsets.
 REPLICATED_WRITE_APIS = frozenset({"Produce", "OffsetCommit", "TxnOffsetCommit"})
-_SELF_CAUSES = {
-    "request_queue": (SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
-                      "requests wait for a free request handler thread (CPU or handler "
-                      "saturation)"),
-    "local": (SlowBrokerCause.LOCAL_DISK_OR_PAGE_CACHE,
-              "the broker's own work is slow (disk or page-cache misses)"),
-    "response_queue": (SlowBrokerCause.NETWORK_THREADS_SATURATED,
-                       "responses wait for a free network thread"),
-}
-OWN_STAGE_CAUSES = frozenset(cause for cause, _ in _SELF_CAUSES.values())
+# The broker's own stages and the cause each names.
+OWN_STAGE_CAUSE = {"request_queue": SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
+                   "local": SlowBrokerCause.LOCAL_DISK_OR_PAGE_CACHE,
+                   "response_queue": SlowBrokerCause.NETWORK_THREADS_SATURATED}
+OWN_STAGE_CAUSES = frozenset(OWN_STAGE_CAUSE.values())
 
 
 def attribute(v: ApiVerdict, blame_of: Callable[[int], Blame],
               sends: Sequence[ClientSendWindow], config: SlowBrokerSection) -> Attribution:
     """Whose fault a suspect row is, from its dominant stage."""
     broker, stage = v.row.broker, v.dominant_stage
-    if stage in _SELF_CAUSES:
-        cause, why = _SELF_CAUSES[stage]
-        return Attribution(Role.CULPRIT, cause, broker, ActionKind.MOVE_LEADERSHIP,
-                           Severity.HIGH, why)
+    if stage in OWN_STAGE_CAUSE:
+        return attribution(OWN_STAGE_CAUSE[stage], broker)
     if stage == "throttle":
-        return Attribution(Role.QUOTA, SlowBrokerCause.QUOTA_THROTTLED, None, ActionKind.NONE,
-                           Severity.INFO, "clients are held back by their quotas; not a broker "
-                                          "fault")
+        return attribution(SlowBrokerCause.QUOTA_THROTTLED)
     if stage == "send":
         return attribute_send(v, sends, config)
     if stage == "remote" and v.row.api in REPLICATED_WRITE_APIS:
         return attribute_replication(broker, blame_of(broker))
-    if stage == "remote":
-        return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_WAIT, None,
-                           ActionKind.PAGE_HUMAN, Severity.WARNING,
-                           "requests wait in purgatory for other brokers")
-    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.SLOW_UNATTRIBUTED, None,
-                       ActionKind.PAGE_HUMAN, Severity.WARNING,
-                       "no stage breakdown to attribute it")
+    return attribution(SlowBrokerCause.REMOTE_WAIT if stage == "remote"
+                       else SlowBrokerCause.SLOW_UNATTRIBUTED)
 
 
 def attribute_replication(broker: int, blame: Blame) -> Attribution:
@@ -146,19 +131,13 @@ def attribute_replication(broker: int, blame: Blame) -> Attribution:
                "follower_candidates": list(blame.candidates)}
     f = blame.party
     if f is not None:
-        return Attribution(Role.VICTIM, SlowBrokerCause.REMOTE_PRODUCE_SLOW_FOLLOWER, f,
-                           ActionKind.NONE, Severity.WARNING,
+        return attribution(SlowBrokerCause.REMOTE_PRODUCE_SLOW_FOLLOWER, f,
                            f"acks=all writes wait for follower broker {f}, which is slow (see "
                            f"its finding); moving leadership off broker {broker} would not "
                            f"help", {**details, "slow_follower": broker_entity(f)})
     if blame.server_at_fault:
-        return Attribution(Role.CULPRIT, SlowBrokerCause.LEADER_REPLICATION_STALLED, broker,
-                           ActionKind.MOVE_LEADERSHIP, Severity.HIGH,
-                           "all its followers wait on it but fetch normally from other leaders: "
-                           "the broker itself is slow to serve replication", details)
-    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER, None,
-                       ActionKind.PAGE_HUMAN, Severity.WARNING,
-                       "acks=all writes wait for followers, but no follower stands out", details)
+        return attribution(SlowBrokerCause.LEADER_REPLICATION_STALLED, broker, "", details)
+    return attribution(SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER, None, "", details)
 
 
 def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[list, int]:
@@ -179,21 +158,15 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
     slow, seen = slow_clients(sends, v.threshold_ms)
     named = [{"client_id": c, "send_p99_ms": round(ms, 3)} for c, ms in slow[:MAX_NAMED]]
     if not seen:
-        return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.RESPONSE_SEND_SLOW, None,
-                           ActionKind.PAGE_HUMAN, Severity.WARNING,
-                           "responses are slow to send (no per-client data to tell a slow "
-                           "client from the broker's network)")
+        return attribution(SlowBrokerCause.RESPONSE_SEND_SLOW)
+    details = {"slow_clients": named, "clients_seen": seen}
     if slow and not most_of(len(slow), seen, config.shared_cause_share):
         names = ", ".join(c for c, _ in slow[:MAX_NAMED])
-        return Attribution(Role.CLIENT, SlowBrokerCause.CLIENT_SLOW_READ, None, ActionKind.NONE,
-                           Severity.WARNING,
-                           f"clients read their responses slowly ({names}); not a broker fault",
-                           {"slow_clients": named, "clients_seen": seen})
-    return Attribution(Role.UNATTRIBUTED, SlowBrokerCause.NETWORK_SEND_SLOW, None,
-                       ActionKind.PAGE_HUMAN, Severity.WARNING,
-                       f"{len(slow)} of its {seen} clients receive slowly: the broker's network "
-                       f"path rather than one client",
-                       {"slow_clients": named, "clients_seen": seen})
+        return attribution(SlowBrokerCause.CLIENT_SLOW_READ, None, f"clients read their "
+                           f"responses slowly ({names}); not a broker fault", details)
+    return attribution(SlowBrokerCause.NETWORK_SEND_SLOW, None, f"{len(slow)} of its {seen} "
+                       f"clients receive slowly: the broker's network path rather than one "
+                       f"client", details)
 
 
 # --- Rules 4b and 2b: a follower late everywhere is a second sign -------------------
@@ -237,15 +210,6 @@ def _waits_on_corroborated_follower(v: ApiVerdict, latency: float,
 
 # --- Victims to culprits, and cluster-wide ---------------------------------------------
 
-def slow_follower_attribution(follower: int) -> Attribution:
-    """A broker blamed only by the leaders it follows (its own requests are not slow)."""
-    return Attribution(Role.CULPRIT, SlowBrokerCause.SLOW_FOLLOWER, follower,
-                       ActionKind.PAGE_HUMAN, Severity.HIGH,
-                       "as a follower it holds back acks=all writes on the leaders it replicates "
-                       "from; moving leadership would not shorten those waits, it must catch up "
-                       "or drop out of the ISR")
-
-
 def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
     """Give every follower a victim names a culprit verdict listing the leaders it holds
     back: its own when it is a culprit itself, else slow_follower."""
@@ -256,7 +220,7 @@ def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
         blamed = brokers.get(f)
         if blamed is None or blamed.attribution.role is not Role.CULPRIT:
             own = blamed
-            blamed = BrokerVerdict(f, slow_follower_attribution(f),
+            blamed = BrokerVerdict(f, attribution(SlowBrokerCause.SLOW_FOLLOWER, f),
                                    own.api_verdict if own else None,
                                    slow_apis=own.slow_apis if own else [],
                                    others=[own, *own.others] if own else [])

@@ -1,12 +1,11 @@
-"""The slow-broker detector's order: rules, blame, known disruptions and cluster-wide on
-each window (`assess_window`), every window of the input (`assess_windows`), then
-persistence (`detect_slow_brokers`)."""
+"""The slow-broker detector's order: the rules on each window (`assess_window`), on every
+window of the input (`assess_windows`), then persistence (`detect_slow_brokers`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import AbstractSet, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from core.disruptions import Disruption, ReplicaStart, active_in, disruptions_from
 from core.findings import Detection
@@ -22,17 +21,15 @@ from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow,
                                           IsrShrink, LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import History, enough_traffic, judge_rows
-# The read side reads as many minutes for the external baseline.
-from detectors.slow_broker.rules import MIN_HISTORY_WINDOWS  # noqa: F401
 from detectors.slow_broker.stalls import Holds, set_aside_shared_stalls
 from detectors.slow_broker.verdicts import (BLAMED_ROLES, ROLE_ORDER, ApiVerdict, BrokerVerdict,
                                             WindowAssessment)
+from detectors.windowed import by_cluster_window
 
 
 def _verdict_rank(v: BrokerVerdict) -> tuple:
     av = v.api_verdict
-    severity_of_latency = -(av.latency_ms / av.threshold_ms) if av else 0.0
-    return ROLE_ORDER.index(v.attribution.role), severity_of_latency
+    return ROLE_ORDER.index(v.attribution.role), -(av.latency_ms / av.threshold_ms)
 
 
 def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
@@ -43,24 +40,17 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Bl
     sends_by_broker: dict[int, list[ClientSendWindow]] = defaultdict(list)
     for x in sends:
         sends_by_broker[x.broker].append(x)
-    brokers: dict[int, BrokerVerdict] = {}
+    candidates: dict[int, list[BrokerVerdict]] = defaultdict(list)
     for v in verdicts:
-        if not v.suspect:
-            continue
-        b = v.row.broker
-        broker_sends = [x for x in sends_by_broker.get(b, ())
-                        if x.api is None or x.api == v.row.api]
-        candidate = BrokerVerdict(b, attribute(v, blame_of, broker_sends, config), v)
-        current = brokers.get(b)
-        slow_apis = (current.slow_apis if current else []) + [v.row.api]
-        if current is None or _verdict_rank(candidate) < _verdict_rank(current):
-            if current is not None:
-                candidate.others = current.others + [current]
-                current.others = []
-            brokers[b] = candidate
-        else:
-            current.others.append(candidate)
-        brokers[b].slow_apis = slow_apis
+        if v.suspect:
+            b = v.row.broker
+            mine = [x for x in sends_by_broker.get(b, ()) if x.api in (None, v.row.api)]
+            candidates[b].append(BrokerVerdict(b, attribute(v, blame_of, mine, config), v))
+    brokers = {}
+    for b, cs in candidates.items():
+        brokers[b] = best = min(cs, key=_verdict_rank)
+        best.others = [c for c in cs if c is not best]
+        best.slow_apis = [c.api_verdict.row.api for c in cs]
     return brokers
 
 
@@ -81,14 +71,11 @@ class WindowInputs:
 
 def assess_window(w: WindowInputs, history: History,
                   cfg: SlowBrokerSection) -> WindowAssessment:
-    """Judge one window, the watched APIs' rows only, in this order: rules 1-5 on each
-    row (rules.judge_rows); 6, blame (blame.py), which needs every broker's rows and the
-    replication waits, and whose follower evidence lowers the bars of rules 2 and 4
-    (2b, 4b), after a stall the brokers share is set aside (6b, stalls.py); 7, the known
-    disruptions (disruptions.py); 8, cluster-wide, which needs blame (a follower that slows
-    every leader is one broker's fault) and the disruptions (what they explain is no
-    one's), and counts 6b's shared stalls (a stall over the threshold on most brokers is
-    the cluster's). Persistence comes after, over the windows (`detect_slow_brokers`)."""
+    """Judge one window, its watched APIs' rows, in the package docstring's order. Blame
+    needs every broker's rows and the replication waits (whose follower evidence lowers
+    the bars of rules 2 and 4: 2b, 4b); cluster-wide comes after blame and the disruptions
+    (a follower that slows every leader is one broker's fault; what a disruption explains
+    is no one's) and counts the shared stalls."""
     watched = frozenset(cfg.watched_apis)
     rows = [r for r in w.rows if r.api in watched]
     blame_of = leader_blames(w.waits, cfg)
@@ -114,28 +101,6 @@ def assess_window(w: WindowInputs, history: History,
                             shared_stall=shared)
 
 
-Windowed = TypeVar("Windowed")
-
-
-def by_cluster_window(items: Iterable[Windowed]) -> dict[tuple[str, int], list[Windowed]]:
-    grouped: dict[tuple[str, int], list[Windowed]] = defaultdict(list)
-    for x in items:
-        grouped[(x.cluster, x.window_start_ms)].append(x)
-    return grouped
-
-
-def shrinks_by_cluster_window(isr_shrinks: Iterable[IsrShrink], grid_origin: Mapping[str, int],
-                              window_ms: int) -> dict[tuple[str, int], list[IsrShrink]]:
-    """ISR shrinks placed on each cluster's window grid (any of its window starts fixes
-    it); a cluster without request rows has no grid and its shrinks are dropped."""
-    grouped: dict[tuple[str, int], list[IsrShrink]] = defaultdict(list)
-    for x in isr_shrinks:
-        if x.cluster in grid_origin:
-            offset = (x.event_ms - grid_origin[x.cluster]) % window_ms
-            grouped[(x.cluster, x.event_ms - offset)].append(x)
-    return grouped
-
-
 def assess_windows(rows: Iterable[RequestStageWindow], *,
                    follower_fetches: Iterable[FollowerFetchWindow] = (),
                    isr_shrinks: Iterable[IsrShrink] = (),
@@ -150,16 +115,18 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     window_ms = config.window_ms
     rows_by_cw = by_cluster_window(rows)
     fetches_by_cw = by_cluster_window(follower_fetches)
-    grid_origin = {cluster: start for cluster, start in rows_by_cw}
-    shrinks_by_cw = shrinks_by_cluster_window(isr_shrinks, grid_origin, window_ms)
+    grid = {cluster: start for cluster, start in rows_by_cw}   # any window start fixes it
+    shrinks_by_cw: dict[tuple[str, int], list[IsrShrink]] = defaultdict(list)
+    for x in isr_shrinks:   # on the cluster's window grid; a cluster without rows has none
+        if x.cluster in grid:
+            start = x.event_ms - (x.event_ms - grid[x.cluster]) % window_ms
+            shrinks_by_cw[(x.cluster, start)].append(x)
     sends_by_cw = by_cluster_window(client_sends)
     external_by_cluster: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)
     for b in baselines:
         external_by_cluster[b.cluster][(b.broker, b.api)] = b.p99_ms
-    held_by_cluster: dict[str, list[HeldRequest]] = defaultdict(list)
-    for h in held_requests:
-        held_by_cluster[h.cluster].append(h)
-    holds = {cluster: Holds(held) for cluster, held in held_by_cluster.items()}
+    held = list(held_requests)
+    holds = {c: Holds(h for h in held if h.cluster == c) for c in {h.cluster for h in held}}
 
     disruptions = disruptions_from(outages, replica_starts)
     out = []

@@ -13,6 +13,7 @@ from detectors.explaining_away import MIN_REFERENCE_MS
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.verdicts import (ApiVerdict, BrokerVerdict, SlowBrokerCause,
                                             WindowAssessment)
+from detectors.windowed import finding
 
 
 def _round(x: float | None) -> float | None:
@@ -56,17 +57,6 @@ def _describe_latency(v: ApiVerdict) -> str:
     if v.dominant_stage:
         parts.append(f", mostly {STAGE_NAMES[v.dominant_stage]} ({v.stage_share:.0%})")
     return "".join(parts)
-
-
-def finding(cluster: str, flagged: list[int], config: SlowBrokerSection, evidence: dict,
-            **detection) -> Detection:
-    """A finding over its flagged windows, its evidence ending with the persistence it met."""
-    return Detection(cluster=cluster, first_seen_ms=min(flagged),
-                     last_seen_ms=max(flagged) + config.window_ms,
-                     evidence={**evidence, "window_s": config.window_s,
-                               "windows_flagged": len(flagged),
-                               "windows_considered": config.persistence_lookback_windows},
-                     **detection)
 
 
 def broker_detection(cluster: str, v: BrokerVerdict, flagged: list[int],

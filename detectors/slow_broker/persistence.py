@@ -1,12 +1,7 @@
-"""Persistence and decay: a broker is detected when at least persistence_windows of the
+"""Persistence and decay (rule 9): a broker is detected when persistence_windows of the
 last persistence_lookback_windows windows hold a verdict for it, the cluster when all of
-them do (it names no broker and no action). One noisy window never fires; a recovered
-broker clears within two windows. The cause a finding names persisted too: the
-strongest that persistence_windows of its windows support, where a window supports the
-cause of each of the broker's slow rows in it and, when its verdict blames no one, any
-cause. A leader waiting on a slow follower in both windows, and slow itself in one, is
-that follower's victim; one slow itself and then slow with no one to blame is a culprit;
-two windows that disagree on whose fault it is are not yet a finding (a third decides)."""
+them do. One noisy window never fires; a recovered broker clears within two windows. The
+cause a finding names persisted too (`strongest`)."""
 
 from __future__ import annotations
 
@@ -19,22 +14,12 @@ from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.evidence import broker_detection, cluster_wide_detection
 from detectors.slow_broker.verdicts import (ROLE_ORDER, ApiVerdict, BrokerVerdict, Role,
                                             SlowBrokerCause, WindowAssessment)
+from detectors.windowed import recent_windows
 
 # A pool's least TP99 just over the threshold is one request at the edge: a pooled verdict
 # counts for each of its windows only from this x its threshold.
 POOLED_STRONG_RATIO = 2.0
 CLUSTER = None   # the key of a cluster-wide verdict; a broker's is its id
-
-
-def recent_windows(assessed: Sequence, config: SlowBrokerSection) -> dict[str, list[int]]:
-    """Per cluster, the starts of the last persistence_lookback_windows windows of the grid
-    ending at its latest assessed window (a window with no rows counts, as clear)."""
-    latest: dict[str, int] = {}
-    for a in assessed:
-        latest[a.cluster] = max(latest.get(a.cluster, a.window_start_ms), a.window_start_ms)
-    n = config.persistence_lookback_windows
-    return {c: [end - k * config.window_ms for k in range(n - 1, -1, -1)]
-            for c, end in latest.items()}
 
 
 def flagged(a: WindowAssessment) -> set[int | None]:
@@ -82,11 +67,12 @@ def _rank(v: BrokerVerdict) -> float:
 
 def strongest(recent: Sequence[WindowAssessment], broker: int,
               config: SlowBrokerSection) -> BrokerVerdict | None:
-    """The verdict on `broker` its finding reports: of the strongest rank (`_rank`'s
-    order) that persistence_windows of the windows support (see the module docstring; a
-    verdict counts for the windows it covers), the newest; None when no rank persisted.
-    A fault's last window often holds less evidence than those before, and the finding
-    should not end on the vaguer cause; nor name one that did not persist."""
+    """The verdict on `broker` its finding reports: of the strongest rank (`_rank`) that
+    persistence_windows of the windows support, the newest; None when none did. A window
+    supports the cause of each of the broker's slow rows in it (for the windows it covers)
+    and, when its verdict blames no one, any cause: a fault's last window often holds less
+    evidence than those before, and windows that disagree on whose fault it is are not yet
+    a finding (a third decides)."""
     held = []
     for a in recent:
         if broker in flagged(a):

@@ -1,6 +1,5 @@
-"""Rules 1-5 on one broker/API/window, small pure functions with their thresholds passed
-in; `judge_rows` applies them to one window's rows (detect.assess_window states the
-whole order)."""
+"""Rules 1-5 on one broker/API/window, small pure functions; `judge_rows` applies them to
+one window's rows."""
 
 from __future__ import annotations
 
@@ -16,18 +15,15 @@ from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import STAGES_OUTSIDE_REMOTE, RequestStageWindow
 from detectors.slow_broker.verdicts import ApiVerdict
 
-# A quiet window is pooled with at most this many windows in all (one minute at 10-s
+# A quiet window is pooled with at most this many windows in all (a minute of 10-s
 # windows): an older pool no longer describes now.
 POOL_WINDOWS = 6
-# Other brokers with traffic needed for the peer comparison: a median of one peer is that
-# peer.
+# A median of one peer is that peer.
 MIN_PEERS = 2
-# Earlier windows needed before the in-input baseline is trusted (one minute of 10-s
-# windows): a median of fewer says little more than one window.
+# Earlier windows before the in-input baseline is trusted (a minute of 10-s windows).
 MIN_HISTORY_WINDOWS = 6
-# Rule 2b: the floor of a pool judged only with a second, independent sign (the follower
-# it waits on is late elsewhere too): 20 requests make a wait at the edge unlikely to be
-# one request.
+# Rule 2b: the floor of a pool judged with a second, independent sign (its follower late
+# elsewhere too): 20 requests make a wait at the edge unlikely to be one request's.
 CORROBORATED_MIN_REQUESTS = 20
 
 Sample = tuple[int, float]       # (requests, judged latency) of one earlier window
@@ -35,10 +31,9 @@ Pool = tuple[int, int, float]    # (windows, requests, least judged latency) jud
 
 
 def judged_latency(row: RequestStageWindow) -> float:
-    """Rule 1: TotalTime TP99; for the APIs that wait in purgatory on purpose (a Fetch
-    waits for data), the time outside Remote: the exact p99 of (total - remote) when
-    given, else a lower bound of it. That wait measures the absence of data, not the
-    broker, and unlike a higher threshold it does not depend on client settings."""
+    """Rule 1: TotalTime TP99; for the APIs that wait in purgatory on purpose, the time
+    outside Remote (core.signals.judged_ms): the exact p99 of (total - remote) when given,
+    else a lower bound of it."""
     if not waits_in_purgatory(row.api):
         return row.total_p99_ms
     if row.total_excl_remote_p99_ms is not None:
@@ -48,17 +43,16 @@ def judged_latency(row: RequestStageWindow) -> float:
 
 
 def enough_traffic(requests: int, floor: int) -> bool:
-    """Rule 2: enough requests for a p99 to mean something (a negligible-traffic broker
-    is never slow)."""
+    """Rule 2: enough requests for a p99 to mean something."""
     return requests >= floor
 
 
 def pool_quiet(requests: int, latency: float, threshold: float,
                earlier: Sequence[Sample | None], floor: int) -> Pool | None:
-    """Rule 2 for a window too quiet alone: a slow broker cuts its own request rate, so it
-    is pooled with the consecutive windows just before it (`earlier`, newest first, None:
-    no row) that were over the threshold too, up to POOL_WINDOWS, until they hold `floor`
-    requests; judged at the pool's least latency (a lower bound of its TP99), or None."""
+    """Rule 2 for a window too quiet alone (a slow broker cuts its own request rate): pooled
+    with the consecutive windows just before it (`earlier`, newest first, None: no row)
+    over the threshold too, up to POOL_WINDOWS, until they hold `floor` requests; judged at
+    the pool's least latency (a lower bound of its TP99). None: no such pool."""
     if latency <= threshold:
         return None
     windows, total, least = 1, requests, latency
@@ -78,10 +72,9 @@ def over_threshold(latency: float, threshold: float) -> bool:
 
 def baseline(external: float | None, healthy: Sequence[float], quiet: Sequence[Sample],
              floor: int) -> float | None:
-    """Rule 4's reference, the broker/API's usual latency: the external baseline; else
-    the median of its earlier healthy windows, once MIN_HISTORY_WINDOWS; else of its quiet
-    windows, once as many hold `floor` requests together (a high baseline, but a broker
-    on a quiet cluster has nothing else to be compared with)."""
+    """Rule 4's reference, the broker/API's usual latency: the external baseline; else the
+    median of its earlier healthy windows, once MIN_HISTORY_WINDOWS; else of its quiet
+    windows, once as many hold `floor` requests together (all a quiet cluster has)."""
     if external is not None:
         return external
     if len(healthy) >= MIN_HISTORY_WINDOWS:
@@ -92,14 +85,12 @@ def baseline(external: float | None, healthy: Sequence[float], quiet: Sequence[S
 
 
 def stands_out(value: float, reference: float | None, ratio: float) -> bool:
-    """Rules 4 and 5: at least `ratio` x a reference, the broker's own baseline (a rise)
-    or its peers' median (a broker always slow)."""
+    """Rules 4 and 5: at least `ratio` x a reference, its baseline or its peers' median."""
     return reference is not None and value >= ratio * max(reference, MIN_REFERENCE_MS)
 
 
 def median_without(sorted_values: Sequence[float], value: float) -> float | None:
-    """The median of a sorted list with one occurrence of `value` left out, in O(log n)
-    (a 2,000-broker cluster would make the obvious way quadratic)."""
+    """The median of a sorted list with one occurrence of `value` left out, in O(log n)."""
     i = bisect.bisect_left(sorted_values, value)
     m = len(sorted_values) - 1
     if m <= 0:
@@ -112,8 +103,8 @@ def median_without(sorted_values: Sequence[float], value: float) -> float | None
 
 
 def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
-    """Rule 5's reference: the median latency of the other brokers with traffic (sorted
-    `latencies` include this broker's `own` when it has traffic), once MIN_PEERS."""
+    """Rule 5's reference: the median of the other brokers with traffic, once MIN_PEERS
+    (sorted `latencies` hold this broker's `own` when it has traffic)."""
     peers = len(latencies) - (own is not None)
     if peers < MIN_PEERS:
         return None
@@ -121,8 +112,8 @@ def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
 
 
 def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
-    """The stage with the largest p99 (Remote left out where it is a deliberate wait),
-    and its share of the stage p99s considered: what blame starts from."""
+    """The stage with the largest p99 (not a deliberate Remote wait) and its share of the
+    stage p99s: what blame starts from."""
     stages = STAGES_OUTSIDE_REMOTE if waits_in_purgatory(row.api) else STAGES
     values = [row.stage_p99(s) for s in stages]
     total = sum(values)
@@ -137,8 +128,8 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
               pool: Pool | None, quiet_pool: Pool | None, baseline_ms: float | None,
               peers: float | None, history_ratio: float, peer_ratio: float) -> ApiVerdict:
     """Rules 1-5 on one row, at its pool's least latency when pooled; `quiet_pool`: the
-    pool blame may judge it on (rule 2b). The dominant stage only of a row over its
-    threshold: blame and evidence read no other (most rows of a fleet)."""
+    pool blame may judge it on (rule 2b). Only a row over its threshold has a dominant
+    stage: no other is blamed (most rows of a fleet)."""
     windows, requests, lat = pool or (1, None, latency)
     stage, share = dominant_stage(row) if latency > threshold else (None, 0.0)
     return ApiVerdict(
@@ -153,9 +144,8 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
 
 @dataclass
 class History:
-    """Per broker/API, the earlier windows: every window's (requests, latency) for
-    pooling; the non-suspect ones for the baseline, `healthy` with enough traffic of
-    their own, `quiet` the others that had requests."""
+    """Per broker/API, the earlier windows: every one's (requests, latency) for pooling;
+    the non-suspect ones for the baseline, `healthy` with traffic, `quiet` the others."""
     healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     quiet: dict[tuple[int, str], list[Sample]] = field(default_factory=lambda: defaultdict(list))
     windows: dict[tuple[int, str], dict[int, Sample]] = field(
@@ -167,8 +157,7 @@ class History:
         return [seen.get(row.window_start_ms - k * window_ms) for k in range(1, POOL_WINDOWS)]
 
     def note(self, row: RequestStageWindow, latency: float) -> None:
-        """Keep the row's window (`earlier` reads the last POOL_WINDOWS - 1 of them; a
-        history lives one evaluation, over the windows of its input)."""
+        """Keep the row's window (a history lives one evaluation)."""
         self.windows[(row.broker, row.api)][row.window_start_ms] = (row.requests, latency)
 
     def baseline(self, row: RequestStageWindow, external: Mapping[tuple[int, str], float],
@@ -178,8 +167,7 @@ class History:
                         self.quiet.get(key, []), floor)
 
     def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
-        """Keep the window's non-suspect latencies (quiet ones over the threshold too; not
-        a shared stall's, which is no usual latency)."""
+        """Keep the window's non-suspect latencies (not a shared stall's: no usual one)."""
         for v in verdicts:
             if v.suspect or v.shared_stall:
                 continue
@@ -193,10 +181,9 @@ class History:
 def judge_rows(rows: Sequence[RequestStageWindow], history: History,
                external: Mapping[tuple[int, str], float],
                cfg: SlowBrokerSection) -> list[ApiVerdict]:
-    """Rules 1-5 on every row of one window. A pooled row is compared with its peers but
-    stays out of their medians: its latency is a bound over several windows. A row at or
-    under its threshold is never slow (rule 3), so its references (rules 4 and 5) are
-    not looked up: most rows of a fleet."""
+    """Rules 1-5 on every row of one window. A pooled row stays out of its peers' medians
+    (its latency is a bound over several windows); a row at or under its threshold is
+    never slow, so its references are not looked up."""
     floor = cfg.min_requests_per_window
     judged = []
     by_api: dict[str, list[float]] = defaultdict(list)

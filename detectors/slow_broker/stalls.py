@@ -1,14 +1,9 @@
-"""Rule 6b, a stall the brokers share: requests a broker held in its own stages at the
-instants the other brokers held theirs about as long are the host's or the cluster's (a
-hypervisor or storage pause, a machine the brokers share), not that broker's, even when
-only its p99 crossed the threshold. From the requests the edge kept whole
-(`HeldRequest`): a suspect row whose dominant stage is the broker's own is no one's when,
-for every request of its API held over its threshold in the window, most of the other
-brokers with traffic (`most_of`, shared_cause_share) held a request under way at the
-same time at least 1/peer_ratio as long: it did not stand out from its peers at that
-instant. With no such request kept the windows alone cannot tell, and the row stands.
-Such a broker is blamed for nothing but counts toward cluster-wide (rule 8): a stall over
-the threshold on most brokers at once is the cluster's."""
+"""Rule 6b, a stall the brokers share: a suspect row whose dominant stage is the broker's
+own is no one's when, for every request of its API it held over its threshold in its own
+stages in the window (from the requests the edge kept whole), most other brokers with
+traffic held a request under way at the same time at least 1/peer_ratio as long: rule 5
+at the instant (a hypervisor or storage pause, a host the brokers share). Such a broker
+is blamed for nothing but counts toward cluster-wide."""
 
 from __future__ import annotations
 

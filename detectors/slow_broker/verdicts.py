@@ -13,26 +13,20 @@ from detectors.slow_broker.inputs import RequestStageWindow
 
 class SlowBrokerCause(StrEnum):
     """The `cause` of this detector's findings (alerts and runbooks key on these)."""
-    # The broker itself (move_leadership helps):
     REQUEST_HANDLERS_SATURATED = "request_handlers_saturated"
     LOCAL_DISK_OR_PAGE_CACHE = "local_disk_or_page_cache"
     NETWORK_THREADS_SATURATED = "network_threads_saturated"
     LEADER_REPLICATION_STALLED = "leader_replication_stalled"
-    # The broker as a follower of other leaders:
     SLOW_FOLLOWER = "slow_follower"
-    # A leader held back by a follower named in the evidence:
     REMOTE_PRODUCE_SLOW_FOLLOWER = "remote_produce_slow_follower"
-    # Slow, fault not attributable:
     REMOTE_PRODUCE_UNKNOWN_FOLLOWER = "remote_produce_unknown_follower"
     REMOTE_WAIT = "remote_wait"
     RESPONSE_SEND_SLOW = "response_send_slow"
     NETWORK_SEND_SLOW = "network_send_slow"
     SLOW_UNATTRIBUTED = "slow_unattributed"
-    # Not a broker fault:
     CLIENT_SLOW_READ = "client_slow_read"
     CLIENT_SLOW_LINK = "client_slow_link"
     QUOTA_THROTTLED = "quota_throttled"
-    # Too many brokers at once:
     CLUSTER_WIDE_SLOWNESS = "cluster_wide_slowness"
 
 
@@ -47,6 +41,41 @@ class Role(StrEnum):
 
 ROLE_ORDER = list(Role)
 BLAMED_ROLES = (Role.CULPRIT, Role.UNATTRIBUTED)
+C, A, S = SlowBrokerCause, ActionKind, Severity
+# Per cause, the role of the broker a verdict names by it, the action, the severity and
+# why (a finding's text; some are completed where the verdict is made). A culprit in its
+# own stages or replication is moved off; a slow follower must catch up or leave the ISR.
+MEANING: Mapping[str, tuple[Role, ActionKind, Severity, str]] = {
+    C.REQUEST_HANDLERS_SATURATED: (Role.CULPRIT, A.MOVE_LEADERSHIP, S.HIGH,
+                                   "requests wait for a free request handler thread (CPU or "
+                                   "handler saturation)"),
+    C.LOCAL_DISK_OR_PAGE_CACHE: (Role.CULPRIT, A.MOVE_LEADERSHIP, S.HIGH,
+                                 "the broker's own work is slow (disk or page-cache misses)"),
+    C.NETWORK_THREADS_SATURATED: (Role.CULPRIT, A.MOVE_LEADERSHIP, S.HIGH,
+                                  "responses wait for a free network thread"),
+    C.LEADER_REPLICATION_STALLED: (Role.CULPRIT, A.MOVE_LEADERSHIP, S.HIGH,
+                                   "all its followers wait on it but fetch normally from other "
+                                   "leaders: the broker itself is slow to serve replication"),
+    C.SLOW_FOLLOWER: (Role.CULPRIT, A.PAGE_HUMAN, S.HIGH,
+                      "as a follower it holds back acks=all writes on the leaders it "
+                      "replicates from; moving leadership would not shorten those waits, it "
+                      "must catch up or drop out of the ISR"),
+    C.REMOTE_PRODUCE_SLOW_FOLLOWER: (Role.VICTIM, A.NONE, S.WARNING, ""),
+    C.REMOTE_PRODUCE_UNKNOWN_FOLLOWER: (Role.UNATTRIBUTED, A.PAGE_HUMAN, S.WARNING,
+                                        "acks=all writes wait for followers, but no follower "
+                                        "stands out"),
+    C.REMOTE_WAIT: (Role.UNATTRIBUTED, A.PAGE_HUMAN, S.WARNING,
+                    "requests wait in purgatory for other brokers"),
+    C.RESPONSE_SEND_SLOW: (Role.UNATTRIBUTED, A.PAGE_HUMAN, S.WARNING,
+                           "responses are slow to send (no per-client data to tell a slow "
+                           "client from the broker's network)"),
+    C.NETWORK_SEND_SLOW: (Role.UNATTRIBUTED, A.PAGE_HUMAN, S.WARNING, ""),
+    C.SLOW_UNATTRIBUTED: (Role.UNATTRIBUTED, A.PAGE_HUMAN, S.WARNING,
+                          "no stage breakdown to attribute it"),
+    C.CLIENT_SLOW_READ: (Role.CLIENT, A.NONE, S.WARNING, ""),
+    C.QUOTA_THROTTLED: (Role.QUOTA, A.NONE, S.INFO,
+                        "clients are held back by their quotas; not a broker fault"),
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +118,13 @@ class Attribution:
     severity: Severity
     why: str
     details: Mapping = field(default_factory=dict)
+
+
+def attribution(cause: str, blamed: int | None = None, why: str = "",
+                details: Mapping | None = None) -> Attribution:
+    """A verdict of `cause` about `blamed`, as MEANING says (`why`: its text completed)."""
+    role, action, severity, meaning = MEANING[cause]
+    return Attribution(role, cause, blamed, action, severity, why or meaning, details or {})
 
 
 @dataclass

@@ -16,11 +16,10 @@ from core.disruptions import ReplicaStart, active_in, disruptions_from
 from core.findings import Detection
 from core.outages import BrokerOutage
 from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
-from detectors.slow_broker.detect import by_cluster_window
-from detectors.slow_broker.persistence import recent_windows
 from detectors.slow_client.links import (ClientRttWindow, LinkVerdict, ProducerServerWindow,
                                         judge_links, link_detection)
 from detectors.slow_client.readers import ClientVerdict, client_detection, judge_clients
+from detectors.windowed import by_cluster_window, recent_windows
 
 
 @dataclass(frozen=True)

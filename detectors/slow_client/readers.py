@@ -22,8 +22,8 @@ from core.signals import threshold_for
 from detectors.slow_broker import ClientSendWindow, RequestStageWindow, SlowBrokerSection
 from detectors.explaining_away import most_of
 from detectors.slow_broker.blame import slow_clients
-from detectors.slow_broker.evidence import finding
 from detectors.slow_broker.verdicts import SlowBrokerCause
+from detectors.windowed import finding
 
 # One slow request is a hiccup (a pause, a retransmit), not a slow reader.
 CLIENT_MIN_SLOW = 2

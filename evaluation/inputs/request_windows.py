@@ -64,7 +64,7 @@ from detectors.slow_broker import (
     SlowBrokerSection,
 )
 from detectors.slow_client import ProducerServerWindow
-from detectors.slow_broker.detect import MIN_HISTORY_WINDOWS
+from detectors.slow_broker.rules import MIN_HISTORY_WINDOWS
 from core.signals import OWN_STAGES
 from infra.lake_sql import LakeSql, marks, range_sql, utc_date
 from evaluation.inputs.slow_broker import BASELINE_HISTORY_S, BASELINE_MINUTE_MIN_REQUESTS
