@@ -9,7 +9,6 @@ victim (its slowness came first); cluster-wide is never explained."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Iterable, Mapping, Sequence
 
 from core.disruptions import Disruption, Kind, leaderships_taken, subjects
@@ -20,63 +19,51 @@ from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, Slo
 
 # While a follower is out, catching up or finding its new leader, its leaders' acks=all
 # writes wait on it in Remote without naming it.
-_UNNAMED_REMOTE_WAITS = (SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
-                         SlowBrokerCause.REMOTE_WAIT)
-
-
-class Whose(StrEnum):
-    """Which verdicts of a window an event concerns (`_concerns`)."""
-    SUBJECT = "every verdict of the subject"
-    SUBJECT_OWN_STAGES = "the subject's own-stage verdicts"
-    SUBJECT_UNNAMED_WAITS = "the subject's Remote waits that name no follower"
-    BLAMING_SUBJECT = "verdicts that blame the subject"
-    LEADERS_UNNAMED_WAITS = "Remote waits naming no follower, of the leaders it follows"
-    PARTNERS = "the subject's partners"
-
-
-def _concerns(whose: Whose, subject: int, broker: int, v: BrokerVerdict,
-              waits: Waits) -> bool:
-    cause = v.attribution.cause
-    if whose is Whose.SUBJECT:
-        return broker == subject
-    if whose is Whose.SUBJECT_OWN_STAGES:
-        return broker == subject and cause in OWN_STAGE_CAUSES
-    if whose is Whose.SUBJECT_UNNAMED_WAITS:
-        return broker == subject and cause in _UNNAMED_REMOTE_WAITS
-    if whose is Whose.BLAMING_SUBJECT:
-        return v.attribution.blamed_broker == subject
-    if whose is Whose.LEADERS_UNNAMED_WAITS:
-        # a leader whose followers the fetches do not show may follow anyone
-        followers = waits.by_server.get(broker, {})
-        return cause in _UNNAMED_REMOTE_WAITS and (subject in followers or not followers)
-    raise ValueError(f"not a verdict test: {whose}")
+UNNAMED_WAITS = frozenset({SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
+                           SlowBrokerCause.REMOTE_WAIT})
+ANY = None
 
 
 @dataclass(frozen=True)
 class Row:
-    explains: tuple[Whose, ...]    # verdicts set aside
-    downgrades: Whose | None       # whose own-stage culprits become warning victims
-    named_by_margin: bool = True   # its subject may be named the slow follower by margin alone
+    subject: frozenset | None   # the subject's verdicts of these causes are set aside (ANY)
+    blaming: bool = False       # so are the verdicts that blame the subject
+    leaders_waits: bool = False  # and its leaders' Remote waits naming no follower
+    warns: str | None = None    # whose own-stage culprits become warning victims: the
+                                # "partners" of the subject, or the "subject" itself
+    named_by_margin: bool = True  # its subject may be named the slow follower by margin alone
 
 
 TABLE: Mapping[Kind, Row] = {
     # Gone, then catching up as a follower while its clients reconnect; its partners took
     # its leaderships and clients.
-    Kind.BROKER_OUT: Row((Whose.SUBJECT, Whose.BLAMING_SUBJECT, Whose.LEADERS_UNNAMED_WAITS),
-                         Whose.PARTNERS),
+    Kind.BROKER_OUT: Row(ANY, blaming=True, leaders_waits=True, warns="partners"),
     # A fresh JVM loads its logs, warms its page cache and compiles its code: its own stages
     # are slow and it lags a little behind the other followers for minutes; its partners
     # serve its catch-up. A follower standing out past the floor or by peer_ratio is named.
-    Kind.BROKER_WARMUP: Row((Whose.SUBJECT_OWN_STAGES, Whose.LEADERS_UNNAMED_WAITS),
-                            Whose.PARTNERS, named_by_margin=False),
+    Kind.BROKER_WARMUP: Row(OWN_STAGE_CAUSES, leaders_waits=True, warns="partners",
+                            named_by_margin=False),
     # The partitions' other replicas fetch from a new leader only once the metadata names
     # it; its clients and followers move to it (moving them away would undo the election).
-    Kind.LEADERSHIP_HANDOVER: Row((Whose.SUBJECT_UNNAMED_WAITS,), Whose.SUBJECT),
+    Kind.LEADERSHIP_HANDOVER: Row(UNNAMED_WAITS, warns="subject"),
     # A new topic or partitions: each broker opens a log per replica and its leaders' first
     # acks=all writes wait for new followers, while every client refreshes its metadata.
     # Its effect on those brokers is no one's; slowness beyond them is judged as usual.
-    Kind.REPLICAS_CREATED: Row((Whose.SUBJECT_OWN_STAGES, Whose.SUBJECT_UNNAMED_WAITS), None),
+    Kind.REPLICAS_CREATED: Row(OWN_STAGE_CAUSES | UNNAMED_WAITS),
 }
+
+
+def _explains(d: Disruption, broker: int, v: BrokerVerdict, waits: Waits) -> bool:
+    """Whether event `d` sets aside `broker`'s verdict `v` (`TABLE`). A leader whose
+    followers the fetches do not show may follow anyone."""
+    row, cause = TABLE[d.kind], v.attribution.cause
+    if broker == d.subject and (row.subject is ANY or cause in row.subject):
+        return True
+    if row.blaming and v.attribution.blamed_broker == d.subject:
+        return True
+    followers = waits.by_server.get(broker, {})
+    return row.leaders_waits and cause in UNNAMED_WAITS and (
+        d.subject in followers or not followers)
 
 
 def _warning(a: Attribution, broker: int, active: Sequence[Disruption]) -> Attribution:
@@ -125,7 +112,7 @@ def partners_of(loaders: Iterable[int], followers_seen: Mapping[int, Mapping[int
 def counts_as_before(active: Iterable[Disruption]) -> bool:
     """Whether a window's blamed brokers are the 'before' of later events: not when an
     event in it sets its subject aside whole (a broker out)."""
-    return not any(Whose.SUBJECT in TABLE[d.kind].explains for d in active)
+    return not any(TABLE[d.kind].subject is ANY for d in active)
 
 
 @dataclass
@@ -142,15 +129,11 @@ def explain(brokers: Mapping[int, BrokerVerdict], active: Sequence[Disruption],
     """The table applied to one window's verdicts (`active`: the events in effect)."""
     kept, set_aside = {}, {}
     for b, v in brokers.items():
-        if any(_concerns(whose, d.subject, b, v, waits)
-               for d in active for whose in TABLE[d.kind].explains):
-            set_aside[b] = v
-        else:
-            kept[b] = v
-    loaders = {d.subject for d in active if TABLE[d.kind].downgrades is Whose.PARTNERS}
+        (set_aside if any(_explains(d, b, v, waits) for d in active) else kept)[b] = v
+    loaders = {d.subject for d in active if TABLE[d.kind].warns == "partners"}
     partners = (partners_of(loaders, followers_seen, leaderships_taken(active))
                 if loaders else None)
-    own = {d.subject for d in active if TABLE[d.kind].downgrades is Whose.SUBJECT}
+    own = {d.subject for d in active if TABLE[d.kind].warns == "subject"}
 
     def own_stages(x: BrokerVerdict) -> bool:
         return x.attribution.role is Role.CULPRIT and x.attribution.cause in OWN_STAGE_CAUSES
@@ -162,6 +145,6 @@ def explain(brokers: Mapping[int, BrokerVerdict], active: Sequence[Disruption],
         kept[b] = replace(v, attribution=_warning(v.attribution, b, active), others=[
             replace(o, attribution=_warning(o.attribution, b, active)) if own_stages(o) else o
             for o in v.others])
-    explained = {d.subject for d in active
-                 if {Whose.SUBJECT, Whose.SUBJECT_OWN_STAGES} & set(TABLE[d.kind].explains)}
+    explained = {d.subject for d in active if TABLE[d.kind].subject is ANY
+                 or TABLE[d.kind].subject >= OWN_STAGE_CAUSES}
     return Explanation(kept, set_aside, victims, explained | victims)
