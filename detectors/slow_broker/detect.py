@@ -42,7 +42,7 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Bl
         sends_by_broker[x.broker].append(x)
     candidates: dict[int, list[BrokerVerdict]] = defaultdict(list)
     for v in verdicts:
-        if v.suspect:
+        if v.over_threshold and v.suspect:   # most rows are not over
             b = v.row.broker
             mine = [x for x in sends_by_broker.get(b, ()) if x.api in (None, v.row.api)]
             candidates[b].append(BrokerVerdict(b, attribute(v, blame_of, mine, config), v))

@@ -144,12 +144,12 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
 
 @dataclass
 class History:
-    """Per broker/API, the earlier windows: every one's (requests, latency) for pooling;
-    the non-suspect ones for the baseline, `healthy` with traffic, `quiet` the others."""
-    healthy: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
-    quiet: dict[tuple[int, str], list[Sample]] = field(default_factory=lambda: defaultdict(list))
+    """Per broker/API, the earlier windows' (requests, latency), for pooling and the
+    baseline, and the windows whose row is no usual latency (suspect, a shared stall's, or
+    pooled). A history lives one evaluation."""
     windows: dict[tuple[int, str], dict[int, Sample]] = field(
         default_factory=lambda: defaultdict(dict))
+    unusual: dict[tuple[int, str], set[int]] = field(default_factory=lambda: defaultdict(set))
 
     def earlier(self, row: RequestStageWindow, window_ms: int) -> list[Sample | None]:
         """The row's broker/API in the windows just before it, newest first."""
@@ -157,25 +157,26 @@ class History:
         return [seen.get(row.window_start_ms - k * window_ms) for k in range(1, POOL_WINDOWS)]
 
     def note(self, row: RequestStageWindow, latency: float) -> None:
-        """Keep the row's window (a history lives one evaluation)."""
         self.windows[(row.broker, row.api)][row.window_start_ms] = (row.requests, latency)
+
+    def usual(self, row: RequestStageWindow, floor: int) -> tuple[list[float], list[Sample]]:
+        """The usual latencies of the windows before the row's: those with `floor` requests
+        of their own, and the quieter ones that had requests."""
+        key = (row.broker, row.api)
+        unusual = self.unusual.get(key, ())
+        before = [x for w, x in self.windows.get(key, {}).items()
+                  if w < row.window_start_ms and w not in unusual]
+        return [lat for n, lat in before if n >= floor], [x for x in before if 0 < x[0] < floor]
 
     def baseline(self, row: RequestStageWindow, external: Mapping[tuple[int, str], float],
                  floor: int) -> float | None:
-        key = (row.broker, row.api)
-        return baseline(external.get(key), self.healthy.get(key, []),
-                        self.quiet.get(key, []), floor)
+        return baseline(external.get((row.broker, row.api)), *self.usual(row, floor), floor)
 
     def remember(self, verdicts: Sequence[ApiVerdict]) -> None:
-        """Keep the window's non-suspect latencies (not a shared stall's: no usual one)."""
+        """Mark the window's rows that are no usual latency."""
         for v in verdicts:
-            if v.suspect or v.shared_stall:
-                continue
-            key = (v.row.broker, v.row.api)
-            if v.enough_traffic and v.pooled_windows == 1:
-                self.healthy[key].append(v.latency_ms)
-            elif not v.enough_traffic and v.row.requests > 0:
-                self.quiet[key].append((v.row.requests, v.latency_ms))
+            if v.over_threshold and (v.suspect or v.shared_stall or v.pooled_windows > 1):
+                self.unusual[(v.row.broker, v.row.api)].add(v.row.window_start_ms)
 
 
 def judge_rows(rows: Sequence[RequestStageWindow], history: History,
@@ -185,16 +186,20 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
     (its latency is a bound over several windows); a row at or under its threshold is
     never slow, so its references are not looked up."""
     floor = cfg.min_requests_per_window
+    thresholds: dict[str, float] = {}
     judged = []
     by_api: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         latency = judged_latency(r)
-        threshold = threshold_for(r.api, cfg.threshold_ms, cfg.api_threshold_ms)
+        threshold = thresholds.get(r.api)
+        if threshold is None:
+            threshold = thresholds[r.api] = threshold_for(r.api, cfg.threshold_ms,
+                                                          cfg.api_threshold_ms)
         own = enough_traffic(r.requests, floor)
         pool = quiet = None
         if own:
             by_api[r.api].append(latency)
-        else:
+        elif latency > threshold:   # pool_quiet pools no window at or under it
             earlier = history.earlier(r, cfg.window_ms)
             pool = pool_quiet(r.requests, latency, threshold, earlier, floor)
             if pool is None:
@@ -205,8 +210,9 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
     for lats in by_api.values():
         lats.sort()
     return [judge_row(r, latency, threshold, own, pool, quiet,
-                      history.baseline(r, external, floor) if latency > threshold else None,
-                      peer_median(by_api.get(r.api, []), latency if own else None)
-                      if latency > threshold else None,
+                      history.baseline(r, external, floor),
+                      peer_median(by_api.get(r.api, []), latency if own else None),
                       cfg.history_ratio, cfg.peer_ratio)
+            if latency > threshold else
+            ApiVerdict(r, latency, threshold, own, False, None, False, None, False, None, 0.0)
             for r, latency, threshold, own, pool, quiet in judged]

@@ -66,6 +66,6 @@ def set_aside_shared_stalls(verdicts: Sequence[ApiVerdict], holds: Holds | None,
     """Rule 6b on one window's verdicts (`peers`: its brokers with traffic)."""
     if holds is None:
         return list(verdicts)
-    return [replace(v, shared_stall=True)
-            if v.suspect and v.dominant_stage in OWN_STAGES and shared(v, holds, peers, config)
+    return [replace(v, shared_stall=True) if v.over_threshold and v.suspect
+            and v.dominant_stage in OWN_STAGES and shared(v, holds, peers, config)
             else v for v in verdicts]

@@ -78,7 +78,7 @@ MEANING: Mapping[str, tuple[Role, ActionKind, Severity, str]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)   # not frozen: a fleet's evaluation makes ~400,000 of them
 class ApiVerdict:
     """Every rule's result for one broker/API/window (kept for tests and evidence)."""
     row: RequestStageWindow
@@ -105,7 +105,7 @@ class ApiVerdict:
 
     @property
     def suspect(self) -> bool:
-        return self.enough_traffic and self.over_threshold and not self.shared_stall and (
+        return self.over_threshold and self.enough_traffic and not self.shared_stall and (
             self.slow_vs_history or self.slow_vs_peers or self.follower_corroborated)
 
 

@@ -167,9 +167,12 @@ def test_history_remembers_only_non_suspect_windows_and_pools_the_latest():
     far = RequestStageWindow("c1", 1, "Produce", POOL_WINDOWS * w, 40, 800.0)
     h.note(far, 800.0)
     assert h.earlier(far, w) == [None] * (POOL_WINDOWS - 1)   # older than a pool can use
-    busy = judge_row(row(total=20.0), 20.0, THRESHOLD, True, None, None, None, None, RATIO,
-                     RATIO)
-    slow = judge_row(row(total=900.0), 900.0, THRESHOLD, True, None, None, 10.0, None, RATIO,
-                     RATIO)
+    busy_row = RequestStageWindow("c1", 2, "Produce", 0, 500, 20.0)
+    slow_row = RequestStageWindow("c1", 2, "Produce", w, 500, 900.0)
+    busy = judge_row(busy_row, 20.0, THRESHOLD, True, None, None, None, None, RATIO, RATIO)
+    slow = judge_row(slow_row, 900.0, THRESHOLD, True, None, None, 10.0, None, RATIO, RATIO)
+    for r, v in ((busy_row, busy), (slow_row, slow)):
+        h.note(r, v.latency_ms)
     h.remember([busy, slow])
-    assert h.healthy[(1, "Produce")] == [20.0]
+    assert h.usual(RequestStageWindow("c1", 2, "Produce", 2 * w, 500, 30.0), 100) == (
+        [20.0], [])
