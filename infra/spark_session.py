@@ -54,6 +54,7 @@ class SparkSection:
 log = logging.getLogger(__name__)
 
 _LOG4J2 = Path(__file__).parent / "resources" / "spark-log4j2.properties"
+_POOLS = Path(__file__).parent / "resources" / "spark-fair-pools.xml"
 # Local mode: G1's concurrent threads compete with the tasks on a small machine; the
 # throughput collector with two threads leaves that CPU to the queries. The optimizing JIT
 # (C2) stays: C1 alone (tried earlier to save compile time) made a silver micro-batch of
@@ -126,10 +127,12 @@ def spark_conf(config: SparkConfig, jars: list[Path]) -> dict[str, str]:
         # Delta rebuilds table state with 50 tasks by default: right for a cluster,
         # pure overhead on two local cores.
         conf["spark.databricks.delta.snapshotPartitions"] = "2"
-        # A dozen streaming queries share two task slots: fair scheduling lets the detector
-        # evaluation's short jobs (pool "detect", evaluation/detect.py) run between their tasks
-        # instead of queueing behind all of them.
+        # A dozen streaming queries share two task slots: fair scheduling between pools
+        # (spark-fair-pools.xml) runs the silver query's tasks first, then the detector
+        # evaluation's short jobs (evaluation/detect.py), between the others' tasks instead
+        # of queueing behind them.
         conf["spark.scheduler.mode"] = "FAIR"
+        conf["spark.scheduler.allocation.file"] = str(_POOLS)
         # optimizeWrite adds a shuffle to every write to make big files: on one machine
         # the micro-batches are small and that shuffle is a fixed cost per batch.
         conf["spark.databricks.delta.optimizeWrite.enabled"] = "false"

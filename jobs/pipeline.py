@@ -44,6 +44,9 @@ from jobs.validation import add_constraints, constraint_properties
 
 log = logging.getLogger(__name__)
 
+# The scheduler pools of infra/resources/spark-fair-pools.xml: what detection waits for
+# first.
+SILVER_POOL, BACKGROUND_POOL = "silver", "background"
 BRONZE_SCHEMA = StructType([
     StructField("value", StringType()), StructField("source", StringType()),
     StructField("source_file", StringType()), StructField("kafka_topic", StringType()),
@@ -127,7 +130,8 @@ class Pipeline:
     reader_tables: bool = True
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     # Each query's name -> what starts it again (from its checkpoint), for `restart_failed`.
-    _starters: dict[str, Callable[[], object]] = field(default_factory=dict, repr=False)
+    _starters: dict[str, tuple[str | None, Callable[[], object]]] = field(
+        default_factory=dict, repr=False)
 
     # ---- tables ------------------------------------------------------------------------
 
@@ -213,6 +217,7 @@ class Pipeline:
         started = []
         for query, streams, on_slow in self.groups():
             started.append(self._launch(
+                BACKGROUND_POOL if on_slow else SILVER_POOL,
                 lambda query=query, streams=streams, on_slow=on_slow: silver.start_silver(
                     self.spark, self.lake, streams, self._raw([s.name for s in streams]),
                     query=query, trigger=slow if on_slow else trig(st.silver_trigger_s),
@@ -227,18 +232,18 @@ class Pipeline:
             # The stage minutes from the edge's histograms (request_stages holds only the
             # requests kept whole).
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_windows")
-            started.append(launch(lambda: gold_windows.start_minute_tables(
+            started.append(launch(BACKGROUND_POOL, lambda: gold_windows.start_minute_tables(
                 spark, lake, f"{lateness} seconds", slow)))
         if "offset_commits" in names and self.reader_tables:
-            started.append(launch(lambda: gold.start_offset_commits_1m(
+            started.append(launch(BACKGROUND_POOL, lambda: gold.start_offset_commits_1m(
                 spark, lake, gold.COMMITS_WATERMARK, slow)))
         if {"offset_commits", "partition_offsets"} <= names and self.reader_tables:
-            started.append(launch(lambda: gold.start_offset_lag_1m(
+            started.append(launch(BACKGROUND_POOL, lambda: gold.start_offset_lag_1m(
                 spark, lake, slow, st.offset_lag_lookback_days)))
         if once:
             _await(started)
         for make in self.extra_queries:
-            started.append(launch(lambda make=make: make(trig(st.detect_trigger_s))))
+            started.append(launch(None, lambda make=make: make(trig(st.detect_trigger_s))))
         if once:
             _await(started)
         self.queries = started
@@ -246,10 +251,19 @@ class Pipeline:
             register_tables(self.spark, self.lake)
         return started
 
-    def _launch(self, start: Callable[[], object]):
-        """Start a query with `start` and keep `start` to start it again after a failure."""
-        q = start()
-        self._starters[q.name] = start
+    def _launch(self, pool: str | None, start: Callable[[], object]):
+        """Start a query with `start`, its jobs in scheduler `pool` (None: the default; the
+        detector query sets its own), and keep both to start it again after a failure."""
+        if pool is None:
+            q = start()
+        else:
+            context = self.spark.sparkContext
+            context.setLocalProperty("spark.scheduler.pool", pool)
+            try:
+                q = start()
+            finally:
+                context.setLocalProperty("spark.scheduler.pool", None)
+        self._starters[q.name] = (pool, start)
         self.backoff.started(q.name, time.monotonic())
         return q
 
@@ -274,7 +288,7 @@ class Pipeline:
                           "%s", name, delay, _cause_line(error))
             elif self.backoff.due(name, now):
                 try:
-                    self.queries[i] = self._launch(self._starters[name])
+                    self.queries[i] = self._launch(*self._starters[name])
                 except Exception as e:  # noqa: BLE001 - the cause may last: try again later
                     delay = self.backoff.failed(name, now)
                     log.error("query %s could not start again; next try in %.0f s: %s",

@@ -327,3 +327,23 @@ def test_a_lake_made_before_a_log_event_kind_was_added_takes_rows_of_the_new_kin
              ).process_available()
     rows = spark.read.format("delta").load(path).where("kind = 'broker_fenced'").collect()
     assert [(r["subject_broker"], r["broker"]) for r in rows] == [(2, 3)]
+
+
+def test_the_silver_query_runs_in_the_pool_that_goes_first(spark, lake, kmon_config):
+    # Two task slots shared by every query: the silver query's jobs run in the pool that
+    # has a slot of its own whenever it has tasks (infra/resources/spark-fair-pools.xml).
+    sink = LandingSink(lake.landing_root, "test")
+    for r in _records()[:5]:
+        sink.send("request_stages", "k", r)
+    sink.flush()
+    pools = []
+    pipeline = _pipeline(spark, lake, kmon_config, on_batch=lambda _row: pools.append(
+        spark.sparkContext.getLocalProperty("spark.scheduler.pool")))
+    pipeline.process_available()
+    assert pools and set(pools) == {"silver"}, pools
+    silver = spark.sparkContext._jsc.sc().getPoolForName("silver").get()
+    background = spark.sparkContext._jsc.sc().getPoolForName("background").get()
+    assert (silver.weight(), silver.minShare()) == (3, 1)
+    assert (background.weight(), background.minShare()) == (1, 0)
+    # the thread that started the queries is back in the default pool
+    assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None

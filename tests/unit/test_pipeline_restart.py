@@ -42,7 +42,7 @@ class Starter:
 def pipeline_of(*names: str) -> tuple[Pipeline, dict[str, Starter]]:
     p = Pipeline(spark=None, lake=None, settings=None)
     starters = {n: Starter(n) for n in names}
-    p.queries = [p._launch(s) for s in starters.values()]
+    p.queries = [p._launch(None, s) for s in starters.values()]
     return p, starters
 
 
