@@ -9,7 +9,7 @@ victim (its slowness came first); cluster-wide is never explained."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Literal, Mapping, Sequence
 
 from core.disruptions import Disruption, Kind, leaderships_taken, subjects
 from core.findings import ActionKind, Severity, broker_entity
@@ -29,8 +29,8 @@ class Row:
     subject: frozenset | None   # the subject's verdicts of these causes are set aside (ANY)
     blaming: bool = False       # so are the verdicts that blame the subject
     leaders_waits: bool = False  # and its leaders' Remote waits naming no follower
-    warns: str | None = None    # whose own-stage culprits become warning victims: the
-                                # "partners" of the subject, or the "subject" itself
+    # whose own-stage culprits become warning victims: the subject's partners, or itself
+    warns: Literal["partners", "subject"] | None = None
     named_by_margin: bool = True  # its subject may be named the slow follower by margin alone
 
 
@@ -39,10 +39,12 @@ TABLE: Mapping[Kind, Row] = {
     # its leaderships and clients.
     Kind.BROKER_OUT: Row(ANY, blaming=True, leaders_waits=True, warns="partners"),
     # A fresh JVM loads its logs, warms its page cache and compiles its code: its own stages
-    # are slow and it lags a little behind the other followers for minutes; its partners
-    # serve its catch-up. A follower standing out past the floor or by peer_ratio is named.
-    Kind.BROKER_WARMUP: Row(OWN_STAGE_CAUSES, leaders_waits=True, warns="partners",
-                            named_by_margin=False),
+    # are slow, and as a leader it serves its followers' fetches as slowly (its writes wait
+    # on no follower in particular); it lags a little behind the other followers for
+    # minutes; its partners serve its catch-up. A follower standing out past the floor or
+    # by peer_ratio is named.
+    Kind.BROKER_WARMUP: Row(OWN_STAGE_CAUSES | UNNAMED_WAITS, leaders_waits=True,
+                            warns="partners", named_by_margin=False),
     # The partitions' other replicas fetch from a new leader only once the metadata names
     # it; its clients and followers move to it (moving them away would undo the election).
     Kind.LEADERSHIP_HANDOVER: Row(UNNAMED_WAITS, warns="subject"),
