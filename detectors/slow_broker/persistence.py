@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from typing import AbstractSet
 from typing import Sequence
 
 from core.findings import Detection
@@ -98,6 +99,51 @@ def strongest(recent: Sequence[WindowAssessment], broker: int,
                    victim_latency_ms=chosen.victim_latency_ms)
 
 
+def leans_on(v: BrokerVerdict) -> int | None:
+    """The follower a victim verdict stands on: its leader was a suspect only because that
+    follower was late at its other leaders too (rule 4b), not by its own history or
+    peers."""
+    av = v.api_verdict
+    if (v.attribution.role is Role.VICTIM and av is not None and av.follower_corroborated
+            and not (av.slow_vs_history or av.slow_vs_peers)):
+        return v.attribution.blamed_broker
+    return None
+
+
+def without_leaning_on(a: WindowAssessment, unfound: AbstractSet[int]) -> WindowAssessment:
+    """The window without the verdicts that stand on a follower in `unfound`."""
+    brokers = {}
+    for b, v in a.brokers.items():
+        kept = [x for x in (v, *v.others) if leans_on(x) not in unfound]
+        if kept:
+            brokers[b] = v if len(kept) == len(v.others) + 1 else replace(
+                kept[0], others=kept[1:], slow_apis=[x.api_verdict.row.api for x in kept
+                                                     if x.api_verdict is not None])
+    return replace(a, brokers=brokers)
+
+
+def _findings(recent: Sequence[WindowAssessment], starts: Sequence[int],
+              config: SlowBrokerSection) -> dict[int | None, tuple[list[int], object]]:
+    """Per key flagged persistently: its flagged windows and its verdict (the cluster's:
+    the assessment of its newest window)."""
+    windows: dict[int | None, set[int]] = defaultdict(set)
+    for a in recent:
+        for k in flagged(a):
+            windows[k].update(w for w in covered_windows(a, k, config) if w in starts)
+    out = {}
+    for k, ws in windows.items():
+        flagged_windows = sorted(ws)
+        if k is CLUSTER:
+            if len(flagged_windows) >= config.persistence_lookback_windows:
+                out[k] = (flagged_windows, next(a for a in recent
+                                                if a.window_start_ms == flagged_windows[-1]))
+        elif len(flagged_windows) >= config.persistence_windows:
+            verdict = strongest(recent, k, config)
+            if verdict is not None:
+                out[k] = (flagged_windows, verdict)
+    return out
+
+
 def detections_from(assessments: Sequence[WindowAssessment],
                     config: SlowBrokerSection) -> list[Detection]:
     """Persistence over the assessed windows, per cluster: its brokers' findings, then
@@ -106,19 +152,16 @@ def detections_from(assessments: Sequence[WindowAssessment],
     detections = []
     for cluster, starts in sorted(recent_windows(assessments, config).items()):
         recent = [by_cw[(cluster, s)] for s in starts if (cluster, s) in by_cw]
-        windows: dict[int | None, set[int]] = defaultdict(set)
-        for a in recent:
-            for k in flagged(a):
-                windows[k].update(w for w in covered_windows(a, k, config) if w in starts)
-        for k in sorted(windows, key=lambda k: (k is CLUSTER, str(k))):
-            flagged_windows = sorted(windows[k])
+        found = _findings(recent, starts, config)
+        unfound = {f for a in recent for v in a.brokers.values()
+                   for x in (v, *v.others) if (f := leans_on(x)) is not None} - set(found)
+        if unfound:
+            found = _findings([without_leaning_on(a, unfound) for a in recent], starts,
+                              config)
+        for k in sorted(found, key=lambda k: (k is CLUSTER, str(k))):
+            flagged_windows, verdict = found[k]
             if k is CLUSTER:
-                if len(flagged_windows) >= config.persistence_lookback_windows:
-                    detections.append(cluster_wide_detection(
-                        by_cw[(cluster, flagged_windows[-1])], flagged_windows, config))
-            elif len(flagged_windows) >= config.persistence_windows:
-                verdict = strongest(recent, k, config)
-                if verdict is not None:
-                    detections.append(broker_detection(cluster, verdict, flagged_windows,
-                                                       config))
+                detections.append(cluster_wide_detection(verdict, flagged_windows, config))
+            else:
+                detections.append(broker_detection(cluster, verdict, flagged_windows, config))
     return detections

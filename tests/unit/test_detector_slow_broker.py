@@ -1015,3 +1015,34 @@ def test_without_quiet_brokers_only_judged_brokers_count(monkeypatch):
         found = {d.entity: d.cause for d in detect_slow_brokers(rows, config=CONFIG)}
     assert found == {"broker:1": "network_threads_saturated"}
     assert detect_slow_brokers(rows, config=CONFIG) == []
+
+
+def test_a_victim_suspected_only_through_a_follower_that_is_not_found_is_no_finding():
+    # rolling-restart-3b live (a loaded host after a crash-restart): every follower's fetch
+    # gaps ran 100-700 ms at random. In one window follower 2 happened to be the latest at
+    # both leaders and leader 1's Produce, 2.4x its usual, became a suspect only through
+    # that (rule 4b); in the next leader 1 waited on no follower in particular. Follower 2
+    # was not found slow, so the window that blamed it is no evidence about leader 1.
+    rows = [with_(r, total=448.0, remote=440.0) if r.api == "Produce" else r
+            for r in healthy()]
+    rows = replaced(rows, 1, "Produce", set(range(LAST - 1)), total=235.0, remote=230.0)
+    rows = replaced(rows, 1, "Produce", {LAST - 1}, total=567.0, remote=560.0)
+    rows = replaced(rows, 1, "Produce", {LAST}, total=846.0, remote=840.0)
+    gaps = {LAST - 1: {(1, 2): 579.0, (1, 3): 148.0, (3, 2): 535.0, (3, 1): 102.0,
+                       (2, 1): 157.0, (2, 3): 181.0},
+            LAST: {(1, 2): 191.0, (1, 3): 411.0, (3, 2): 285.0, (3, 1): 398.0,
+                   (2, 1): 164.0, (2, 3): 391.0}}
+    fetches = [f for w, g in gaps.items() for f in follower_fetches({w}, g)
+               if window_of(f) == w]
+    last = assess_windows(rows, follower_fetches=fetches, config=CONFIG)
+    one_before = last[-2].brokers
+    assert one_before[1].attribution.cause == "remote_produce_slow_follower"
+    assert one_before[1].api_verdict.follower_corroborated
+    assert not (one_before[1].api_verdict.slow_vs_history
+                or one_before[1].api_verdict.slow_vs_peers)
+    assert last[-1].brokers[1].attribution.cause == "remote_produce_unknown_follower"
+    assert detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG) == []
+    # The same leader slow by its own history in the first window is a victim all the same.
+    rows = replaced(rows, 1, "Produce", {LAST - 1}, total=967.0, remote=960.0)
+    (d,) = detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
+    assert (d.entity, d.cause) == ("broker:1", "remote_produce_slow_follower")
