@@ -19,8 +19,10 @@ Signal (typed below and in partition_signals.py):
   brokers served around it (None when there is no request telemetry for that time).
 
 Rules, per removal (group, partition):
-1. The topic still exists: the partition has an offsets sample at or after the removal.
-   Offsets removed with their topic leave nothing to re-read or skip.
+1. The topic still exists: the partition has an offsets sample at or after the removal,
+   or the group committed on it since (it came back and read it). Offsets removed with
+   their topic leave nothing to re-read or skip. The offsets are sampled less often than
+   commits arrive: the group's return may be the first sign.
 2. Behind: the end offset at the removal (the sample at or before it, else the first
    after) is past the position held. A caught-up group loses nothing it has not read yet.
 3. Cause: the two leave the same tombstones, so the requests around them tell: a
@@ -134,13 +136,13 @@ def vanished_positions(removals: Iterable[OffsetRemoval], offsets: Iterable[Part
     out = []
     for key, r in sorted(latest.items()):
         series = offsets_by_tp.get((r.cluster, r.topic, r.partition), [])
-        if not series or series[-1].observed_ms < r.removed_ms:
+        after = sorted((c for c in commits_by_gtp.get(key, []) if c.commit_ms > r.removed_ms),
+                       key=log_order)
+        if not after and (not series or series[-1].observed_ms < r.removed_ms):
             continue                                    # 1: no sign the topic is still there
         at = _offsets_at_removal(series, r.removed_ms)
         if at is None or at.end_offset <= r.position:
             continue                                    # 2: nothing unread
-        after = sorted((c for c in commits_by_gtp.get(key, []) if c.commit_ms > r.removed_ms),
-                       key=log_order)
         out.append(VanishedPosition(
             removal=r, end_offset=at.end_offset, log_start_offset=at.log_start_offset,
             removed_by=removed_by(r.delete_requests_near),

@@ -101,3 +101,18 @@ def test_the_latest_removal_of_a_partition_counts():
     [v] = vanished_positions([first, REMOVED], samples((5, 0, 600), (50, 0, 1400),
                                                        (70, 0, 1500)))
     assert v.removal is REMOVED and v.behind == 400
+
+
+def test_the_group_back_before_the_next_offsets_sample_is_this_finding_not_a_stale_process():
+    # offsets-deleted-3b live: the group came back (its first commit below the deleted
+    # position) before the partition's first offsets sample after the deletion arrived;
+    # the drop was judged a stale process (high, restore) until that sample came. Its
+    # commit on the partition shows the topic is still there.
+    back = commits((20, 900), (30, 1000), (75, 100))
+    deleted = OffsetRemoval("c1", "billing", "orders", 2, at(60), position=1000,
+                            position_ms=at(30), delete_requests_near=1)
+    [d] = detect(removals=[deleted], offsets=samples((50, 0, 1400)), commit_rows=back)
+    assert (d.cause, d.severity) == ("offsets_deleted", Severity.WARNING)
+    assert d.evidence["came_back_offset"] == 100
+    # Without the group's return, the same lake is no sign the topic outlived its offsets.
+    assert detect(removals=[deleted], offsets=samples((50, 0, 1400))) == []
