@@ -84,7 +84,14 @@ def run(config, names: list[str] | None, *, record: bool, port: int, command: st
         return path
 
     def on_result(r) -> None:
-        rows.append(r.to_json())
+        """A new result, or an earlier one scored again (late findings of its fault)."""
+        row = r.to_json()
+        again = [i for i, x in enumerate(rows) if x["scenario"] == row["scenario"]
+                 and x.get("started_ms") == row["started_ms"]]
+        if again:
+            rows[again[0]] = row
+        else:
+            rows.append(row)
         save(complete=False)
 
     if scenarios:

@@ -62,12 +62,36 @@ class ScenarioResult:
     notes: dict
     recording: str | None = None
     error: str | None = None
+    truth: GroundTruth | None = None
+    seen: list = dataclasses.field(default_factory=list)   # (handed over ms, finding dict)
+
+    def late(self, carried: list) -> None:
+        """Findings handed over after this scenario ended whose evidence began before its
+        fault was healed: its effects, found late; scored here, not in the next."""
+        self.seen += carried
+        self.score = score(self.truth, self.seen)
+        self.notes["seen"] = [*self.notes.get("seen", []), *(
+            f"{(t - self.truth.fault_ms) / 1000:+.0f}s (after the end, seen from before its "
+            f"heal) {d['severity']} {d['type']} ({d['cause']}) {d['entity']}"
+            for t, d in carried)]
 
     def to_json(self) -> dict:
         return {**self.score.to_json(), "topology": self.scenario.topology.name,
                 "summary": self.scenario.summary, "started_ms": self.started_ms,
                 "ended_ms": self.ended_ms, "recording": self.recording, "error": self.error,
                 "notes": self.notes}
+
+
+def split_late(seen: list, previous_healed_ms: int | None) -> tuple[list, list]:
+    """A scenario's findings (handed over ms, finding dict), and those of the scenario
+    before it: evidence that began before that one's fault was healed is its effect,
+    however late it was handed over (the heal is settle_s before this scenario starts,
+    so none of this one's own evidence is that old)."""
+    if previous_healed_ms is None:
+        return seen, []
+    carried = [(t, d) for t, d in seen
+               if d.get("first_seen_ms") is not None and d["first_seen_ms"] < previous_healed_ms]
+    return [x for x in seen if x not in carried], carried
 
 
 class MatrixSession(LiveDemo):
@@ -125,7 +149,7 @@ class MatrixSession(LiveDemo):
                         break
                     self.p.note(f"--- scenario {i}/{len(self.scenarios)}: {s.name}: "
                                 f"{s.summary} ---")
-                    r = self.run_scenario(s, fault)
+                    r = self.run_scenario(s, fault, on_result)
                     if self.pipeline_failed:
                         # The detectors saw nothing from then on: no try of theirs, so not
                         # scored; a --resume runs it and the rest with a fresh monitor.
@@ -153,8 +177,9 @@ class MatrixSession(LiveDemo):
         finally:
             self.tear_down()
 
-    def run_scenario(self, s: Scenario, fault) -> ScenarioResult:
+    def run_scenario(self, s: Scenario, fault, on_result=None) -> ScenarioResult:
         st = self.settings
+        previous_healed_ms = self.healed_ms
         wait_until_clear(fault, self.tracker, st, self.stop, self.p)
         started = int(time.time() * 1000)
         history_from = max(started - HISTORY_S * 1000, self.healed_ms + HISTORY_GAP_S * 1000)
@@ -199,11 +224,21 @@ class MatrixSession(LiveDemo):
                      "evaluated_ms": self.tracker.evaluated_ms.get(f.finding_id),
                      "states": states_json(self.tracker.states.get(f.finding_id, []))})
                 for t, f in self.tracker.since(started) if t <= ended]
+        seen, carried = split_late(seen, previous_healed_ms if self.results else None)
+        if carried:
+            previous = self.results[-1]
+            previous.late(carried)
+            self.p.note(f"{len(carried)} finding(s) seen from before {previous.scenario.name}"
+                        f" was healed, scored there: now "
+                        f"{'PASS' if previous.score.passed else 'FAIL'}")
+            if on_result is not None:
+                on_result(previous)
         result = ScenarioResult(s, score(truth, seen), started, ended,
                                 {**run.notes, "seen": [f"{(t - truth.fault_ms) / 1000:+.0f}s "
                                                        f"{d['severity']} {d['type']} "
                                                        f"({d['cause']}) {d['entity']}"
-                                                       for t, d in seen]}, error=error)
+                                                       for t, d in seen]}, error=error,
+                                truth=truth, seen=seen)
         if error is None and not self.stop.is_set():
             into = self.corpus if self.corpus is not None else (
                 self.failed_dir if not result.score.passed else None)
