@@ -1,19 +1,23 @@
 """Where a silver micro-batch spends its time, on the demo's own telemetry.
 
 Run: .kmon/venv/bin/python -m bench.bench_silver_batch [--batch-seconds 60] [--batches 6]
-     [--recording freeze-short-5b]
+     [--recording freeze-short-5b | --fleet 2000]
 
 Input: the telemetry captured from a four-fault demo run (demo/capture/landing: ~210,000
 records over 680 s from three brokers, the replay mode's input), or with `--recording`
 a fault-matrix recording (tests/corpus/<name>) whose recorded broker files go through the
 real request-log and broker-log agents, as its replay does. The bench cuts each
 stream into files of `--file-seconds` of event time (the agents flush about that often),
-dates them in event-time order, and runs the `silver` query (jobs/silver.py, the demo's
+dates them in event-time order (with `--fleet N`: N simulated brokers' 10-s windows from
+bench/fleet_sim.py, as bench_fleet.py stages them, one window per micro-batch), and runs
+the `silver` query (jobs/silver.py, the demo's
 streams, no bronze tables as in the demo) with availableNow over a fresh lake, reading
 `--batch-seconds` worth of files per micro-batch. It prints, per batch, the rows, the wall
 time, and the wall time of each phase (the query's own log line: count, each stream's
-silver append, quarantine, the counts row), then the mean rows per second, and writes them
-to bench/results/silver-batch-<stamp>.json.
+silver append, quarantine, the counts row) and the CPU seconds the Spark JVM spent on it
+(its /proc stat: unlike the wall time, hardly moved by other load on the machine), then
+the mean rows per second and CPU per batch after the first (the JIT's warm-up), and writes
+them to bench/results/silver-batch-<stamp>.json.
 
 A micro-batch must take well under the trigger interval (pipeline.silver_trigger_s,
 10 s) for a detector to see a fault within a minute. Nothing here asserts a speed.
@@ -88,13 +92,45 @@ def recording_landing(name: str, work: Path, config) -> Path:
     return Path(lake.landing_root)
 
 
+def fleet_landing(landing: Path, brokers: int, windows: int) -> int:
+    """`windows` 10-s windows of a simulated fleet (bench/fleet_sim.py, the bench_fleet
+    agent profile) as landing files, each window's files dated after the previous one's;
+    the files per window."""
+    from bench.fleet_sim import WINDOW_MS, FleetSim, templates_from_recording
+
+    sim = FleetSim(templates_from_recording(), brokers, exemplar_slowest=1, top_clients=2)
+    t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - windows * WINDOW_MS
+    per = 0
+    for w in range(windows):
+        staged = landing.parent / f"staged-{w}"
+        sim.write(staged, t0 + w * WINDOW_MS)
+        files = sorted(staged.glob("*/*"))
+        per = len(files)
+        for f in files:
+            dest = landing / f.parent.name / f.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, dest)
+            os.utime(dest, (1e9 + w, 1e9 + w))
+        shutil.rmtree(staged)
+    return per
+
+
+def jvm_cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class PhaseLines(logging.Handler):
-    def __init__(self) -> None:
+    def __init__(self, on_line=None) -> None:
         super().__init__()
         self.lines: list[str] = []
+        self.on_line = on_line
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
+        if self.on_line is not None:
+            self.on_line()
 
 
 def print_stages(spark, top: int = 25) -> None:
@@ -147,6 +183,9 @@ def main() -> None:
                     help="also print the Spark stages that took the most time (turns the UI on)")
     ap.add_argument("--keep", action="store_true", help="keep the bench lake and say where")
     ap.add_argument("--label", default="", help="what this run measures, kept in the result")
+    ap.add_argument("--fleet", type=int, default=None, metavar="BROKERS",
+                    help="a simulated fleet's windows instead of the demo capture "
+                         "(one 10-s window per micro-batch; --batches windows)")
     ap.add_argument("--recording", default=None,
                     help="a fault-matrix recording (tests/corpus/NAME) instead of the demo "
                          "capture")
@@ -168,15 +207,21 @@ def main() -> None:
     source = CAPTURE
     if args.recording:
         source = recording_landing(args.recording, work, config)
-    files = cut_capture(landing, args.file_seconds, source)
+    if args.fleet:
+        per_batch = fleet_landing(landing, args.fleet, args.batches)
+        files = per_batch * args.batches
+    else:
+        files = cut_capture(landing, args.file_seconds, source)
     streams = sorted(p.name for p in landing.iterdir())
-    per_batch = max(1, round(len(streams) * args.batch_seconds / args.file_seconds))
+    if not args.fleet:
+        per_batch = max(1, round(len(streams) * args.batch_seconds / args.file_seconds))
     # Keep the files the batches will read, so the query ends by itself (availableNow)
     # between batches, not stopped in the middle of one.
     ordered = sorted(landing.glob("*/*.jsonl"), key=lambda p: p.stat().st_mtime)
     for extra in ordered[per_batch * args.batches:]:
         extra.unlink()
-    print(f"{files} landing files of {args.file_seconds:g} s ({', '.join(streams)}); "
+    what = f"windows of {args.fleet} brokers" if args.fleet else f"{args.file_seconds:g} s"
+    print(f"{files} landing files of {what} ({', '.join(streams)}); "
           f"{per_batch} files per micro-batch", flush=True)
 
     spark = build_spark_session(config)
@@ -189,7 +234,9 @@ def main() -> None:
     pipe.ensure_tables()
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
 
-    handler = PhaseLines()
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    cpu = [jvm_cpu_s(pid)]
+    handler = PhaseLines(on_line=lambda: cpu.append(jvm_cpu_s(pid)))
     logging.getLogger("jobs.silver").addHandler(handler)
     logging.getLogger("jobs.silver").setLevel(logging.INFO)
     query = silver.start_silver(spark, lake, group[1], pipe._raw([s.name for s in group[1]]),
@@ -199,16 +246,23 @@ def main() -> None:
     query.awaitTermination()
     elapsed = time.monotonic() - t0
     rows = 0
-    for line in handler.lines[:args.batches]:
-        print(line)
+    cpu_s = [round(b - a, 1) for a, b in zip(cpu, cpu[1:])]
+    for line, c in zip(handler.lines[:args.batches], cpu_s):
+        print(f"{line} [JVM CPU {c:.1f} s]")
         m = re.search(r"batch \d+: (\d+) rows", line)
         rows += int(m.group(1)) if m else 0
     n = min(len(handler.lines), args.batches)
-    print(f"{n} batches, {rows} rows in {elapsed:.1f} s wall: {rows / elapsed:.0f} rows/s")
+    warm = cpu_s[1:n]
+    cpu_mean = round(sum(warm) / len(warm), 2) if warm else None
+    print(f"{n} batches, {rows} rows in {elapsed:.1f} s wall: {rows / elapsed:.0f} rows/s; "
+          f"JVM CPU per batch after the first: {cpu_mean} s")
     from bench.result_file import machine_header, save
     save("silver-batch", {**machine_header("silver_batch", "bench.bench_silver_batch", None),
-                          "label": args.label, "recording": args.recording or "demo capture",
-                          "batches": n, "rows": rows,
+                          "label": args.label,
+                          "recording": (f"fleet of {args.fleet} brokers" if args.fleet
+                                        else args.recording or "demo capture"),
+                          "batches": n, "rows": rows, "jvm_cpu_s": cpu_s[:n],
+                          "jvm_cpu_mean_after_first_s": cpu_mean,
                           "wall_s": round(elapsed, 1), "rows_per_s": round(rows / elapsed),
                           "batch_lines": handler.lines[:args.batches]})
     if args.stages:
