@@ -9,8 +9,11 @@ a slow path delays every round trip, while a tail alone is requests queued on th
 connection. Slow at every broker judged, and either two brokers or one where other
 producers were fine. Not judged: consumers (their rtt is mostly the fetch wait), a
 broker with no Produce row, a broker where at least BACKLOG_SHARE of its requests waited
-in the socket (its median then holds that wait), and a broker slow to most of its
-producers (shared_cause_share: its side, not theirs).
+in the socket (its median then holds that wait), a broker slow to most of its producers
+(shared_cause_share: its side, not theirs), and a broker that took the threshold or more
+for the producer's requests itself: a connection serves one request at a time, so the
+requests behind a slow one wait in the socket, outside their TotalTime, and its round
+trips' excess cannot be told from that (such a broker can still show the path is fast).
 """
 
 from __future__ import annotations
@@ -71,7 +74,8 @@ class LinkVerdict:
     threshold_ms: float
     brokers: tuple[Mapping, ...]
     excluded_brokers: tuple[int, ...] = ()   # brokers slow to most of their producers
-    backlogged_brokers: tuple[int, ...] = ()  # its requests mostly waited in the socket
+    # its requests mostly waited in the socket, or at the broker past the threshold
+    backlogged_brokers: tuple[int, ...] = ()
 
     @property
     def link_ms(self) -> float:
@@ -137,6 +141,9 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
                                                       else min(link, typical), 3),
                                      "slow": link >= threshold and (
                                          typical is None or typical >= threshold)}
+        if at_broker[broker][client]["slow"] and side >= threshold:
+            del at_broker[broker][client]        # queued behind its own slow requests?
+            backlogged[client].append(broker)
 
     judged: dict[str, list[dict]] = defaultdict(list)
     excluded: dict[str, list[int]] = defaultdict(list)

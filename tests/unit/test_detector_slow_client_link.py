@@ -283,3 +283,17 @@ def test_round_trips_to_a_broker_a_known_disruption_concerns_are_not_judged():
     # its slow trips to broker 3 alone, with no peer seen fine there, say nothing
     assert detect_slow_clients(healthy(), client_rtts=slow_to_1_3, config=CONFIG,
                                outages=restarted) == []
+
+
+def test_a_broker_slow_for_the_producers_own_requests_cannot_confirm_its_link():
+    # freeze-short-3b live at 13529e087660 (follower 2 frozen 0.7 s of every second): at
+    # broker 3 the acks=all producers' own requests took 750 ms (p99) waiting on follower
+    # 2, their round trips 1,221 ms (p99) and 594 ms (p50) with under half of them read
+    # back to back: the requests behind a slow one waited in the socket. Not a link.
+    rtts = behind_slow_link(brokers=(3,), p99=1221.0, p50=594.0)
+    mine = own("far-producer", ALL, (3,), p99=750.0, p50=250.0, queued=0.3)
+    assert found(healthy(), peers(brokers=(3,)) + rtts, own=mine) == {}
+    # The same round trips over requests the broker served fast: a link.
+    fast = own("far-producer", ALL, (3,), p99=90.0, p50=8.0, queued=0.3)
+    assert set(found(healthy(), peers(brokers=(3,)) + rtts, own=fast)) == {
+        "client:far-producer"}
