@@ -96,22 +96,19 @@ def fleet_landing(landing: Path, brokers: int, windows: int) -> int:
     """`windows` 10-s windows of a simulated fleet (bench/fleet_sim.py, the bench_fleet
     agent profile) as landing files, each window's files dated after the previous one's;
     the files per window."""
+    from bench.bench_fleet import _deliver, _stage_windows
     from bench.fleet_sim import WINDOW_MS, FleetSim, templates_from_recording
 
     sim = FleetSim(templates_from_recording(), brokers, exemplar_slowest=1, top_clients=2)
     t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - windows * WINDOW_MS
+    dirs, _ = _stage_windows(sim, landing.parent / "staging", t0, windows)
     per = 0
-    for w in range(windows):
-        staged = landing.parent / f"staged-{w}"
-        sim.write(staged, t0 + w * WINDOW_MS)
-        files = sorted(staged.glob("*/*"))
-        per = len(files)
-        for f in files:
-            dest = landing / f.parent.name / f.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(f, dest)
-            os.utime(dest, (1e9 + w, 1e9 + w))
-        shutil.rmtree(staged)
+    for w, d in enumerate(dirs):
+        names = [f.relative_to(d) for f in d.glob("*/*")]
+        per = _deliver(d, landing)
+        for name in names:   # the file source takes files in modification-time order
+            os.utime(landing / name, (1e9 + w, 1e9 + w))
+    shutil.rmtree(landing.parent / "staging")
     return per
 
 

@@ -130,6 +130,10 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
         p50 = rtt_p50.get((client, broker))
         mine_p50 = own_p50.get((client, broker))
         typical = None if p50 is None else p50 - (side if mine_p50 is None else mine_p50)
+        slow = link >= threshold and (typical is None or typical >= threshold)
+        if slow and side >= threshold:   # queued behind its own slow requests?
+            backlogged[client].append(broker)
+            continue
         at_broker[broker][client] = {"broker": broker, "rtt_p99_ms": round(p99, 3),
                                      "rtt_p50_ms": None if p50 is None else round(p50, 3),
                                      "broker_produce_p99_ms": round(server[broker], 3),
@@ -139,11 +143,7 @@ def judge_links(rtts: Sequence[ClientRttWindow], rows: Sequence[RequestStageWind
                                      else round(mine_p50, 3),
                                      "link_ms": round(link if typical is None
                                                       else min(link, typical), 3),
-                                     "slow": link >= threshold and (
-                                         typical is None or typical >= threshold)}
-        if at_broker[broker][client]["slow"] and side >= threshold:
-            del at_broker[broker][client]        # queued behind its own slow requests?
-            backlogged[client].append(broker)
+                                     "slow": slow}
 
     judged: dict[str, list[dict]] = defaultdict(list)
     excluded: dict[str, list[int]] = defaultdict(list)
