@@ -25,7 +25,7 @@ from bench.rescore_parity import FIELDS
 
 D, B, P = ("detectors.slow_broker.detect", "detectors.slow_broker.blame",
            "detectors.slow_broker.persistence")
-E = "detectors.explaining_away"
+E, R = "detectors.explaining_away", "detectors.slow_broker.rules"
 
 
 def _patches() -> dict[str, tuple[str, Callable[..., list]]]:
@@ -52,8 +52,7 @@ def _patches() -> dict[str, tuple[str, Callable[..., list]]]:
 
     return {
         "corroboration": ("rules 2b/4b: a follower late everywhere as a second sign",
-                          lambda: [mock.patch(f"{D}.corroborated_by_follower",
-                                              lambda verdicts, _b, _c: list(verdicts))]),
+                          lambda: [mock.patch(f"{R}.corroborated", lambda *_: False)]),
         "quiet_slow": ("quiet brokers slow in their own stages count toward cluster-wide",
                        lambda: [mock.patch(f"{D}.quiet_but_slow", lambda *_: set())]),
         "margin": ("the worst follower at every leader by a margin is late",

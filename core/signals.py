@@ -6,7 +6,7 @@ defined once here (core/signals_sql.py generates their SQL forms from these).
   `canonical_api` maps a spelling to the name once, when the configuration is read, so
   every comparison after that is of exact strings.
 - A request's stages, and which of them are the broker's own time.
-- The purgatory APIs and a request's judged latency (`judged_ms`).
+- The purgatory APIs, the replicated writes, and a request's judged latency (`judged_ms`).
 - An API's slow threshold (`threshold_for`).
 """
 
@@ -28,6 +28,9 @@ OWN_STAGES = ("request_queue", "local", "response_queue")
 # fetch.min.bytes arrive or fetch.max.wait.ms runs out, a JoinGroup or SyncGroup until the
 # rebalance completes. Kafka's own waits, not a site's choice, hence no configuration key.
 PURGATORY_APIS = frozenset({"Fetch", "JoinGroup", "SyncGroup"})
+# APIs whose Remote time waits for the followers to copy a write (acks=all): Produce, and
+# the offset commits the group coordinator appends to __consumer_offsets.
+REPLICATED_WRITE_APIS = frozenset({"Produce", "OffsetCommit", "TxnOffsetCommit"})
 
 
 def _spelling(name: str) -> str:

@@ -13,21 +13,16 @@ broker and watched API, in this order (detect.assess_window):
 9. persistence over the recent windows (persistence.py).
 Why each rule is so: docs/slow-broker.md."""
 
-from detectors.explaining_away import Waits, common_party
 from detectors.slow_broker.blame import replication_bar, replication_waits
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.detect import assess_windows, detect_slow_brokers
-from core.signals import STAGES
 from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow,
                                           HeldRequest, IsrShrink, LatencyBaseline,
                                           RequestStageWindow)
-from detectors.slow_broker.persistence import detections_from
-from detectors.slow_broker.rules import dominant_stage, median_without
 from detectors.slow_broker.verdicts import Role
 
 __all__ = [
-    "STAGES", "ClientSendWindow", "FollowerFetchWindow", "HeldRequest", "IsrShrink",
-    "LatencyBaseline", "RequestStageWindow", "Role", "SlowBrokerSection", "Waits",
-    "assess_windows", "common_party", "detect_slow_brokers", "detections_from",
-    "dominant_stage", "median_without", "replication_bar", "replication_waits",
+    "ClientSendWindow", "FollowerFetchWindow", "HeldRequest", "IsrShrink", "LatencyBaseline",
+    "RequestStageWindow", "Role", "SlowBrokerSection", "assess_windows",
+    "detect_slow_brokers", "replication_bar", "replication_waits",
 ]

@@ -7,16 +7,14 @@ own cause."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections import Counter, defaultdict
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from core.findings import broker_entity
-from core.signals import OWN_STAGES
-from detectors.explaining_away import MIN_REFERENCE_MS, Bar, Blame, Waits, common_party, most_of
+from core.signals import OWN_STAGES, REPLICATED_WRITE_APIS
+from detectors.explaining_away import Bar, Blame, Waits, common_party, most_of
 from detectors.slow_broker.config import SlowBrokerSection
-from detectors.slow_broker import rules
 from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, IsrShrink
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
                                             SlowBrokerCause, attribution)
@@ -32,8 +30,6 @@ WORST_MIN_MS = 500.0
 FOLLOWER_MEMORY_WINDOWS = 3
 # Slow clients named in a client_slow_read attribution (display only).
 MAX_NAMED = 5
-# Rules 2b and 4b: half the history bar when the follower's fetches are a second sign.
-CORROBORATED_HISTORY_RATIO = 1.5
 # A quiet broker counts toward cluster-wide from half the traffic floor: counting it can
 # only take blame off a single broker, never blame this one.
 QUIET_SLOW_MIN_REQUESTS = 50
@@ -92,9 +88,6 @@ def leader_blames(w: Waits, config: SlowBrokerSection) -> Callable[[int], Blame]
 
 # --- Rule 6: whose fault a suspect row is -------------------------------------------
 
-# Requests whose Remote time waits for the followers to copy a write (acks=all): Produce,
-# and the offset commits the group coordinator appends to __consumer_offsets.
-REPLICATED_WRITE_APIS = frozenset({"Produce", "OffsetCommit", "TxnOffsetCommit"})
 # The broker's own stages and the cause each names.
 OWN_STAGE_CAUSE = {"request_queue": SlowBrokerCause.REQUEST_HANDLERS_SATURATED,
                    "local": SlowBrokerCause.LOCAL_DISK_OR_PAGE_CACHE,
@@ -167,45 +160,6 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
     return attribution(SlowBrokerCause.NETWORK_SEND_SLOW, None, f"{len(slow)} of its {seen} "
                        f"clients receive slowly: the broker's network path rather than one "
                        f"client", details)
-
-
-# --- Rules 4b and 2b: a follower late everywhere is a second sign -------------------
-
-def corroborated_by_follower(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
-                             config: SlowBrokerSection) -> list[ApiVerdict]:
-    """Rules 4b and 2b: an acks=all write over the threshold, Remote dominant, at least
-    CORROBORATED_HISTORY_RATIO x its baseline, whose follower is late at the other
-    leaders it follows too, is a suspect; one too quiet even pooled is judged so on its
-    `quiet_pool`. A follower that holds back most leaders makes the peers wait too and
-    raised the baselines, so both usual tests fail: the other leaders' fetches are a
-    second, independent sign (the baseline is still needed: a loaded host lags so now
-    and then)."""
-    out = []
-    for v in verdicts:
-        if not v.enough_traffic and v.quiet_pool is not None:
-            latency = v.quiet_pool[2]
-            if latency > v.threshold_ms and _waits_on_corroborated_follower(v, latency,
-                                                                            blame_of):
-                v = dataclasses.replace(rules.judge_row(
-                    v.row, latency, v.threshold_ms, False, v.quiet_pool, v.quiet_pool,
-                    v.baseline_ms, v.peer_median_ms, config.history_ratio, config.peer_ratio),
-                    follower_corroborated=True)
-        if (not v.suspect and v.enough_traffic and v.over_threshold
-                and _waits_on_corroborated_follower(v, v.latency_ms, blame_of)):
-            v = dataclasses.replace(v, follower_corroborated=True)
-        out.append(v)
-    return out
-
-
-def _waits_on_corroborated_follower(v: ApiVerdict, latency: float,
-                                    blame_of: Callable[[int], Blame]) -> bool:
-    if not (v.dominant_stage == "remote" and v.row.api in REPLICATED_WRITE_APIS
-            and v.baseline_ms is not None
-            and latency >= CORROBORATED_HISTORY_RATIO * max(v.baseline_ms,
-                                                            MIN_REFERENCE_MS)):
-        return False
-    blame = blame_of(v.row.broker)
-    return blame.party is not None and blame.corroborated
 
 
 # --- Victims to culprits, and cluster-wide ---------------------------------------------

@@ -11,8 +11,7 @@ from core.disruptions import Disruption, ReplicaStart, active_in, disruptions_fr
 from core.findings import Detection
 from core.outages import BrokerOutage
 from detectors.explaining_away import Blame, Waits
-from detectors.slow_broker.blame import (attribute, blame_slow_followers,
-                                         corroborated_by_follower, holdback_view,
+from detectors.slow_broker.blame import (attribute, blame_slow_followers, holdback_view,
                                          is_cluster_wide, leader_blames, quiet_but_slow,
                                          replication_waits)
 from detectors.slow_broker.config import SlowBrokerSection
@@ -22,20 +21,15 @@ from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow,
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import History, enough_traffic, judge_rows
 from detectors.slow_broker.stalls import Holds, set_aside_shared_stalls
-from detectors.slow_broker.verdicts import (BLAMED_ROLES, ROLE_ORDER, ApiVerdict, BrokerVerdict,
-                                            WindowAssessment)
+from detectors.slow_broker.verdicts import (BLAMED_ROLES, ApiVerdict, BrokerVerdict,
+                                            WindowAssessment, rank)
 from detectors.windowed import by_cluster_window
-
-
-def _verdict_rank(v: BrokerVerdict) -> tuple:
-    av = v.api_verdict
-    return ROLE_ORDER.index(v.attribution.role), -(av.latency_ms / av.threshold_ms)
 
 
 def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
                     sends: Sequence[ClientSendWindow],
                     config: SlowBrokerSection) -> dict[int, BrokerVerdict]:
-    """Rule 6 on every suspect row, and one verdict per broker: the first role in `Role`'s
+    """Rule 6 on every suspect row, and one verdict per broker: the first in `rank`'s
     order wins, then the latency furthest over its threshold; slow_apis lists them all."""
     sends_by_broker: dict[int, list[ClientSendWindow]] = defaultdict(list)
     for x in sends:
@@ -48,7 +42,8 @@ def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Bl
             candidates[b].append(BrokerVerdict(b, attribute(v, blame_of, mine, config), v))
     brokers = {}
     for b, cs in candidates.items():
-        brokers[b] = best = min(cs, key=_verdict_rank)
+        brokers[b] = best = min(cs, key=lambda c: (rank(c), -c.api_verdict.latency_ms
+                                                 / c.api_verdict.threshold_ms))
         best.others = [c for c in cs if c is not best]
         best.slow_apis = [c.api_verdict.row.api for c in cs]
     return brokers
@@ -81,8 +76,9 @@ def assess_window(w: WindowInputs, history: History,
     blame_of = leader_blames(w.waits, cfg)
     with_traffic = {r.broker for r in rows
                     if enough_traffic(r.requests, cfg.min_requests_per_window)}
-    verdicts = set_aside_shared_stalls(corroborated_by_follower(
-        judge_rows(rows, history, w.external, cfg), blame_of, cfg), w.holds, with_traffic, cfg)
+    verdicts = set_aside_shared_stalls(judge_rows(rows, history, w.external, cfg, lambda b: (
+        (blame := blame_of(b)).party is not None and blame.corroborated)),
+        w.holds, with_traffic, cfg)
     brokers = broker_verdicts(verdicts, blame_of, w.sends, cfg)
     blame_slow_followers(brokers)
     x = explain(brokers, w.active, w.waits, w.followers_seen, set(w.blamed_before))

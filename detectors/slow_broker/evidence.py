@@ -51,7 +51,7 @@ def _describe_latency(v: ApiVerdict) -> str:
         parts.append(f" ({', '.join(ratios)})")
     if v.follower_corroborated and not (v.slow_vs_history or v.slow_vs_peers):
         parts.append(", waiting on a follower that every leader it follows waits on")
-    elif v.follower_corroborated and v.quiet_pool is not None and v.pooled_windows == 1:
+    elif v.follower_corroborated and v.pooled_windows == 1 and v.pooled_requests:
         parts.append(f", on {v.pooled_requests:,} requests: few, but they wait on a follower "
                      f"late at every leader it follows")
     if v.dominant_stage:

@@ -13,8 +13,8 @@ from typing import Sequence
 from core.findings import Detection
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.evidence import broker_detection, cluster_wide_detection
-from detectors.slow_broker.verdicts import (ROLE_ORDER, ApiVerdict, BrokerVerdict, Role,
-                                            SlowBrokerCause, WindowAssessment)
+from detectors.slow_broker.verdicts import (ApiVerdict, BrokerVerdict, Role,
+                                            WindowAssessment, rank)
 from detectors.windowed import recent_windows
 
 # A pool's least TP99 just over the threshold is one request at the edge: a pooled verdict
@@ -56,19 +56,9 @@ def covered_windows(a: WindowAssessment, key: int | None, config: SlowBrokerSect
     return [a.window_start_ms - k * config.window_ms for k in range(pooled)]
 
 
-def _rank(v: BrokerVerdict) -> float:
-    """A verdict's place in `strongest`'s order: its role's, except that an acks=all wait
-    that names no follower comes after a victim's, which names it: the same wait, told
-    less."""
-    a = v.attribution
-    if a.role is Role.UNATTRIBUTED and a.cause == SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER:
-        return ROLE_ORDER.index(Role.VICTIM) + 0.5
-    return ROLE_ORDER.index(a.role)
-
-
 def strongest(recent: Sequence[WindowAssessment], broker: int,
               config: SlowBrokerSection) -> BrokerVerdict | None:
-    """The verdict on `broker` its finding reports: of the strongest rank (`_rank`) that
+    """The verdict on `broker` its finding reports: of the strongest `rank` that
     persistence_windows of the windows support, the newest; None when none did. A window
     supports the cause of each of the broker's slow rows in it (for the windows it covers)
     and, when its verdict blames no one, any cause: a fault's last window often holds less
@@ -78,11 +68,11 @@ def strongest(recent: Sequence[WindowAssessment], broker: int,
     for a in recent:
         if broker in flagged(a):
             v = a.brokers[broker]
-            held.append((v, {_rank(x): x for x in (*v.others, v)
+            held.append((v, {rank(x): x for x in (*v.others, v)
                              if x.attribution.role is not Role.CLIENT},
                          len(covered_windows(a, broker, config)),
                          v.attribution.role is Role.UNATTRIBUTED))
-    ranks = sorted({rank for _, verdicts, _, _ in held for rank in verdicts})
+    ranks = sorted({r for _, verdicts, _, _ in held for r in verdicts})
     persisted = next((r for r in ranks
                       if sum(n for _, verdicts, n, vague in held if r in verdicts or vague)
                       >= config.persistence_windows), None)

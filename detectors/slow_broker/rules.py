@@ -1,5 +1,6 @@
-"""Rules 1-5 on one broker/API/window, small pure functions; `judge_rows` applies them to
-one window's rows."""
+"""Rules 1-5 on one broker/API/window, small pure functions, and rules 2b and 4b, which
+lower the bars of 2 and 4 for an acks=all write whose follower is late elsewhere too;
+`judge_rows` applies them to one window's rows."""
 
 from __future__ import annotations
 
@@ -7,24 +8,21 @@ import bisect
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from core.signals import STAGES, threshold_for, waits_in_purgatory
+from core.signals import REPLICATED_WRITE_APIS, STAGES, threshold_for, waits_in_purgatory
 from detectors.explaining_away import MIN_REFERENCE_MS
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.inputs import STAGES_OUTSIDE_REMOTE, RequestStageWindow
 from detectors.slow_broker.verdicts import ApiVerdict
 
-# A quiet window is pooled with at most this many windows in all (a minute of 10-s
-# windows): an older pool no longer describes now.
-POOL_WINDOWS = 6
-# A median of one peer is that peer.
-MIN_PEERS = 2
-# Earlier windows before the in-input baseline is trusted (a minute of 10-s windows).
-MIN_HISTORY_WINDOWS = 6
-# Rule 2b: the floor of a pool judged with a second, independent sign (its follower late
-# elsewhere too): 20 requests make a wait at the edge unlikely to be one request's.
+POOL_WINDOWS = 6          # windows pooled at most (a minute): an older pool is not now
+MIN_PEERS = 2             # a median of one peer is that peer
+MIN_HISTORY_WINDOWS = 6   # earlier windows before the in-input baseline is trusted
+# Rules 2b and 4b, with a second, independent sign: a pool's floor (20 requests make a
+# wait at the edge unlikely to be one request's), and half the history bar.
 CORROBORATED_MIN_REQUESTS = 20
+CORROBORATED_HISTORY_RATIO = 1.5
 
 Sample = tuple[int, float]       # (requests, judged latency) of one earlier window
 Pool = tuple[int, int, float]    # (windows, requests, least judged latency) judged together
@@ -125,11 +123,10 @@ def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
 
 
 def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_traffic: bool,
-              pool: Pool | None, quiet_pool: Pool | None, baseline_ms: float | None,
-              peers: float | None, history_ratio: float, peer_ratio: float) -> ApiVerdict:
-    """Rules 1-5 on one row, at its pool's least latency when pooled; `quiet_pool`: the
-    pool blame may judge it on (rule 2b). Only a row over its threshold has a dominant
-    stage: no other is blamed (most rows of a fleet)."""
+              pool: Pool | None, baseline_ms: float | None, peers: float | None,
+              history_ratio: float, peer_ratio: float) -> ApiVerdict:
+    """Rules 1-5 on one row, at its pool's least latency when pooled. Only a row over its
+    threshold has a dominant stage: no other is blamed (most rows of a fleet)."""
     windows, requests, lat = pool or (1, None, latency)
     stage, share = dominant_stage(row) if latency > threshold else (None, 0.0)
     return ApiVerdict(
@@ -138,15 +135,13 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
         over_threshold=over_threshold(lat, threshold), baseline_ms=baseline_ms,
         slow_vs_history=stands_out(lat, baseline_ms, history_ratio), peer_median_ms=peers,
         slow_vs_peers=stands_out(lat, peers, peer_ratio), dominant_stage=stage,
-        stage_share=share, pooled_windows=windows, pooled_requests=requests,
-        quiet_pool=quiet_pool)
+        stage_share=share, pooled_windows=windows, pooled_requests=requests)
 
 
 @dataclass
 class History:
-    """Per broker/API, the earlier windows' (requests, latency), for pooling and the
-    baseline, and the windows whose row is no usual latency (suspect, a shared stall's, or
-    pooled). A history lives one evaluation."""
+    """Per broker/API, the earlier windows' (requests, latency) and those that were no
+    usual latency (suspect, a shared stall's, pooled); it lives one evaluation."""
     windows: dict[tuple[int, str], dict[int, Sample]] = field(
         default_factory=lambda: defaultdict(dict))
     unusual: dict[tuple[int, str], set[int]] = field(default_factory=lambda: defaultdict(set))
@@ -179,12 +174,24 @@ class History:
                 self.unusual[(v.row.broker, v.row.api)].add(v.row.window_start_ms)
 
 
+def corroborated(v: ApiVerdict, latency: float, late_follower: Callable[[int], bool]) -> bool:
+    """Rules 4b and 2b: an acks=all write waiting in Remote, CORROBORATED_HISTORY_RATIO x
+    its baseline, whose follower is late at its other leaders too. A follower that holds
+    back most leaders raises the peers and the baselines alike, so rules 4 and 5 fail; the
+    other leaders' fetches are an independent sign (a loaded host lags now and then, so
+    the baseline still counts)."""
+    return (v.dominant_stage == "remote" and v.row.api in REPLICATED_WRITE_APIS
+            and v.baseline_ms is not None
+            and latency >= CORROBORATED_HISTORY_RATIO * max(v.baseline_ms, MIN_REFERENCE_MS)
+            and late_follower(v.row.broker))
+
+
 def judge_rows(rows: Sequence[RequestStageWindow], history: History,
-               external: Mapping[tuple[int, str], float],
-               cfg: SlowBrokerSection) -> list[ApiVerdict]:
-    """Rules 1-5 on every row of one window. A pooled row stays out of its peers' medians
-    (its latency is a bound over several windows); a row at or under its threshold is
-    never slow, so its references are not looked up."""
+               external: Mapping[tuple[int, str], float], cfg: SlowBrokerSection,
+               late_follower: Callable[[int], bool] = lambda _: False) -> list[ApiVerdict]:
+    """Rules 1-5, 2b and 4b on one window's rows. A pooled row stays out of its peers'
+    medians (its latency bounds several windows); a row at or under its threshold is never
+    slow, so its references are not looked up."""
     floor = cfg.min_requests_per_window
     thresholds: dict[str, float] = {}
     judged = []
@@ -209,10 +216,22 @@ def judge_rows(rows: Sequence[RequestStageWindow], history: History,
         judged.append((r, latency, threshold, own, pool, quiet))
     for lats in by_api.values():
         lats.sort()
-    return [judge_row(r, latency, threshold, own, pool, quiet,
-                      history.baseline(r, external, floor),
-                      peer_median(by_api.get(r.api, []), latency if own else None),
-                      cfg.history_ratio, cfg.peer_ratio)
-            if latency > threshold else
-            ApiVerdict(r, latency, threshold, own, False, None, False, None, False, None, 0.0)
-            for r, latency, threshold, own, pool, quiet in judged]
+    out = []
+    for r, latency, threshold, own, pool, quiet in judged:
+        if latency <= threshold:
+            out.append(ApiVerdict(r, latency, threshold, own, False, None, False, None, False,
+                                  None, 0.0))
+            continue
+        base = history.baseline(r, external, floor)
+        peers = peer_median(by_api.get(r.api, []), latency if own else None)
+        v = judge_row(r, latency, threshold, own, pool, base, peers, cfg.history_ratio,
+                      cfg.peer_ratio)
+        if quiet is not None and corroborated(v, quiet[2], late_follower):
+            v = judge_row(r, latency, threshold, False, quiet, base, peers,
+                          cfg.history_ratio, cfg.peer_ratio)
+            v.follower_corroborated = True
+        elif v.enough_traffic and not v.suspect and corroborated(v, v.latency_ms,
+                                                                 late_follower):
+            v.follower_corroborated = True
+        out.append(v)
+    return out

@@ -96,10 +96,8 @@ class ApiVerdict:
     # the least TP99 of the pool.
     pooled_windows: int = 1
     pooled_requests: int | None = None
-    # Rules 2b and 4b (blame.corroborated_by_follower): the pool a row too quiet for
-    # rule 2 may be judged on, and whether the follower it waits on is late elsewhere.
+    # Rules 2b and 4b (rules.corroborated): the follower it waits on is late elsewhere.
     follower_corroborated: bool = False
-    quiet_pool: tuple[int, int, float] | None = None
     # Rule 6b (stalls.py): held in its own stages at instants the other brokers were too.
     shared_stall: bool = False
 
@@ -151,3 +149,13 @@ class WindowAssessment:
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)  # by a disruption
     quiet_slow: set[int] = field(default_factory=set)  # blame.quiet_but_slow
     shared_stall: set[int] = field(default_factory=set)  # stalls.py: slow, shared
+
+
+def rank(v: BrokerVerdict) -> float:
+    """A verdict's place among a broker's: its role's in `Role`'s order, except that an
+    acks=all wait that names no follower comes after a victim's, which names it: the same
+    wait, told less."""
+    a = v.attribution
+    if a.cause == SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER:
+        return ROLE_ORDER.index(Role.VICTIM) + 0.5
+    return ROLE_ORDER.index(a.role)

@@ -19,15 +19,14 @@ from detectors.slow_broker import (
     Role,
     SlowBrokerSection,
     assess_windows,
-    common_party,
     detect_slow_brokers,
-    detections_from,
-    dominant_stage,
-    median_without,
     replication_bar,
     replication_waits,
 )
+from detectors.explaining_away import common_party
 from detectors.slow_broker import blame, rules
+from detectors.slow_broker.persistence import detections_from
+from detectors.slow_broker.rules import dominant_stage, median_without
 from detectors.slow_client import assess_clients, detect_slow_clients
 from kmon.config import ConfigError, _build_section
 

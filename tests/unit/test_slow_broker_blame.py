@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from detectors.slow_broker import IsrShrink, SlowBrokerSection, common_party, replication_bar
+from detectors.explaining_away import common_party
+from detectors.slow_broker import IsrShrink, SlowBrokerSection, replication_bar
 from detectors.slow_broker.blame import attribute_replication, replication_waits
 
 pytestmark = pytest.mark.unit

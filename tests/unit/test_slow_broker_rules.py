@@ -150,7 +150,7 @@ def test_dominant_stage(name, r, expected):
 ])
 def test_judge_row(name, latency, requests, pool, base, peers, suspect):
     r = row(requests=requests, total=latency)
-    v = judge_row(r, latency, THRESHOLD, enough_traffic(requests, FLOOR), pool, None, base,
+    v = judge_row(r, latency, THRESHOLD, enough_traffic(requests, FLOOR), pool, base,
                   peers, RATIO, RATIO)
     assert v.suspect is suspect
     assert v.latency_ms == (pool[2] if pool else latency)
@@ -169,8 +169,8 @@ def test_history_remembers_only_non_suspect_windows_and_pools_the_latest():
     assert h.earlier(far, w) == [None] * (POOL_WINDOWS - 1)   # older than a pool can use
     busy_row = RequestStageWindow("c1", 2, "Produce", 0, 500, 20.0)
     slow_row = RequestStageWindow("c1", 2, "Produce", w, 500, 900.0)
-    busy = judge_row(busy_row, 20.0, THRESHOLD, True, None, None, None, None, RATIO, RATIO)
-    slow = judge_row(slow_row, 900.0, THRESHOLD, True, None, None, 10.0, None, RATIO, RATIO)
+    busy = judge_row(busy_row, 20.0, THRESHOLD, True, None, None, None, RATIO, RATIO)
+    slow = judge_row(slow_row, 900.0, THRESHOLD, True, None, 10.0, None, RATIO, RATIO)
     for r, v in ((busy_row, busy), (slow_row, slow)):
         h.note(r, v.latency_ms)
     h.remember([busy, slow])
