@@ -44,8 +44,25 @@ DETECTION_CODE = ("core", "detectors", "evaluation", "infra/lake_sql.py",
                   "ingest/request_exemplars.py")
 
 
+def _code(source: bytes) -> bytes:
+    """A module's code without its prose: the AST with docstrings dropped (comments and
+    layout are not in it), so rewording or reflowing text leaves the version as it was."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef)):
+            continue
+        first = node.body[0] if node.body else None
+        if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)):
+            node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
 def rules_version(root: Path = REPO) -> str:
-    """12 hex digits of a SHA-256 over the path and bytes of every .py file under
+    """12 hex digits of a SHA-256 over the path and code (`_code`) of every .py file under
     DETECTION_CODE in `root`, as on disk (uncommitted edits count)."""
     import hashlib
 
@@ -57,7 +74,7 @@ def rules_version(root: Path = REPO) -> str:
             if "__pycache__" in f.parts:
                 continue
             h.update(f.relative_to(root).as_posix().encode() + b"\0")
-            h.update(f.read_bytes() + b"\0")
+            h.update(_code(f.read_bytes()) + b"\0")
     return h.hexdigest()[:12]
 
 

@@ -146,6 +146,8 @@ def test_the_rules_version_follows_the_detection_code_and_nothing_else(tmp_path)
     before = results.rules_version(tmp_path)
     (tmp_path / "bench" / "b.py").write_text("B = 2\n")
     assert results.rules_version(tmp_path) == before
+    (tmp_path / "detectors" / "x.py").write_text('"""Prose."""\n\nA = (  # a comment\n    1)\n')
+    assert results.rules_version(tmp_path) == before   # prose and layout are not code
     (tmp_path / "detectors" / "x.py").write_text("A = 2\n")
     assert results.rules_version(tmp_path) != before
 
