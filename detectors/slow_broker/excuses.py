@@ -1,10 +1,9 @@
 """Rule 7: what the known disruptions (core/disruptions.py) explain in one window. Per
-kind, `TABLE` says whose verdicts an event sets aside (they neither count for persistence
-nor name anyone) and whose own-stage culprits it makes warning victims (no action, not
-counted toward cluster-wide). Partners are the brokers that share partitions with the
-subjects (by the follower fetches seen so far; every broker when those never showed a
-subject) and those that took leaderships; a broker blamed in the window before is no
-victim (its slowness came first); cluster-wide is never explained."""
+kind, `TABLE` says whose verdicts an event sets aside (not counted, naming no one) and
+whose own-stage culprits it makes warning victims (no action, not counted toward
+cluster-wide): its subject's, or its partners' (the brokers sharing partitions with it,
+every broker when the fetches never showed it, and those that took its leaderships). A
+broker blamed in the window before is no victim; cluster-wide is never explained."""
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ from detectors.explaining_away import Waits
 from detectors.slow_broker.blame import OWN_STAGE_CAUSES
 from detectors.slow_broker.verdicts import Attribution, BrokerVerdict, Role, SlowBrokerCause
 
-# While a follower is out, catching up or finding its new leader, its leaders' acks=all
-# writes wait on it in Remote without naming it.
+# A follower out, catching up or finding its new leader holds back acks=all writes
+# without being named.
 UNNAMED_WAITS = frozenset({SlowBrokerCause.REMOTE_PRODUCE_UNKNOWN_FOLLOWER,
                            SlowBrokerCause.REMOTE_WAIT})
 ANY = None
@@ -26,38 +25,34 @@ ANY = None
 
 @dataclass(frozen=True)
 class Row:
-    subject: frozenset | None   # the subject's verdicts of these causes are set aside (ANY)
-    blaming: bool = False       # so are the verdicts that blame the subject
+    subject: frozenset | None    # the subject's verdicts of these causes are set aside
+    blaming: bool = False        # so are those that blame the subject
     leaders_waits: bool = False  # and its leaders' Remote waits naming no follower
-    # whose own-stage culprits become warning victims: the subject's partners, or itself
-    warns: Literal["partners", "subject"] | None = None
-    named_by_margin: bool = True  # its subject may be named the slow follower by margin alone
+    warns: Literal["partners", "subject"] | None = None  # whose own stages are victims
+    named_by_margin: bool = True  # the subject may be named slow follower by margin alone
 
 
 TABLE: Mapping[Kind, Row] = {
-    # Gone, then catching up as a follower while its clients reconnect; its partners took
-    # its leaderships and clients.
+    # Gone, then catching up while its clients reconnect; its partners took its load.
     Kind.BROKER_OUT: Row(ANY, blaming=True, leaders_waits=True, warns="partners"),
-    # A fresh JVM loads its logs, warms its page cache and compiles its code: its own stages
-    # are slow, and as a leader it serves its followers' fetches as slowly (its writes wait
-    # on no follower in particular); it lags a little behind the other followers for
-    # minutes; its partners serve its catch-up. A follower standing out past the floor or
-    # by peer_ratio is named.
+    # A fresh JVM loads its logs, warms its page cache and compiles: its own stages and its
+    # followers' fetches are slow, and it lags the other followers a little for minutes;
+    # its partners serve its catch-up. Only a follower late past the floor or by
+    # peer_ratio is named.
     Kind.BROKER_WARMUP: Row(OWN_STAGE_CAUSES | UNNAMED_WAITS, leaders_waits=True,
                             warns="partners", named_by_margin=False),
-    # The partitions' other replicas fetch from a new leader only once the metadata names
-    # it; its clients and followers move to it (moving them away would undo the election).
+    # Followers fetch from a new leader only once the metadata names it, and its clients
+    # move to it (moving them away would undo the election).
     Kind.LEADERSHIP_HANDOVER: Row(UNNAMED_WAITS, warns="subject"),
-    # A new topic or partitions: each broker opens a log per replica and its leaders' first
-    # acks=all writes wait for new followers, while every client refreshes its metadata.
-    # Its effect on those brokers is no one's; slowness beyond them is judged as usual.
+    # New partitions: each broker opens a log per replica, the first acks=all writes wait
+    # for new followers, every client refreshes its metadata.
     Kind.REPLICAS_CREATED: Row(OWN_STAGE_CAUSES | UNNAMED_WAITS),
 }
 
 
 def _explains(d: Disruption, broker: int, v: BrokerVerdict, waits: Waits) -> bool:
-    """Whether event `d` sets aside `broker`'s verdict `v` (`TABLE`). A leader whose
-    followers the fetches do not show may follow anyone."""
+    """Whether event `d` sets aside `broker`'s verdict `v` (`TABLE`); a leader whose
+    followers the fetches do not show may wait on anyone."""
     row, cause = TABLE[d.kind], v.attribution.cause
     if broker == d.subject and (row.subject is ANY or cause in row.subject):
         return True
@@ -69,8 +64,7 @@ def _explains(d: Disruption, broker: int, v: BrokerVerdict, waits: Waits) -> boo
 
 
 def _warning(a: Attribution, broker: int, active: Sequence[Disruption]) -> Attribution:
-    """An own-stage verdict made a warning victim of the events in effect: the load of the
-    brokers out or warming up it shares partitions with, or of the leaderships it took."""
+    """An own-stage verdict made a warning victim of the events in effect."""
     out = subjects(active, Kind.BROKER_OUT)
     back = subjects(active, Kind.BROKER_WARMUP) - out
     gained = leaderships_taken(active).get(broker, 0)
@@ -100,9 +94,9 @@ def not_named_by_margin(active: Iterable[Disruption]) -> frozenset[int]:
 
 def partners_of(loaders: Iterable[int], followers_seen: Mapping[int, Mapping[int, int]],
                 new_leaders: Iterable[int] = ()) -> set[int] | None:
-    """The brokers that take `loaders`' load: the leaders they followed and their own
-    followers, by `followers_seen` (leader -> follower -> last window), and the new
-    leaders. None when the fetches never showed a loader: every broker may be one."""
+    """The brokers that take `loaders`' load: the leaders they followed, their followers
+    (`followers_seen`: leader -> follower -> last window) and the new leaders; None when
+    the fetches never showed a loader."""
     loaders = set(loaders)
     leaders = {leader for leader, fs in followers_seen.items() if loaders & set(fs)}
     followers = {f for b in loaders for f in followers_seen.get(b, {})}
@@ -112,8 +106,8 @@ def partners_of(loaders: Iterable[int], followers_seen: Mapping[int, Mapping[int
 
 
 def counts_as_before(active: Iterable[Disruption]) -> bool:
-    """Whether a window's blamed brokers are the 'before' of later events: not when an
-    event in it sets its subject aside whole (a broker out)."""
+    """Whether a window's blamed brokers are the 'before' of later events: not while a
+    broker is out."""
     return not any(TABLE[d.kind].subject is ANY for d in active)
 
 
