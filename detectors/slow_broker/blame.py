@@ -1,9 +1,7 @@
-"""Blame (rule 6): whose fault a suspect row is, by its dominant stage. Its own stages make
-the broker the culprit; an acks=all Remote wait is explained away over the leaders'
-waits on their followers (detectors/explaining_away.py); slow sends are a few clients'
-or, when most are slow, the broker's send path; Throttle is the quotas'. What none
-explains is unattributed. A broker slow itself that also holds others back keeps its
-own cause."""
+"""Blame (rule 6), by a suspect row's dominant stage: its own stages make the broker the
+culprit; an acks=all Remote wait is explained away over the leaders' waits on their
+followers (detectors/explaining_away.py); slow sends are a few clients', or the broker's
+send path when most are slow; Throttle is the quotas'; the rest is unattributed."""
 
 from __future__ import annotations
 
@@ -19,36 +17,33 @@ from detectors.slow_broker.inputs import ClientSendWindow, FollowerFetchWindow, 
 from detectors.slow_broker.verdicts import (ApiVerdict, Attribution, BrokerVerdict, Role,
                                             SlowBrokerCause, attribution)
 
-# A healthy follower fetches again within milliseconds; 1 s without one holds every
-# acks=all write past 3x the latency threshold: late, whatever the others did.
+# A healthy follower fetches again within milliseconds; 1 s without one holds acks=all
+# writes past 3x the threshold: late, whatever the others did.
 LATE_FLOOR_MS = 1000.0
 # On three brokers a leader has one other follower: a margin, not a median, names the
-# worst party everywhere, and only from this wait (under it, a loaded host's chance lag).
+# worst everywhere, from this wait on (under it, a loaded host's chance lag).
 WORST_MARGIN = 1.5
 WORST_MIN_MS = 500.0
-# How many windows a leader remembers a follower that stopped fetching (replicas move).
-FOLLOWER_MEMORY_WINDOWS = 3
-# Slow clients named in a client_slow_read attribution (display only).
-MAX_NAMED = 5
-# A quiet broker counts toward cluster-wide from half the traffic floor: counting it can
-# only take blame off a single broker, never blame this one.
+FOLLOWER_MEMORY_WINDOWS = 3   # a follower that stopped fetching is remembered this long
+MAX_NAMED = 5                 # slow clients named in a finding (display only)
+# A quiet broker counts toward cluster-wide from half the traffic floor (it can only take
+# blame off a single broker).
 QUIET_SLOW_MIN_REQUESTS = 50
 
 
 # --- Replication waits: leader x follower ----------------------------------------------
 
 def follower_holdback_ms(f: FollowerFetchWindow) -> float:
-    """How long the leader waited on this follower: its longest silence between fetches,
-    or how slowly it read its responses."""
+    """How long the leader waited on this follower: its longest silence between fetches or
+    its slowest read of a response."""
     return max(f.max_fetch_gap_ms or 0.0, f.send_p99_ms or 0.0)
 
 
 def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
                   last_seen: Mapping[int, Mapping[int, int]], leaders_logging: set[int],
                   window_ms: int) -> dict[int, dict[int, float]]:
-    """holdback[leader][follower] in one window. A follower seen in the last
-    FOLLOWER_MEMORY_WINDOWS that sent nothing, while its leader logged other requests,
-    stopped fetching: it held the leader back the whole window."""
+    """holdback[leader][follower] in one window; a follower seen lately that sent nothing
+    while its leader logged other requests held it back the whole window."""
     view: dict[int, dict[int, float]] = defaultdict(dict)
     for f in fetches:
         if f.window_start_ms == window_start_ms:
@@ -65,9 +60,8 @@ def holdback_view(fetches: Sequence[FollowerFetchWindow], window_start_ms: int,
 def replication_waits(by_leader: Mapping[int, Mapping[int, float]],
                       shrinks: Iterable[IsrShrink] = (),
                       not_by_margin: Iterable[int] = ()) -> Waits:
-    """The holdback matrix, and how often each leader's ISR shrinks named each follower
-    out of sync; a shrink to the leader alone names nobody (a stalled leader drops every
-    follower at once)."""
+    """The holdback matrix and how often each leader's ISR shrinks named each follower; a
+    shrink to the leader alone names nobody (a stalled leader drops every follower)."""
     named: dict[int, Counter] = defaultdict(Counter)
     for x in shrinks:
         if tuple(x.isr_after) != (x.leader,):
@@ -112,8 +106,8 @@ def attribute(v: ApiVerdict, blame_of: Callable[[int], Blame],
 
 
 def attribute_replication(broker: int, blame: Blame) -> Attribution:
-    """An acks=all write waiting in Remote: a victim of the follower that explains the
-    wait, or the leader itself, or unattributed."""
+    """An acks=all write waiting in Remote: the follower that explains it, the leader, or
+    no one."""
     if blame.party is not None:
         via = "+".join(s for s, holds in (("isr_shrink", blame.named),
                                           ("fetch_holdback", blame.late)) if holds)
@@ -146,8 +140,8 @@ def slow_clients(sends: Sequence[ClientSendWindow], threshold: float) -> tuple[l
 
 def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
                    config: SlowBrokerSection) -> Attribution:
-    """Slow ResponseSend: a few slow clients are theirs to fix; most clients slow is the
-    broker's network path; without per-client data we cannot tell."""
+    """Slow ResponseSend: a few slow clients are theirs; most, the broker's network path;
+    without per-client data, unattributed."""
     slow, seen = slow_clients(sends, v.threshold_ms)
     named = [{"client_id": c, "send_p99_ms": round(ms, 3)} for c, ms in slow[:MAX_NAMED]]
     if not seen:
@@ -165,7 +159,7 @@ def attribute_send(v: ApiVerdict, sends: Sequence[ClientSendWindow],
 # --- Victims to culprits, and cluster-wide ---------------------------------------------
 
 def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
-    """Give every follower a victim names a culprit verdict listing the leaders it holds
+    """Every follower a victim names gets a culprit verdict listing the leaders it holds
     back: its own when it is a culprit itself, else slow_follower."""
     for v in list(brokers.values()):
         f = v.attribution.blamed_broker
@@ -190,10 +184,9 @@ def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBroker
 
 def quiet_but_slow(verdicts: Sequence[ApiVerdict], explained: AbstractSet[int],
                    config: SlowBrokerSection) -> set[int]:
-    """Brokers too quiet to judge that were slow all the same (QUIET_SLOW_MIN_REQUESTS,
-    over the threshold and their history, in their own stages, not `explained` by a
-    disruption): blamed for nothing, counted toward cluster-wide, since a stall of the
-    host or the cluster cuts the quieter brokers' traffic under the floor."""
+    """Brokers too quiet to judge but slow in their own stages all the same (over the
+    threshold and their history, not `explained` by a disruption): blamed for nothing,
+    counted toward cluster-wide, since a stall of the host cuts quiet brokers' traffic."""
     return {v.row.broker for v in verdicts
             if not v.enough_traffic and v.row.broker not in explained
             and v.row.requests >= QUIET_SLOW_MIN_REQUESTS

@@ -1,5 +1,5 @@
-"""The slow-broker detector's order: the rules on each window (`assess_window`), on every
-window of the input (`assess_windows`), then persistence (`detect_slow_brokers`)."""
+"""The rules on one window (`assess_window`), on every window (`assess_windows`), then
+persistence (`detect_slow_brokers`)."""
 
 from __future__ import annotations
 
@@ -66,11 +66,9 @@ class WindowInputs:
 
 def assess_window(w: WindowInputs, history: History,
                   cfg: SlowBrokerSection) -> WindowAssessment:
-    """Judge one window, its watched APIs' rows, in the package docstring's order. Blame
-    needs every broker's rows and the replication waits (whose follower evidence lowers
-    the bars of rules 2 and 4: 2b, 4b); cluster-wide comes after blame and the disruptions
-    (a follower that slows every leader is one broker's fault; what a disruption explains
-    is no one's) and counts the shared stalls."""
+    """Judge one window's watched rows in the package docstring's order; cluster-wide
+    comes after blame and the disruptions (a follower that slows every leader is one
+    broker's fault; what a disruption explains is no one's)."""
     watched = frozenset(cfg.watched_apis)
     rows = [r for r in w.rows if r.api in watched]
     blame_of = leader_blames(w.waits, cfg)
@@ -153,8 +151,6 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
 
 def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
                         config: SlowBrokerSection | None = None, **inputs) -> list[Detection]:
-    """slow_broker and cluster_wide_slowness detections from the input windows (`inputs`:
-    those of `assess_windows`; `outages` and `replica_starts` are the events of the
-    known disruptions)."""
+    """slow_broker and cluster_wide_slowness detections (`inputs`: `assess_windows`')."""
     config = config or SlowBrokerSection()
     return detections_from(assess_windows(rows, config=config, **inputs), config)

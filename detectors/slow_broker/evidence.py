@@ -1,5 +1,5 @@
-"""A finding's explanation and evidence: the rules' results, the stage times, who is
-blamed and why, in the words and keys alerts, runbooks and reports read."""
+"""A finding's explanation and evidence, in the words and keys alerts, runbooks and
+reports read."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What the slow-broker detector is given, per cluster and window (the read side,
-evaluation/inputs/request_windows.py, builds them from the agents' windows)."""
+"""What the detector is given, per cluster and window (built by
+evaluation/inputs/request_windows.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ _P99_FIELD = {s: f"{s}_p99_ms" for s in STAGES}
 
 @dataclass(frozen=True)
 class RequestStageWindow:
-    """A broker/API's requests in a window: how many, the p99 of TotalTime and of each
-    stage, and the exact p99 of (total - remote) per request when known."""
+    """A broker/API's requests in a window: how many, the p99 of TotalTime, of each stage,
+    and of (total - remote) when known."""
     cluster: str
     broker: int
     api: str
@@ -36,8 +36,8 @@ class RequestStageWindow:
 
 @dataclass(frozen=True)
 class FollowerFetchWindow:
-    """A follower's replica fetches as its leader saw them: the longest silence between two
-    (a fetch's arrival minus the previous one's completion) and the p99 send time."""
+    """A follower's fetches at its leader: the longest silence between two (arrival minus
+    the previous completion) and the p99 send time."""
     cluster: str
     window_start_ms: int
     leader: int
@@ -65,9 +65,8 @@ class IsrShrink:
 
 @dataclass(frozen=True)
 class ClientSendWindow:
-    """One client's requests of one API at one broker in a window. `slow_requests`: how
-    many took the API's threshold or more to send (None: unknown, bounded from the p99);
-    `follower`: a replica's fetches (a broker, not a client)."""
+    """One client's requests of one API at one broker in a window; `slow_requests`: how
+    many took the threshold or more to send (None: unknown); `follower`: a replica's."""
     cluster: str
     window_start_ms: int
     broker: int
@@ -81,7 +80,7 @@ class ClientSendWindow:
 
 @dataclass(frozen=True)
 class LatencyBaseline:
-    """A broker/API's usual judged latency from a longer history than the input holds."""
+    """A broker/API's usual judged latency over a longer history than the input."""
     cluster: str
     broker: int
     api: str
@@ -90,8 +89,8 @@ class LatencyBaseline:
 
 @dataclass(frozen=True)
 class HeldRequest:
-    """A request the edge kept whole that its broker held in its own stages (OWN_STAGES,
-    summed) for `held_ms`; it ended at `end_ms` after `total_ms`."""
+    """A request kept whole, held `held_ms` in its broker's own stages; it ended at
+    `end_ms` after `total_ms`."""
     cluster: str
     broker: int
     api: str

@@ -1,7 +1,7 @@
-"""Persistence and decay (rule 9): a broker is detected when persistence_windows of the
-last persistence_lookback_windows windows hold a verdict for it, the cluster when all of
-them do. One noisy window never fires; a recovered broker clears within two windows. The
-cause a finding names persisted too (`strongest`)."""
+"""Persistence (rule 9): a broker is detected when persistence_windows of the last
+persistence_lookback_windows windows hold a verdict for it, the cluster when all do; the
+cause it names persisted too (`strongest`). One noisy window never fires; a recovered
+broker clears within two windows."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from detectors.slow_broker.verdicts import (ApiVerdict, BrokerVerdict, Role,
                                             WindowAssessment, rank)
 from detectors.windowed import recent_windows
 
-# A pool's least TP99 just over the threshold is one request at the edge: a pooled verdict
-# counts for each of its windows only from this x its threshold.
+# A pooled verdict counts for each of its windows only from this x its threshold (just
+# over it, the pool's least TP99 is one request at the edge).
 POOLED_STRONG_RATIO = 2.0
 CLUSTER = None   # the key of a cluster-wide verdict; a broker's is its id
 
 
 def flagged(a: WindowAssessment) -> set[int | None]:
-    """What a window holds a verdict for: the cluster, or the brokers (not one whose only
-    verdict is its slow clients: they are judged on their own)."""
+    """What a window holds a verdict for: the cluster, or its brokers (not for slow
+    clients: they are judged on their own)."""
     if a.cluster_wide:
         return {CLUSTER}
     return {b for b, v in a.brokers.items() if v.attribution.role is not Role.CLIENT}
@@ -40,9 +40,8 @@ def strong_pool(v: ApiVerdict) -> int:
 
 def covered_windows(a: WindowAssessment, key: int | None, config: SlowBrokerSection
                     ) -> list[int]:
-    """The windows a verdict speaks for: its own, and a strong pool's earlier ones (a
-    quiet broker is then found as soon as a busy one). A follower blamed only through
-    the leaders it holds back takes the longest such pool among them."""
+    """The windows a verdict speaks for: its own and a strong pool's earlier ones; a
+    follower blamed only through its leaders takes their longest such pool."""
     pooled = 1
     if key is not CLUSTER:
         verdict = a.brokers[key]
@@ -58,12 +57,10 @@ def covered_windows(a: WindowAssessment, key: int | None, config: SlowBrokerSect
 
 def strongest(recent: Sequence[WindowAssessment], broker: int,
               config: SlowBrokerSection) -> BrokerVerdict | None:
-    """The verdict on `broker` its finding reports: of the strongest `rank` that
-    persistence_windows of the windows support, the newest; None when none did. A window
-    supports the cause of each of the broker's slow rows in it (for the windows it covers)
-    and, when its verdict blames no one, any cause: a fault's last window often holds less
-    evidence than those before, and windows that disagree on whose fault it is are not yet
-    a finding (a third decides)."""
+    """The verdict `broker`'s finding reports: of the strongest `rank` persistence_windows
+    of the windows support, the newest; None when none did. A window supports each of its
+    slow rows' causes and, when its verdict blames no one, any cause: a fault's last
+    window often tells less, and windows that disagree are not yet a finding."""
     held = []
     for a in recent:
         if broker in flagged(a):
@@ -90,9 +87,8 @@ def strongest(recent: Sequence[WindowAssessment], broker: int,
 
 
 def leans_on(v: BrokerVerdict) -> int | None:
-    """The follower a victim verdict stands on: its leader was a suspect only because that
-    follower was late at its other leaders too (rule 4b), not by its own history or
-    peers."""
+    """The follower a victim verdict stands on: its leader was a suspect only by rule 4b,
+    not by its own history or peers."""
     av = v.api_verdict
     if (v.attribution.role is Role.VICTIM and av is not None and av.follower_corroborated
             and not (av.slow_vs_history or av.slow_vs_peers)):
@@ -115,7 +111,7 @@ def without_leaning_on(a: WindowAssessment, unfound: AbstractSet[int]) -> Window
 def _findings(recent: Sequence[WindowAssessment], starts: Sequence[int],
               config: SlowBrokerSection) -> dict[int | None, tuple[list[int], object]]:
     """Per key flagged persistently: its flagged windows and its verdict (the cluster's:
-    the assessment of its newest window)."""
+    its newest window's assessment)."""
     windows: dict[int | None, set[int]] = defaultdict(set)
     for a in recent:
         for k in flagged(a):
@@ -136,8 +132,8 @@ def _findings(recent: Sequence[WindowAssessment], starts: Sequence[int],
 
 def detections_from(assessments: Sequence[WindowAssessment],
                     config: SlowBrokerSection) -> list[Detection]:
-    """Persistence over the assessed windows, per cluster: its brokers' findings, then
-    its cluster-wide one."""
+    """Persistence over the assessed windows, per cluster: its brokers' findings, then the
+    cluster-wide one; victim verdicts that lean on a follower not found are dropped."""
     by_cw = {(a.cluster, a.window_start_ms): a for a in assessments}
     detections = []
     for cluster, starts in sorted(recent_windows(assessments, config).items()):

@@ -29,9 +29,8 @@ Pool = tuple[int, int, float]    # (windows, requests, least judged latency) jud
 
 
 def judged_latency(row: RequestStageWindow) -> float:
-    """Rule 1: TotalTime TP99; for the APIs that wait in purgatory on purpose, the time
-    outside Remote (core.signals.judged_ms): the exact p99 of (total - remote) when given,
-    else a lower bound of it."""
+    """Rule 1: TotalTime TP99; for a purgatory API the time outside Remote
+    (core.signals.judged_ms), exact when given, else a lower bound."""
     if not waits_in_purgatory(row.api):
         return row.total_p99_ms
     if row.total_excl_remote_p99_ms is not None:
@@ -47,10 +46,9 @@ def enough_traffic(requests: int, floor: int) -> bool:
 
 def pool_quiet(requests: int, latency: float, threshold: float,
                earlier: Sequence[Sample | None], floor: int) -> Pool | None:
-    """Rule 2 for a window too quiet alone (a slow broker cuts its own request rate): pooled
-    with the consecutive windows just before it (`earlier`, newest first, None: no row)
-    over the threshold too, up to POOL_WINDOWS, until they hold `floor` requests; judged at
-    the pool's least latency (a lower bound of its TP99). None: no such pool."""
+    """Rule 2 for a window too quiet alone (a slow broker cuts its own rate): pooled with
+    the windows just before it (`earlier`, newest first) over the threshold too, up to
+    POOL_WINDOWS, until they hold `floor` requests; judged at their least latency."""
     if latency <= threshold:
         return None
     windows, total, least = 1, requests, latency
@@ -70,9 +68,9 @@ def over_threshold(latency: float, threshold: float) -> bool:
 
 def baseline(external: float | None, healthy: Sequence[float], quiet: Sequence[Sample],
              floor: int) -> float | None:
-    """Rule 4's reference, the broker/API's usual latency: the external baseline; else the
-    median of its earlier healthy windows, once MIN_HISTORY_WINDOWS; else of its quiet
-    windows, once as many hold `floor` requests together (all a quiet cluster has)."""
+    """Rule 4's reference: the external baseline; else the median of MIN_HISTORY_WINDOWS
+    or more earlier healthy windows; else of as many quiet ones holding `floor` requests
+    together (all a quiet cluster has)."""
     if external is not None:
         return external
     if len(healthy) >= MIN_HISTORY_WINDOWS:
@@ -101,8 +99,8 @@ def median_without(sorted_values: Sequence[float], value: float) -> float | None
 
 
 def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
-    """Rule 5's reference: the median of the other brokers with traffic, once MIN_PEERS
-    (sorted `latencies` hold this broker's `own` when it has traffic)."""
+    """Rule 5's reference: the median of MIN_PEERS or more other brokers with traffic
+    (sorted `latencies` hold `own` when it has traffic)."""
     peers = len(latencies) - (own is not None)
     if peers < MIN_PEERS:
         return None
@@ -110,8 +108,8 @@ def peer_median(latencies: Sequence[float], own: float | None) -> float | None:
 
 
 def dominant_stage(row: RequestStageWindow) -> tuple[str | None, float]:
-    """The stage with the largest p99 (not a deliberate Remote wait) and its share of the
-    stage p99s: what blame starts from."""
+    """The stage with the largest p99 (not a deliberate Remote wait) and its share: what
+    blame starts from."""
     stages = STAGES_OUTSIDE_REMOTE if waits_in_purgatory(row.api) else STAGES
     values = [row.stage_p99(s) for s in stages]
     total = sum(values)
@@ -155,8 +153,7 @@ class History:
         self.windows[(row.broker, row.api)][row.window_start_ms] = (row.requests, latency)
 
     def usual(self, row: RequestStageWindow, floor: int) -> tuple[list[float], list[Sample]]:
-        """The usual latencies of the windows before the row's: those with `floor` requests
-        of their own, and the quieter ones that had requests."""
+        """The usual latencies before the row's window: with `floor` requests, and fewer."""
         key = (row.broker, row.api)
         unusual = self.unusual.get(key, ())
         before = [x for w, x in self.windows.get(key, {}).items()

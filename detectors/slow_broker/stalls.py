@@ -1,9 +1,7 @@
-"""Rule 6b, a stall the brokers share: a suspect row whose dominant stage is the broker's
-own is no one's when, for every request of its API it held over its threshold in its own
-stages in the window (from the requests the edge kept whole), most other brokers with
-traffic held a request under way at the same time at least 1/peer_ratio as long: rule 5
-at the instant (a hypervisor or storage pause, a host the brokers share). Such a broker
-is blamed for nothing but counts toward cluster-wide."""
+"""Rule 6b, a stall the brokers share: a suspect row slow in the broker's own stages is no
+one's when, for each request it held over the threshold (of those kept whole), most
+other brokers held one under way at the same time at least 1/peer_ratio as long: rule 5
+at the instant (a hypervisor or storage pause). It counts toward cluster-wide only."""
 
 from __future__ import annotations
 
@@ -49,8 +47,8 @@ class Holds:
 
 def shared(v: ApiVerdict, holds: Holds, peers: AbstractSet[int],
            config: SlowBrokerSection) -> bool:
-    """Whether every request the row's broker held over the row's threshold in its window
-    was held at a time most of the other brokers in `peers` held theirs about as long."""
+    """Whether every request the row's broker held over the threshold in its window was
+    held while most other brokers in `peers` held theirs about as long."""
     start = v.row.window_start_ms
     stalls = [h for h in holds.ended(v.row.broker, start, start + config.window_ms)
               if h.api == v.row.api and h.held_ms > v.threshold_ms]

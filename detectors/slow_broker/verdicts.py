@@ -1,5 +1,5 @@
-"""The detector's results: causes and roles, every rule's result for a broker/API, whose
-fault a suspect row is, one verdict per broker, and one assessment per window."""
+"""The detector's results: causes and roles, the rules' results per broker/API, a verdict
+per broker and an assessment per window."""
 
 from __future__ import annotations
 
@@ -42,9 +42,8 @@ class Role(StrEnum):
 ROLE_ORDER = list(Role)
 BLAMED_ROLES = (Role.CULPRIT, Role.UNATTRIBUTED)
 C, A, S = SlowBrokerCause, ActionKind, Severity
-# Per cause, the role of the broker a verdict names by it, the action, the severity and
-# why (a finding's text; some are completed where the verdict is made). A culprit in its
-# own stages or replication is moved off; a slow follower must catch up or leave the ISR.
+# Per cause: the role of the broker it names, the action, the severity and why (completed
+# where the verdict is made when empty).
 MEANING: Mapping[str, tuple[Role, ActionKind, Severity, str]] = {
     C.REQUEST_HANDLERS_SATURATED: (Role.CULPRIT, A.MOVE_LEADERSHIP, S.HIGH,
                                    "requests wait for a free request handler thread (CPU or "
@@ -92,8 +91,8 @@ class ApiVerdict:
     slow_vs_peers: bool
     dominant_stage: str | None
     stage_share: float
-    # Windows judged together (rules.pool_quiet), their requests; `latency_ms` is then
-    # the least TP99 of the pool.
+    # Windows judged together (rules.pool_quiet), their requests; `latency_ms` is their
+    # least TP99.
     pooled_windows: int = 1
     pooled_requests: int | None = None
     # Rules 2b and 4b (rules.corroborated): the follower it waits on is late elsewhere.
@@ -120,7 +119,7 @@ class Attribution:
 
 def attribution(cause: str, blamed: int | None = None, why: str = "",
                 details: Mapping | None = None) -> Attribution:
-    """A verdict of `cause` about `blamed`, as MEANING says (`why`: its text completed)."""
+    """A verdict of `cause` about `blamed`, as MEANING says."""
     role, action, severity, meaning = MEANING[cause]
     return Attribution(role, cause, blamed, action, severity, why or meaning, details or {})
 
