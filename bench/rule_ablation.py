@@ -53,6 +53,11 @@ def _patches() -> dict[str, tuple[str, Callable[..., list]]]:
     return {
         "corroboration": ("rules 2b/4b: a follower late everywhere as a second sign",
                           lambda: [mock.patch(f"{R}.corroborated", lambda *_: False)]),
+        "risen": ("brokers risen past half the history bar count toward cluster-wide",
+                  lambda: [mock.patch(f"{D}.risen", lambda *_: False)]),
+        "culprit_explains_rise": ("a culprit follower explains its leaders' rise",
+                                  lambda: [mock.patch(f"{D}.waits_on_culprit",
+                                                      lambda *_: False)]),
         "quiet_slow": ("quiet brokers slow in their own stages count toward cluster-wide",
                        lambda: [mock.patch(f"{D}.quiet_but_slow", lambda *_: set())]),
         "margin": ("the worst follower at every leader by a margin is late",

@@ -9,7 +9,7 @@ broker and watched API, in this order (detect.assess_window):
    wait the follower late at its other leaders too; a stall the other brokers shared at
    the same instants is no one's (stalls.py);
 7. known disruptions explain what they cause (excuses.py);
-8. what most brokers share is cluster-wide;
+8. what most brokers share is cluster-wide (the quiet and the risen counted too);
 9. persistence over the recent windows (persistence.py).
 Why each rule is so: docs/slow-broker.md."""
 

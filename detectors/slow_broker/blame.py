@@ -177,6 +177,16 @@ def blame_slow_followers(brokers: dict[int, BrokerVerdict]) -> None:
         blamed.victim_latency_ms = max(blamed.victim_latency_ms, v.api_verdict.latency_ms)
 
 
+def waits_on_culprit(v: ApiVerdict, waits: Waits, culprits: AbstractSet[int]) -> bool:
+    """Whether the row is an acks=all write waiting in Remote at a leader one of whose
+    followers is a culprit (in its own stages, or a slow follower): that broker explains
+    the wait. A leader whose followers the fetches do not show may wait on anyone."""
+    if not (culprits and v.dominant_stage == "remote" and v.row.api in REPLICATED_WRITE_APIS):
+        return False
+    followers = waits.by_server.get(v.row.broker, {})
+    return not followers or bool(culprits & set(followers))
+
+
 def is_cluster_wide(blamed: set[int], with_traffic: set[int], config: SlowBrokerSection) -> bool:
     """Most brokers slow at once (`most_of`): no one broker's fault."""
     return most_of(len(blamed), len(with_traffic), config.shared_cause_share)

@@ -13,15 +13,15 @@ from core.outages import BrokerOutage
 from detectors.explaining_away import Blame, Waits
 from detectors.slow_broker.blame import (attribute, blame_slow_followers, holdback_view,
                                          is_cluster_wide, leader_blames, quiet_but_slow,
-                                         replication_waits)
+                                         replication_waits, waits_on_culprit)
 from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.excuses import counts_as_before, explain, not_named_by_margin
 from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, HeldRequest,
                                           IsrShrink, LatencyBaseline, RequestStageWindow)
 from detectors.slow_broker.persistence import detections_from
-from detectors.slow_broker.rules import History, enough_traffic, judge_rows
+from detectors.slow_broker.rules import History, enough_traffic, judge_rows, risen
 from detectors.slow_broker.stalls import Holds, set_aside_shared_stalls
-from detectors.slow_broker.verdicts import (BLAMED_ROLES, ApiVerdict, BrokerVerdict,
+from detectors.slow_broker.verdicts import (BLAMED_ROLES, ApiVerdict, BrokerVerdict, Role,
                                             WindowAssessment, rank)
 from detectors.windowed import by_cluster_window
 
@@ -29,17 +29,16 @@ from detectors.windowed import by_cluster_window
 def broker_verdicts(verdicts: Sequence[ApiVerdict], blame_of: Callable[[int], Blame],
                     sends: Sequence[ClientSendWindow],
                     config: SlowBrokerSection) -> dict[int, BrokerVerdict]:
-    """Rule 6 on every suspect row, and one verdict per broker: the first in `rank`'s
-    order wins, then the latency furthest over its threshold; slow_apis lists them all."""
+    """Rule 6 on the rows given, and one verdict per broker: the first in `rank`'s order
+    wins, then the latency furthest over its threshold; slow_apis lists them all."""
     sends_by_broker: dict[int, list[ClientSendWindow]] = defaultdict(list)
     for x in sends:
         sends_by_broker[x.broker].append(x)
     candidates: dict[int, list[BrokerVerdict]] = defaultdict(list)
     for v in verdicts:
-        if v.over_threshold and v.suspect:   # most rows are not over
-            b = v.row.broker
-            mine = [x for x in sends_by_broker.get(b, ()) if x.api in (None, v.row.api)]
-            candidates[b].append(BrokerVerdict(b, attribute(v, blame_of, mine, config), v))
+        b = v.row.broker
+        mine = [x for x in sends_by_broker.get(b, ()) if x.api in (None, v.row.api)]
+        candidates[b].append(BrokerVerdict(b, attribute(v, blame_of, mine, config), v))
     brokers = {}
     for b, cs in candidates.items():
         brokers[b] = best = min(cs, key=lambda c: (rank(c), -c.api_verdict.latency_ms
@@ -68,7 +67,11 @@ def assess_window(w: WindowInputs, history: History,
                   cfg: SlowBrokerSection) -> WindowAssessment:
     """Judge one window's watched rows in the package docstring's order; cluster-wide
     comes after blame and the disruptions (a follower that slows every leader is one
-    broker's fault; what a disruption explains is no one's)."""
+    broker's fault; what a disruption explains is no one's). Besides the blamed brokers it
+    counts those slow alike but blamed for nothing: too quiet (`quiet_but_slow`), held in
+    a shared stall, or `risen` but not suspect whose rise would blame them: each is no
+    evidence alone, most brokers at once are a shared cause. This can take blame off one
+    broker, never put it on one."""
     watched = frozenset(cfg.watched_apis)
     rows = [r for r in w.rows if r.api in watched]
     blame_of = leader_blames(w.waits, cfg)
@@ -77,7 +80,7 @@ def assess_window(w: WindowInputs, history: History,
     verdicts = set_aside_shared_stalls(judge_rows(rows, history, w.external, cfg, lambda b: (
         (blame := blame_of(b)).party is not None and blame.corroborated)),
         w.holds, with_traffic, cfg)
-    brokers = broker_verdicts(verdicts, blame_of, w.sends, cfg)
+    brokers = broker_verdicts([v for v in verdicts if v.suspect], blame_of, w.sends, cfg)
     blame_slow_followers(brokers)
     x = explain(brokers, w.active, w.waits, w.followers_seen, set(w.blamed_before))
     brokers = x.kept
@@ -85,14 +88,22 @@ def assess_window(w: WindowInputs, history: History,
     quiet = quiet_but_slow(verdicts, x.own_stages_explained, cfg) - blamed_set
     shared = {v.row.broker for v in verdicts if v.shared_stall} - x.own_stages_explained
     shared -= blamed_set | quiet
-    slow = blamed_set | quiet | shared
-    wide = is_cluster_wide(slow, with_traffic | slow, cfg)
+    culprits = {b for b, v in brokers.items() if v.attribution.role is Role.CULPRIT}
+    would_blame = explain(broker_verdicts(
+        [v for v in verdicts if v.enough_traffic and not v.suspect and not v.shared_stall
+         and risen(v) and not waits_on_culprit(v, w.waits, culprits)],
+        blame_of, w.sends, cfg), w.active, w.waits, w.followers_seen,
+        set(w.blamed_before)).kept
+    rose = {b for b, v in would_blame.items() if v.attribution.role in BLAMED_ROLES}
     history.remember(verdicts)
-    return WindowAssessment(cluster=w.cluster, window_start_ms=w.window_start_ms,
-                            api_verdicts=verdicts, brokers=brokers,
-                            brokers_with_traffic=with_traffic, blamed=blamed_set,
-                            cluster_wide=wide, excused=x.set_aside, quiet_slow=quiet,
-                            shared_stall=shared)
+    a = WindowAssessment(cluster=w.cluster, window_start_ms=w.window_start_ms,
+                         api_verdicts=verdicts, brokers=brokers,
+                         brokers_with_traffic=with_traffic, blamed=blamed_set,
+                         cluster_wide=False, excused=x.set_aside, quiet_slow=quiet,
+                         shared_stall=shared,
+                         risen=rose - set(brokers) - set(x.set_aside) - quiet - shared)
+    a.cluster_wide = is_cluster_wide(a.slow, with_traffic | a.slow, cfg)
+    return a
 
 
 def assess_windows(rows: Iterable[RequestStageWindow], *,

@@ -93,17 +93,19 @@ def cluster_wide_detection(a: WindowAssessment, flagged: list[int],
         lats = [v.latency_ms for v in a.api_verdicts if v.row.api == api and v.enough_traffic]
         medians[api] = _round(statistics.median(lats))
     stage = stages.most_common(1)[0][0] if stages else None
-    slow = a.blamed | a.quiet_slow | a.shared_stall
+    slow = a.slow
     judged = a.brokers_with_traffic | slow
     share = len(slow) / max(1, len(judged))
     quiet = "".join(f" ({len(who)} of them {what})" for who, what in (
         (a.quiet_slow, "too quiet to judge alone"),
-        (a.shared_stall, "held at the same instants as the others")) if who)
+        (a.shared_stall, "held at the same instants as the others"),
+        (a.risen, "slower than usual, too little to blame alone")) if who)
     return finding(
         a.cluster, flagged, config,
         {"brokers_blamed": sorted(a.blamed)[:100], "brokers_blamed_count": len(a.blamed),
          "brokers_slow_but_quiet": sorted(a.quiet_slow)[:100],
          "brokers_in_shared_stalls": sorted(a.shared_stall)[:100],
+         "brokers_risen": sorted(a.risen)[:100],
          "brokers_with_traffic": len(a.brokers_with_traffic), "share": _round(share),
          "causes": dict(causes), "dominant_stage": stage, "median_latency_ms_by_api": medians},
         type=AnomalyType.CLUSTER_WIDE_SLOWNESS, severity=Severity.HIGH,

@@ -19,10 +19,11 @@ from detectors.slow_broker.verdicts import ApiVerdict
 POOL_WINDOWS = 6          # windows pooled at most (a minute): an older pool is not now
 MIN_PEERS = 2             # a median of one peer is that peer
 MIN_HISTORY_WINDOWS = 6   # earlier windows before the in-input baseline is trusted
-# Rules 2b and 4b, with a second, independent sign: a pool's floor (20 requests make a
-# wait at the edge unlikely to be one request's), and half the history bar.
+# With a second, independent sign (rules 2b and 4b: its follower late elsewhere; rule 8:
+# most brokers risen at once): a pool's floor (20 requests make a wait at the edge
+# unlikely to be one request's), and half the history bar.
 CORROBORATED_MIN_REQUESTS = 20
-CORROBORATED_HISTORY_RATIO = 1.5
+RISEN_RATIO = 1.5
 
 Sample = tuple[int, float]       # (requests, judged latency) of one earlier window
 Pool = tuple[int, int, float]    # (windows, requests, least judged latency) judged together
@@ -172,15 +173,20 @@ class History:
 
 
 def corroborated(v: ApiVerdict, latency: float, late_follower: Callable[[int], bool]) -> bool:
-    """Rules 4b and 2b: an acks=all write waiting in Remote, CORROBORATED_HISTORY_RATIO x
-    its baseline, whose follower is late at its other leaders too. A follower that holds
-    back most leaders raises the peers and the baselines alike, so rules 4 and 5 fail; the
-    other leaders' fetches are an independent sign (a loaded host lags now and then, so
-    the baseline still counts)."""
+    """Rules 4b and 2b: an acks=all write waiting in Remote, `risen`, whose follower is
+    late at its other leaders too. A follower that holds back most leaders raises the
+    peers and the baselines alike, so rules 4 and 5 fail; the other leaders' fetches are
+    an independent sign (a loaded host lags now and then, so the baseline still counts)."""
     return (v.dominant_stage == "remote" and v.row.api in REPLICATED_WRITE_APIS
-            and v.baseline_ms is not None
-            and latency >= CORROBORATED_HISTORY_RATIO * max(v.baseline_ms, MIN_REFERENCE_MS)
-            and late_follower(v.row.broker))
+            and risen(v, latency) and late_follower(v.row.broker))
+
+
+def risen(v: ApiVerdict, latency: float | None = None) -> bool:
+    """Over its threshold and at least RISEN_RATIO x its baseline (half the history bar):
+    no evidence against a broker alone, but a second sign can make it one."""
+    latency = v.latency_ms if latency is None else latency
+    return (latency > v.threshold_ms and v.baseline_ms is not None
+            and latency >= RISEN_RATIO * max(v.baseline_ms, MIN_REFERENCE_MS))
 
 
 def judge_rows(rows: Sequence[RequestStageWindow], history: History,

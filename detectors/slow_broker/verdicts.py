@@ -148,6 +148,12 @@ class WindowAssessment:
     excused: dict[int, BrokerVerdict] = field(default_factory=dict)  # by a disruption
     quiet_slow: set[int] = field(default_factory=set)  # blame.quiet_but_slow
     shared_stall: set[int] = field(default_factory=set)  # stalls.py: slow, shared
+    risen: set[int] = field(default_factory=set)  # risen, not suspect, would be blamed
+
+    @property
+    def slow(self) -> set[int]:
+        """The brokers counted toward cluster-wide."""
+        return self.blamed | self.quiet_slow | self.shared_stall | self.risen
 
 
 def rank(v: BrokerVerdict) -> float:

@@ -319,7 +319,8 @@ def scenarios():
     # The same leaders, but follower 3 keeps up with leader 2: nothing corroborates their
     # rise (3 is refuted at leader 1: it fetches fine elsewhere), so a 2.4x rise over a
     # usual latency already over the threshold stays below history_ratio, the two leaders
-    # are each other's peers, and nothing is flagged.
+    # are each other's peers, and no broker is blamed: two of three risen at once are
+    # cluster-wide in those windows, too few windows for a finding.
     one_leader = over_the_threshold_before_the_fault()
     yield Scenario(
         "follower_late_at_one_leader_only_corroborates_nothing", one_leader,
@@ -328,7 +329,7 @@ def scenarios():
                                 "slow_vs_history": False, "slow_vs_peers": False,
                                 "follower_corroborated": False, "suspect": False,
                                 "stage": "remote"}},
-        verdicts={}, detections={})
+        verdicts={}, cluster_wide=True, detections={})
 
     # Every follower a little late everywhere (the whole machine starved): nobody stands
     # out, so nobody is named, and the leaders are not victims of anyone.
@@ -600,6 +601,46 @@ def scenarios():
         rules={(2, "Produce"): {"enough_traffic": True, "over_threshold": True,
                                 "slow_vs_history": False, "slow_vs_peers": False,
                                 "suspect": False}})
+
+    # A host slowdown every broker shares (auto-reset-rewind-3b live at rules
+    # 60f3c3a02f7e, 20261206T181419Z): every broker's acks=all Produce usually at 250 ms
+    # TP99; in the fault's windows broker 3 at 800 ms (3.2x its usual, over the history
+    # bar by a hair, no follower late), broker 2 at 480 (1.9x), broker 1 at 350 (1.4x).
+    # Broker 3 alone clears the bar, broker 2 has risen past half of it: two of three
+    # slow at once is cluster-wide, and two such windows are not yet a finding.
+    usual = over_the_threshold_before_the_fault()
+    for b in BROKERS:
+        usual = replaced(usual, b, "Produce", set(range(LAST + 1)), total=250.0, remote=240.0)
+    for b, ms in ((1, 350.0), (2, 480.0), (3, 800.0)):
+        usual = replaced(usual, b, "Produce", FAULT, total=ms, remote=ms - 10.0)
+    yield Scenario(
+        "a_host_slowdown_every_broker_shares_is_cluster_wide_not_one_brokers", usual,
+        fetches=follower_fetches(set(), {}),
+        rules={(3, "Produce"): {"slow_vs_history": True, "slow_vs_peers": False,
+                                "suspect": True, "stage": "remote"},
+               (2, "Produce"): {"over_threshold": True, "slow_vs_history": False,
+                                "suspect": False}},
+        verdicts={3: (Role.UNATTRIBUTED, "remote_produce_unknown_follower")},
+        cluster_wide=True)
+
+    # cpu-starved-3b's guard: broker 2 starved, its Fetch responses wait 900 ms for a
+    # network thread; leaders 1 and 3 wait on it as a follower (2.4x their usual) before
+    # its fetch gaps show. Their rise is broker 2's doing, not a second and third slow
+    # broker: it is blamed alone.
+    starved = usual
+    for b in BROKERS:
+        starved = replaced(starved, b, "Produce", FAULT, total=250.0, remote=240.0)
+    starved = replaced(starved, 2, "Fetch", FAULT, total=1100.0, rsq=900.0, excl=900.0)
+    for b in (1, 3):
+        starved = replaced(starved, b, "Produce", FAULT, total=600.0, remote=590.0)
+    yield Scenario(
+        "a_culprit_follower_explains_its_leaders_rise", starved,
+        fetches=follower_fetches(set(), {}),
+        rules={(1, "Produce"): {"over_threshold": True, "slow_vs_history": False,
+                                "suspect": False}},
+        verdicts={2: (Role.CULPRIT, "network_threads_saturated")},
+        detections={"broker:2": (AnomalyType.SLOW_BROKER, "network_threads_saturated",
+                                 ActionKind.MOVE_LEADERSHIP, Severity.HIGH)})
 
 
 # The last five windows; quiet_produce's brokers serve 30 Produce requests a window.
