@@ -115,7 +115,8 @@ read by offset_reset.py too):
 - min_rewind_messages = 1: drops smaller than this are ignored.
 - reset_pair_window_s = 5: how far apart a Java client's cause and position lines may be.
 - reorder_wait_s = 30: a rewind that may still turn out a reordered commit waits for the
-  partition's next REORDER_WINDOW_MS of commits, at most this long (`reorder_pending`).
+  partition's next REORDER_WINDOW_MS of commits, and one whose request-log line has not
+  arrived for the group's lines to reach it, at most this long (`reorder_pending`).
 
 Output: `Detection`s of type offset_rewind and offset_reset, entity
 "group:<group>/<topic>-<p>" (or "<topic>-<p>" for a reset whose group is unknown); the
@@ -373,19 +374,26 @@ _SETTLED_BEFORE_REORDER = frozenset({RewindCause.OPERATOR_RESET, RewindCause.APP
 
 
 def reorder_pending(a: RewindAssessment, newest_commit_ms: int, now_ms: int,
-                    config: OffsetRewindSection) -> bool:
+                    config: OffsetRewindSection, lines_until_ms: int | None = None) -> bool:
     """The rewind may yet prove a reordered commit, and what would prove it is not in:
     not undone yet; its offset lies between the member's last two positions (a commit
     sent then may have landed late: `passed_and_undone`'s first half) or it retries a
     failed commit of the member (`Committer.retried`); the partition's commits reach less
     than REORDER_WINDOW_MS past it; and it is younger than reorder_wait_s. Judged before
     the commit that undoes it is in, such a rewind would be handed over as a
-    member_commit warning and, one evaluation later, as the commit_reordered it was."""
+    member_commit warning and, one evaluation later, as the commit_reordered it was.
+    Likewise, undone or not, while the group's request-log lines (`lines_until_ms`: the
+    newest) have not reached the rewind's commit: its own line decides who committed it,
+    and the lines arrive later than the commits."""
     r = a.rewind
-    if a.cause in _SETTLED_BEFORE_REORDER or not r.active or config.reorder_wait_s <= 0:
+    if a.cause in _SETTLED_BEFORE_REORDER or config.reorder_wait_s <= 0:
         return False
     t = r.rewind_commit.commit_ms
-    if newest_commit_ms >= t + REORDER_WINDOW_MS or now_ms >= t + config.reorder_wait_s * 1000:
+    if now_ms >= t + config.reorder_wait_s * 1000:
+        return False
+    if a.committer.line is None and lines_until_ms is not None and lines_until_ms < t:
+        return True
+    if not r.active or newest_commit_ms >= t + REORDER_WINDOW_MS:
         return False
     b = r.before_previous
     passed = b is not None and b.offset < r.rewind_commit.offset < r.previous_commit.offset
@@ -621,10 +629,12 @@ def detect_offset_anomalies(commits: Iterable[OffsetCommit], *,
             del vanished[(cluster, group, topic, partition)]       # a newer rewind since
         if not rewinds:
             continue
+        group_lines = lines_by_group.get((cluster, group), [])
         latest = assess_rewind(rewinds[-1], inputs, members, config, last_commit=cs[-1],
-                               group_lines=lines_by_group.get((cluster, group), []),
-                               coordinator_loads=loads, offsets_losses=losses)
-        if reorder_pending(latest, cs[-1].commit_ms, now_ms, config):
+                               group_lines=group_lines, coordinator_loads=loads,
+                               offsets_losses=losses)
+        if reorder_pending(latest, cs[-1].commit_ms, now_ms, config,
+                           group_lines[-1].request_ms if group_lines else None):
             continue
         d = rewind_detection(latest, now_ms)
         detections.append(dataclasses.replace(

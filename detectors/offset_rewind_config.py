@@ -25,8 +25,9 @@ class OffsetRewindSection:
                                  "offset lies between the member's last two positions, or "
                                  "retries a commit of the member that failed) is reported "
                                  "only once the partition's commits of the next 10 s are "
-                                 "in, or "
-                                 "after this long: judged before them, it was a warning "
+                                 "in, and any rewind of a group with request-log lines only "
+                                 "once they reach it (they say who committed it), or after "
+                                 "this long: judged before them, it was a warning "
                                  "(member_commit) that the next evaluation took back to "
                                  "info (commit_reordered). 0: at once", 30.0, min=0,
                                  max=600)

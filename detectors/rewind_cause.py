@@ -55,7 +55,9 @@ the lines of the group before it say:
   broker reads a connection's next request only once it has answered the one before, so
   the commit waited behind that one, sent while it was pending; a client that waits on a
   stalled coordinator queues its next positions so, and they land in a burst after a
-  newer position sent on its other connection.
+  newer position sent on its other connection. The wait may be through requests queued
+  between (`queued_behind`): a queue drains one request at a time, each read as the one
+  before is answered, so only its head was slow.
 - `in_flight` (no line needed): the rewind's offset lies strictly between the last two
   positions committed before it (an idle consumer commits one position many times: the
   one before those), and the next commit, within REORDER_WINDOW_MS, is the old position
@@ -197,13 +199,28 @@ def committer_of(rewind_commit: OffsetCommit, previous_commit: OffsetCommit,
                and (x.failed or (x.total_ms >= SLOW_COMMIT_MS
                                  and line.received_ms - x.received_ms <= REORDER_WINDOW_MS))]
     if not retried and line.from_member:
-        retried = [x for x in before if x.member_id == line.member_id
-                   and (x.failed or x.total_ms >= SLOW_COMMIT_MS)
-                   and 0 <= line.received_ms - x.request_ms <= QUEUED_MS]
+        retried = queued_behind(line, [x for x in before if x.member_id == line.member_id])
     return Committer(line=line, previous_line=line_of(previous_commit, before),
                      own_last=own[-1] if own else None,
                      newest_generation=max(generations, default=None),
                      retried=retried[-1] if retried else None)
+
+
+def queued_behind(line: CommitRequest, mine: Sequence[CommitRequest]) -> list[CommitRequest]:
+    """The member's failed or slow commit `line` waited behind, directly or through the
+    requests queued between (`mine`: its earlier lines): a request read within QUEUED_MS
+    of the answer to one before it was waiting on it, and that one may have waited in turn.
+    Empty when the queue leads to no failed or slow commit."""
+    t, seen = line.received_ms, set()
+    while True:
+        ahead = [x for x in mine if 0 <= t - x.request_ms <= QUEUED_MS and id(x) not in seen]
+        if not ahead:
+            return []
+        x = max(ahead, key=lambda x: x.request_ms)
+        if x.failed or x.total_ms >= SLOW_COMMIT_MS:
+            return [x]
+        seen.add(id(x))
+        t = x.received_ms
 
 
 def group_has_members(uses_membership: bool, group_lines: Sequence[CommitRequest]) -> bool:

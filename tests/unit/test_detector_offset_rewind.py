@@ -357,6 +357,53 @@ def scenarios():
         detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
             "commit_reordered", Severity.INFO, ActionKind.NONE)})
 
+    # Seen in the live matrix (coordinator-failover-3b at rules 33fe560fc449,
+    # 20261206T185621Z): a __consumer_offsets follower killed, the coordinator failed the
+    # member's commits of 12806 after 5 and 6.4 s; the positions the member queued behind
+    # them drained in a burst as the ISR shrank: 12858 landed, then 12810 (read the moment
+    # the request before it, itself read as the failed one was answered, was answered) and
+    # 12806, nine more 12810s and 12858 again, within 0.7 s. The rewind's commit waited
+    # behind the failed one through the request between: reordered, nothing re-read.
+    def queued_line(t_answered, off, total_ms, failed=False):
+        return CommitRequest("c1", "billing", "orders", 2, off, at(t_answered), "m-live", 3,
+                             "billing-1", 2, failed=failed, total_ms=total_ms)
+
+    burst = [(-0.962, 12802), (0.039, 12806), (5.142, 12806), (11.324, 12810),
+             (11.556, 12810), (12.053, 12858), (12.056, 12810), (12.166, 12806),
+             *[(12.185 + 0.03 * k, 12810) for k in range(9)], (12.714, 12858),
+             (13.049, 12882), (14.049, 12890)]
+    burst_lines = [queued_line(-0.947, 12802, 15.8), queued_line(5.043, 12806, 5004.4, True),
+                   queued_line(11.555, 12806, 6413.3, True), queued_line(11.996, 12810, 672.3),
+                   queued_line(12.055, 12810, 499.6), queued_line(12.165, 12810, 109.8),
+                   queued_line(12.166, 12858, 113.1), queued_line(12.184, 12806, 18.2),
+                   *[queued_line(12.2 + 0.03 * k, 12810, 10.0) for k in range(9)],
+                   queued_line(12.732, 12858, 18.6), queued_line(13.774, 12882, 725.2),
+                   queued_line(14.127, 12890, 78.1)]
+    burst_offsets = ends((-10, 12900, 0), (12.1, 12950, 0), (20, 13000, 0))
+    yield Scenario(
+        "commits_queued_behind_a_failed_one_through_another_are_reordered",
+        commits(*burst), offsets=burst_offsets, members=ACTIVE, requests=burst_lines,
+        now_s=40,
+        rewind={"old_position": 12858, "new_position": 12806, "drops": 2, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 52,
+                "cause": "commit_reordered"},
+        detections={(AnomalyType.OFFSET_REWIND, ENTITY): (
+            "commit_reordered", Severity.INFO, ActionKind.NONE)})
+
+    # The same burst judged 2 s after it, when the request log's lines reach only the
+    # failed commit before it (the lines arrive later than the commits): who committed the
+    # rewind is not known yet, so it is not handed over (as member_commit) yet.
+    yield Scenario(
+        "a_rewind_waits_for_the_request_log_to_reach_it",
+        commits(*burst[:-2]), offsets=burst_offsets, members=ACTIVE,
+        requests=burst_lines[:3], now_s=14,
+        rewind={"old_position": 12858, "new_position": 12806, "drops": 2, "active": False,
+                "member_count": 3, "admin_commit": False, "reset_event": False,
+                "truncation": False, "past_log_end": 0, "duplicates": 52,
+                "cause": "member_commit"},
+        detections={})
+
     # Seen in the live matrix (app-seek-3b): the application seeks back 100 messages at
     # 100 messages a second, so onto an offset it had committed (successfully) before, and
     # re-reads them within a second. A seek, not a retried commit.
