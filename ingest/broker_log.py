@@ -67,6 +67,9 @@ for the kinds kmon acts on. Each line form matched, and where it was seen:
   request from broker 2 to unfence has been granted because it has caught up with the
   offset of its register broker record 4822.`` (``... with the last committed metadata
   offset N`` in 3.x). All seen on 4.3.1 except the 3.x forms. When a broker was out.
+  A broker also says it is going: broker_shutdown from its own ``[BrokerServer id=3]
+  Transition from STARTED to SHUTTING_DOWN`` (seen on 4.3.1; subject_broker the broker
+  itself), the only line of it when the controller is on the broker going.
 - broker_unreachable (subject_broker the broker that cannot be reached): a replica fetcher
   of this broker could not connect to the leader it follows: ``[ReplicaFetcher
   replicaId=1, leaderId=3, fetcherId=0] Connection to node 3 (/127.0.0.1:38101) could not
@@ -462,7 +465,7 @@ def _coordinator(message: str, rec: dict) -> bool:
     return True
 
 
-# the controller on brokers' sessions
+# the controller on brokers' sessions, and a broker's own shutdown
 
 BROKER_STATE_RES = (
     (re.compile(r"Fencing broker (?P<b>\d+)(?: at epoch -?\d+)? because its session has "
@@ -473,6 +476,8 @@ BROKER_STATE_RES = (
      LogEventKind.BROKER_REGISTERED),
     (re.compile(r"The request from broker (?P<b>\d+) to unfence has been granted"),
      LogEventKind.BROKER_UNFENCED),
+    (re.compile(r"\[BrokerServer id=(?P<b>\d+)\] Transition from \w+ to SHUTTING_DOWN\b"),
+     LogEventKind.BROKER_SHUTDOWN),
 )
 
 
@@ -546,6 +551,7 @@ RULES = (
     ("granted a controlled shutdown", _broker_state),
     ("new incarnation of broker", _broker_state),
     ("to unfence has been granted", _broker_state),
+    ("to SHUTTING_DOWN", _broker_state),
     ("could not be established", _unreachable),
 )
 

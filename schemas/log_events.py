@@ -33,7 +33,8 @@ class LogEventKind(str, Enum):
     COORDINATOR_UNLOAD = "coordinator_unload"  # it stopped being that coordinator
     BROKER_FENCED = "broker_fenced"            # the controller fenced a broker whose session
                                                # timed out (crashed, hung or cut off)
-    BROKER_SHUTDOWN = "broker_shutdown"        # a broker was granted a controlled shutdown
+    BROKER_SHUTDOWN = "broker_shutdown"        # a broker began to shut down (its own line,
+                                               # or the controller granting it)
     BROKER_REGISTERED = "broker_registered"    # a restarted broker registered a new incarnation
     BROKER_UNFENCED = "broker_unfenced"        # a (re)started broker caught up and was unfenced
     BROKER_UNREACHABLE = "broker_unreachable"  # this broker's replica fetcher could not
@@ -158,8 +159,9 @@ COLUMNS = {
     "reduction_pct": "Cleaner run: size reduction, percent",
     "buffer_utilization_pct": "Cleaner run: dedupe buffer utilization, percent",
     "subject_broker": "The broker a controller's line is about (broker_fenced, "
-                      "broker_shutdown, broker_registered, broker_unfenced), or the one a "
-                      "replica fetcher could not connect to (broker_unreachable)",
+                      "broker_shutdown, broker_registered, broker_unfenced), the broker "
+                      "itself for its own broker_shutdown line, or the one a replica "
+                      "fetcher could not connect to (broker_unreachable)",
     "last_known_elr": "Unclean election (4.x): the partition's last known eligible leader "
                       "replicas before the change (lastKnownElr): the replicas still in sync "
                       "when its ISR emptied; empty when none",

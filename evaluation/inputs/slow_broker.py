@@ -15,11 +15,12 @@ and what silver.log_events says of leaderships, outages and ISR shrinks.
   the ISR_SEED_S before it) and no isr_shrink line already reported the same change
   (`shrinks_from_isr_events`).
 - `BrokerOutage` (the events of the detector's broker_out and broker_warmup
-  disruptions) <- the controller's lines on a broker's session (`broker_outages`): from
-  its first sign (a fence or a new registration, a session timeout before the line; a
-  controlled shutdown, at once) to its next unfence (`back_ms`); and, since a controller
-  that is the broker gone logs nothing, the other brokers' replica fetchers that cannot
-  connect to it (`unreachable_outages`), from the first such line to the last.
+  disruptions) <- the controller's lines on a broker's session and the broker's own line
+  that it is shutting down (`broker_outages`): from its first sign (a fence or a new
+  registration, a session timeout before the line; a shutdown, at once) to its next
+  unfence (`back_ms`); and, since a controller that is the broker gone logs nothing, the
+  other brokers' replica fetchers that cannot connect to it (`unreachable_outages`),
+  from the first such line to the last.
 """
 
 from __future__ import annotations
@@ -175,9 +176,9 @@ def unreachable_outages(sightings: Iterable[BrokerUnreachable], *, gap_ms: int,
 
 def outages_from(events: Iterable[Mapping[str, Any]], config: SlowBrokerSection
                  ) -> list[BrokerOutage]:
-    """When brokers were out, from the controller's broker_fenced / broker_shutdown /
-    broker_registered / broker_unfenced lines and the other brokers' broker_unreachable
-    lines."""
+    """When brokers were out, from the broker_fenced / broker_shutdown /
+    broker_registered / broker_unfenced lines (the controller's, and a broker's own
+    shutdown) and the other brokers' broker_unreachable lines."""
     states = {s.value for s in BrokerState}
     events = [e for e in events if e.get("subject_broker") is not None]
     changes = [BrokerStateChange(e["cluster"], int(e["subject_broker"]), int(e["ts_ms"]),

@@ -386,6 +386,15 @@ BROKER_STATE_CASES = [
      "been granted because it has caught up with the last committed metadata offset 1. "
      "(org.apache.kafka.controller.BrokerHeartbeatManager)",
      {"kind": "broker_unfenced", "subject_broker": 1}),
+    # a broker's own line that it is going (the only one when the controller is on it)
+    ("own_shutdown_4_3_1",
+     "[2026-12-06 21:33:47,891] INFO [BrokerServer id=3] Transition from STARTED to "
+     "SHUTTING_DOWN (kafka.server.BrokerServer)",
+     {"kind": "broker_shutdown", "subject_broker": 3, "ts_ms": 1796592827891}),
+    ("own_start_is_other",
+     "[2026-12-06 21:34:11,047] INFO [BrokerServer id=3] Transition from SHUTDOWN to STARTING "
+     "(kafka.server.BrokerServer)",
+     {"kind": "other", "subject_broker": None}),
     # the other brokers' view: a replica fetcher that cannot connect to its leader
     ("unreachable_leader_4_3_1",
      "[2026-12-02 17:20:08,687] WARN [ReplicaFetcher replicaId=1, leaderId=3, fetcherId=0] "

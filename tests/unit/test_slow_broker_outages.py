@@ -16,8 +16,10 @@ from detectors.slow_broker import (
     detect_slow_brokers,
 )
 import dataclasses
+from datetime import UTC, datetime
 
 from core.disruptions import Kind, active_in, disruptions_from, subjects
+from ingest.broker_log import parse_event
 from evaluation.inputs.slow_broker import (BrokerState, BrokerStateChange,
                                               BrokerUnreachable, broker_outages, outages_from,
                                               unreachable_outages)
@@ -342,6 +344,21 @@ def test_a_partner_slow_while_the_only_controller_is_gone_is_a_warning_victim():
     # what the detector saw before: the page
     [d] = detect_slow_brokers(rows, follower_fetches=fetches, config=CONFIG)
     assert (d.entity, d.severity.value) == ("broker:1", "high")
+
+
+def test_a_broker_saying_it_shuts_down_is_out_from_its_line():
+    """rolling-restart-3b live: broker 3, the only controller's own broker, shut down; no
+    controller logged it (the controller was going too), its own server.log did. The other
+    leaders' acks=all Produce waited on it as a follower meanwhile."""
+    rows, fetches = crashed_follower_windows()
+    said = start(LAST - 2) + 500
+    at = datetime.fromtimestamp(said / 1000, UTC)
+    line = (f"[{at:%Y-%m-%d %H:%M:%S},{said % 1000:03d}] INFO [BrokerServer id=3] Transition "
+            "from STARTED to SHUTTING_DOWN (kafka.server.BrokerServer)")
+    out = outages_from([parse_event(line, cluster="c1", broker=3, log="server")], CONFIG)
+    assert [(o.broker, o.start_ms, o.how) for o in out] == [(3, said, "broker_shutdown")]
+    assert detect_slow_brokers(rows, follower_fetches=fetches, outages=out,
+                               config=CONFIG) == []
 
 
 def test_outage_evidence_from_log_events_counts_both_views():
