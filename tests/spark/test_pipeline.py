@@ -51,6 +51,9 @@ def test_valid_rows_reach_silver_and_gold_bad_rows_reach_quarantine(spark, lake,
     # repeats of the same record id (an agent re-sending after a crash)
     for r in good[:5]:
         sink.send("request_stages", "k", r)
+    # and repeats from a writer that puts the id last: the same key by the JSON path
+    id_last = [json.dumps({k: v for k, v in r.items() if k != "record_id"}
+                          | {"record_id": r["record_id"]}) for r in good[5:8]]
     bad = [
         dict(good[0], record_id="bad-negative", local_ms=-3.0),
         dict(good[0], record_id="bad-api", api_key=4242),
@@ -67,6 +70,7 @@ def test_valid_rows_reach_silver_and_gold_bad_rows_reach_quarantine(spark, lake,
     sink.flush()
     landing = Path(lake.landing("request_stages"))
     (landing / "garbage.jsonl").write_text('{"cluster": "c1", "ts_ms": 1\nnot json at all\n')
+    (landing / "id-last.jsonl").write_text("\n".join(id_last) + "\n")
     pipeline = Pipeline(spark, lake, kmon_config.pipeline,
                         streams=(stream("request_stages"), stream("request_windows"),
                                  stream(QUARANTINE)))

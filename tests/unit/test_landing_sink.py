@@ -44,3 +44,20 @@ def test_a_flush_that_fails_on_one_stream_leaves_no_file_of_any(tmp_path):
     sink.send("request_windows", "k", {"record_id": "w1"})
     sink.flush()
     assert [len(v) for v in landed(tmp_path).values()] == [1, 1]
+
+
+def test_a_record_is_written_with_its_id_first_and_nothing_else_moved(tmp_path):
+    """silver reads the id from the head of the line (jobs/silver.py HEAD_RECORD_ID)."""
+    import re
+
+    from jobs.silver import HEAD_RECORD_ID
+
+    sink = LandingSink(tmp_path, "a1")
+    sink.send("log_events", "k", {"ts_ms": 1, "kind": "other", "record_id": "c1:1:log:7"})
+    sink.send("log_events", "k", {"ts_ms": 2})                   # no id: as it came
+    sink.flush()
+    (f,) = (tmp_path / "log_events").iterdir()
+    first, second = f.read_text().splitlines()
+    assert first == '{"record_id":"c1:1:log:7","ts_ms":1,"kind":"other"}'
+    assert re.match(HEAD_RECORD_ID, first).group(1) == "c1:1:log:7"
+    assert second == '{"ts_ms":2}'
