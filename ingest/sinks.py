@@ -54,7 +54,7 @@ def _dumps(record: dict) -> str:
     """A record as compact JSON, its ``record_id`` first: silver reads the id from the
     head of the line instead of parsing the whole value once more (jobs/silver.py
     `dedupe_key`)."""
-    if "record_id" in record:
+    if "record_id" in record and next(iter(record)) != "record_id":
         record = {"record_id": record["record_id"], **record}
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 

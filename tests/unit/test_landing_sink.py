@@ -55,9 +55,11 @@ def test_a_record_is_written_with_its_id_first_and_nothing_else_moved(tmp_path):
     sink = LandingSink(tmp_path, "a1")
     sink.send("log_events", "k", {"ts_ms": 1, "kind": "other", "record_id": "c1:1:log:7"})
     sink.send("log_events", "k", {"ts_ms": 2})                   # no id: as it came
+    sink.send("log_events", "k", {"record_id": "c1:1:log:8", "ts_ms": 3})  # id first already
     sink.flush()
     (f,) = (tmp_path / "log_events").iterdir()
-    first, second = f.read_text().splitlines()
+    first, second, third = f.read_text().splitlines()
     assert first == '{"record_id":"c1:1:log:7","ts_ms":1,"kind":"other"}'
     assert re.match(HEAD_RECORD_ID, first).group(1) == "c1:1:log:7"
     assert second == '{"ts_ms":2}'
+    assert third == '{"record_id":"c1:1:log:8","ts_ms":3}'
