@@ -177,7 +177,8 @@ def source_key(stream: Stream) -> F.Column:
 def classify(batch: DataFrame, stream: Stream, high_water: dict[str, int] | None,
              max_ahead_ms: int = MAX_EVENT_AHEAD_S * 1000) -> DataFrame:
     """Flatten a decoded batch and add `_source`, `_reason` (null: valid) and `_late` (within
-    bound). `high_water`: each source's high water before this batch."""
+    bound); the raw value is kept on rejected rows only. `high_water`: each source's high
+    water before this batch."""
     table = stream.table
     corrupt = F.col("r").isNull() | F.col(f"r.{CORRUPT}").isNotNull()
     flat = (batch.select("r.*", *SOURCE_COLUMNS, corrupt.alias("_unparsed")).drop(CORRUPT)
@@ -203,7 +204,11 @@ def classify(batch: DataFrame, stream: Stream, high_water: dict[str, int] | None
         reason = F.coalesce(reason, F.when(behind > stream.lateness_s * 1000,
                                            F.lit("late_beyond_watermark")))
         late = F.coalesce(behind > 0, F.lit(False))
-    return flat.withColumn("_reason", reason).withColumn("_late", late & reason.isNull())
+    # The raw value stays on the rejected rows only: quarantine keeps it, a valid row is
+    # kept by its columns, and the classified rows are held in memory while they are
+    # written.
+    return (flat.withColumn("_reason", reason).withColumn("_late", late & reason.isNull())
+            .withColumn(RAW, F.when(F.col("_reason").isNotNull(), F.col(RAW))))
 
 
 def valid_rows(flat: DataFrame, stream: Stream) -> DataFrame:
