@@ -16,9 +16,14 @@ of the fullest one's rows), it measures:
   does the same merges spread over its micro-batches, plus its state store;
 - a reference: the same per-broker merge (counts summed per cluster, broker, key, stage
   and bucket id) and the p50 / p99 / p999 bucket of every merged histogram by
-  core.latency_histogram's rule, in numpy over the Arrow columns (deltalake reads the
-  table): this process's CPU seconds. It is checked against kmon's rollup: the share of
-  (broker, key) minutes whose total p99 is the same value in both.
+  core.latency_histogram's rule, in numpy over the Arrow columns (`minute_quantiles`;
+  deltalake reads the table): this process's CPU seconds;
+- the same kernel inside Spark: the minute's rows read by Spark and moved by broker to
+  the Python workers as Arrow batches (`mapInArrow`): the machine's CPU seconds (JVM and
+  workers, from /proc/stat: run it on an idle machine) and the wall time.
+
+Both are checked against kmon's rollup: the share of (broker, key) minutes whose total p99
+is the same value.
 
 Prints the figures and writes them to bench/results/minute-rollup-<stamp>.json. Nothing
 here asserts a speed.
@@ -27,6 +32,7 @@ here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -40,6 +46,7 @@ from bench.result_file import machine_header, save
 
 MINUTE_MS = 60_000
 QUANTILES = (0.5, 0.99, 0.999)
+NONE = np.iinfo(np.int64).min   # no bucket: bucket ids go below 0
 
 
 def whole_minutes(ts_ms: np.ndarray, limit: int) -> list[int]:
@@ -79,24 +86,22 @@ def spark_rollup(spark, table: str, minute: int, out: Path) -> dict:
             "total_p99_ms": p99}
 
 
-def numpy_rollup(table, minute: int) -> dict:
-    """The reference: per-broker key merge and quantile buckets in numpy."""
+def minute_quantiles(one):
+    """The kernel: per (cluster, broker, key) of the Arrow table `one` (window rows), the
+    p50 / p99 / p999 bucket id of each stage's merged histogram (counts summed per bucket
+    id), by core.latency_histogram's rule; an Arrow table, null where a group has no
+    count."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    from core.latency_histogram import value_of
-
-    start = time.process_time()
-    ts = table["ts_ms"]
-    one = table.filter(pc.and_(pc.greater_equal(ts, minute), pc.less(ts, minute + MINUTE_MS)))
-    one = one.filter(pc.invert(pc.fill_null(one["is_controller_traffic"], False)))
     codes = [pc.dictionary_encode(one[c].combine_chunks()).indices.to_numpy(
         zero_copy_only=False).astype(np.int64) for c in ("cluster", "broker", "key")]
     combined = codes[0]
     for c in codes[1:]:
         combined = combined * (int(c.max()) + 1) + c
-    group_keys, group = np.unique(combined, return_inverse=True)
+    _, first_row, group = np.unique(combined, return_index=True, return_inverse=True)
+    out = {c: one[c].take(pa.array(first_row)) for c in ("cluster", "broker", "key")}
     stages = [c[:-len("_buckets")] for c in one.column_names if c.endswith("_buckets")]
-    quantile_ids: dict[str, np.ndarray] = {}
     for stage in stages:
         buckets = one[f"{stage}_buckets"].combine_chunks()
         lengths = pc.fill_null(pc.list_value_length(buckets), 0).to_numpy(zero_copy_only=False)
@@ -106,33 +111,84 @@ def numpy_rollup(table, minute: int) -> dict:
         owner = np.repeat(group, lengths)
         keep = counts > 0
         ids, counts, owner = ids[keep], counts[keep], owner[keep]
-        if not len(ids):
-            continue
-        low = ids.min()
-        span = int(ids.max() - low) + 1
-        merged, inverse = np.unique(owner * span + (ids - low), return_inverse=True)
-        sums = np.bincount(inverse, weights=counts)
-        owners, bucket_ids = merged // span, merged % span + low
-        starts = np.r_[0, np.flatnonzero(np.diff(owners)) + 1]
-        sizes = np.diff(np.r_[starts, len(owners)])
-        running = np.cumsum(sums)
-        within = running - np.repeat(np.r_[0.0, running[starts[1:] - 1]], sizes)
-        n = np.repeat(np.add.reduceat(sums, starts), sizes)
-        index = np.arange(len(owners))
+        found = {q: np.full(len(first_row), NONE, dtype=np.int64) for q in QUANTILES}
+        if len(ids):
+            low = ids.min()
+            span = int(ids.max() - low) + 1
+            merged, inverse = np.unique(owner * span + (ids - low), return_inverse=True)
+            sums = np.bincount(inverse, weights=counts)
+            owners, bucket_ids = merged // span, merged % span + low
+            starts = np.r_[0, np.flatnonzero(np.diff(owners)) + 1]
+            sizes = np.diff(np.r_[starts, len(owners)])
+            running = np.cumsum(sums)
+            within = running - np.repeat(np.r_[0.0, running[starts[1:] - 1]], sizes)
+            n = np.repeat(np.add.reduceat(sums, starts), sizes)
+            index = np.arange(len(owners))
+            for q in QUANTILES:
+                rank = np.maximum(1.0, np.ceil(float(q) * n))
+                first = np.minimum.reduceat(np.where(within >= rank, index, len(index)), starts)
+                found[q][owners[starts]] = bucket_ids[first]
         for q in QUANTILES:
-            rank = np.maximum(1.0, np.ceil(float(q) * n))
-            first = np.minimum.reduceat(np.where(within >= rank, index, len(index)), starts)
-            quantile_ids.setdefault(f"{stage}_p{q}", np.full(len(group_keys), np.nan))[
-                owners[starts]] = bucket_ids[first]
-    cpu = time.process_time() - start
-    cluster = one["cluster"].to_numpy(zero_copy_only=False)
-    broker = one["broker"].to_numpy(zero_copy_only=False)
-    key = one["key"].to_numpy(zero_copy_only=False)
-    first_row = np.unique(group, return_index=True)[1]
-    p99 = {(cluster[i], int(broker[i]), key[i]): value_of(int(b))
-           for i, b in zip(first_row, quantile_ids["total_p0.99"]) if not np.isnan(b)}
-    return {"rows": one.num_rows, "groups": len(group_keys), "cpu_s": round(cpu, 2),
-            "total_p99_ms": p99}
+            out[f"{stage}_p{q}"] = pa.array(found[q], mask=found[q] == NONE, type=pa.int32())
+    return pa.table(out)
+
+
+def total_p99(result) -> dict:
+    """(cluster, broker, key) -> the total p99 value of a `minute_quantiles` result."""
+    from core.latency_histogram import value_of
+
+    return {(c, b, k): value_of(i) for c, b, k, i in zip(
+        *(result[x].to_pylist() for x in ("cluster", "broker", "key", "total_p0.99")))
+        if i is not None}
+
+
+def numpy_rollup(table, minute: int) -> dict:
+    """The reference: the kernel on the minute's rows read by deltalake, in this process."""
+    import pyarrow.compute as pc
+
+    start = time.process_time()
+    ts = table["ts_ms"]
+    one = table.filter(pc.and_(pc.greater_equal(ts, minute), pc.less(ts, minute + MINUTE_MS)))
+    one = one.filter(pc.invert(pc.fill_null(one["is_controller_traffic"], False)))
+    result = minute_quantiles(one)
+    return {"rows": one.num_rows, "groups": result.num_rows,
+            "cpu_s": round(time.process_time() - start, 2), "total_p99_ms": total_p99(result)}
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every process of the machine has used (/proc/stat), to count the Python
+    workers with the JVM."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def arrow_rollup(spark, table: str, minute: int) -> dict:
+    """The kernel inside Spark: the minute's rows read by Spark, moved by broker to the
+    Python workers as Arrow batches (mapInArrow), merged there. The machine's CPU (JVM and
+    workers; run it on an idle machine) and the wall time."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from schemas.request_windows import STAGES
+
+    rows = (spark.read.format("delta").load(table)
+            .where((F.col("ts_ms") >= minute) & (F.col("ts_ms") < minute + MINUTE_MS)
+                   & ~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
+            .select("cluster", "broker", "key", *[f"{s}_{part}" for s in STAGES
+                                                   for part in ("buckets", "counts")]))
+    schema = ", ".join(["cluster string", "broker int", "key string",
+                        *[f"`{s}_p{q}` int" for s in STAGES for q in QUANTILES]])
+
+    def merge(batches):
+        batches = list(batches)
+        if batches:
+            yield from minute_quantiles(pa.Table.from_batches(batches)).to_batches()
+
+    busy, wall = machine_busy_s(), time.monotonic()
+    result = rows.repartition("cluster", "broker").mapInArrow(merge, schema).toArrow()
+    return {"groups": result.num_rows, "machine_cpu_s": round(machine_busy_s() - busy, 1),
+            "wall_s": round(time.monotonic() - wall, 1), "total_p99_ms": total_p99(result)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,21 +208,30 @@ def main(argv: list[str] | None = None) -> int:
     if not minutes:
         sys.exit(f"{table}: no whole minute of request windows")
     work = Path(tempfile.mkdtemp(prefix="kmon-bench-rollup-"))
+    # The Python workers run the driver's interpreter (its numpy and pyarrow), not the
+    # first python3 on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = build_spark_session(Config().with_overrides(spark={"storage_root": str(work)}))
     results = []
     try:
         for minute in minutes:
             kmon = spark_rollup(spark, table, minute, work / str(minute))
             ref = numpy_rollup(arrow, minute)
+            inside = arrow_rollup(spark, table, minute)
             same = sum(1 for k, v in ref.pop("total_p99_ms").items()
                        if k in kmon["total_p99_ms"] and v == kmon["total_p99_ms"][k])
             kmon_p99 = kmon.pop("total_p99_ms")
-            row = {"minute_ms": minute, "kmon": kmon, "numpy": ref,
-                   "total_p99_same": f"{same} of {len(kmon_p99)}"}
+            inside_same = sum(1 for k, v in inside.pop("total_p99_ms").items()
+                              if kmon_p99.get(k) == v)
+            row = {"minute_ms": minute, "kmon": kmon, "numpy": ref, "spark_arrow": inside,
+                   "total_p99_same": f"{same} of {len(kmon_p99)}",
+                   "spark_arrow_total_p99_same": f"{inside_same} of {len(kmon_p99)}"}
             print(f"minute {minute}: {ref['rows']} window rows, {kmon['groups']} key minutes; "
                   f"kmon's rollup {kmon['jvm_cpu_total_s']} s of JVM CPU "
-                  f"({kmon['jvm_cpu_s']}), numpy's merge {ref['cpu_s']} s; total p99 equal "
-                  f"in {row['total_p99_same']}")
+                  f"({kmon['jvm_cpu_s']}), numpy's merge {ref['cpu_s']} s, in Spark's Python "
+                  f"workers {inside['machine_cpu_s']} s of the machine's CPU "
+                  f"({inside['wall_s']} s wall); total p99 equal in {row['total_p99_same']} "
+                  f"and {row['spark_arrow_total_p99_same']}")
             results.append(row)
     finally:
         spark.stop()
