@@ -208,9 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     if not minutes:
         sys.exit(f"{table}: no whole minute of request windows")
     work = Path(tempfile.mkdtemp(prefix="kmon-bench-rollup-"))
-    # The Python workers run the driver's interpreter (its numpy and pyarrow), not the
-    # first python3 on the PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = build_spark_session(Config().with_overrides(spark={"storage_root": str(work)}))
     results = []
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -169,6 +170,11 @@ def build_spark_session(config: SparkConfig, jvm_deps: JvmDeps | None = None):
         os.environ["JAVA_HOME"] = config.jvm.java_home
     if config.spark.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers (a DataFrame made from Python rows) run kmon's own interpreter,
+        # not the first python3 on the PATH: PySpark refuses a worker of another Python
+        # version, and only kmon's has its libraries. On a cluster the workers' Python
+        # is the cluster's (PYSPARK_PYTHON or spark.pyspark.python).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pandas-on-Spark warns otherwise
     deps = jvm_deps or JvmDeps(config.work_dir, config.jvm.maven_repo, config.jvm.offline)
     jars = deps.ensure("spark")
