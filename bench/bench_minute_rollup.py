@@ -215,14 +215,15 @@ def main(argv: list[str] | None = None) -> int:
             kmon = spark_rollup(spark, table, minute, work / str(minute))
             ref = numpy_rollup(arrow, minute)
             inside = arrow_rollup(spark, table, minute)
-            same = sum(1 for k, v in ref.pop("total_p99_ms").items()
-                       if k in kmon["total_p99_ms"] and v == kmon["total_p99_ms"][k])
             kmon_p99 = kmon.pop("total_p99_ms")
-            inside_same = sum(1 for k, v in inside.pop("total_p99_ms").items()
-                              if kmon_p99.get(k) == v)
+
+            def agreeing(p99: dict) -> str:
+                same = sum(1 for k, v in p99.items() if kmon_p99.get(k) == v)
+                return f"{same} of {len(kmon_p99)}"
+
             row = {"minute_ms": minute, "kmon": kmon, "numpy": ref, "spark_arrow": inside,
-                   "total_p99_same": f"{same} of {len(kmon_p99)}",
-                   "spark_arrow_total_p99_same": f"{inside_same} of {len(kmon_p99)}"}
+                   "total_p99_same": agreeing(ref.pop("total_p99_ms")),
+                   "spark_arrow_total_p99_same": agreeing(inside.pop("total_p99_ms"))}
             print(f"minute {minute}: {ref['rows']} window rows, {kmon['groups']} key minutes; "
                   f"kmon's rollup {kmon['jvm_cpu_total_s']} s of JVM CPU "
                   f"({kmon['jvm_cpu_s']}), numpy's merge {ref['cpu_s']} s, in Spark's Python "
