@@ -16,8 +16,9 @@ of the fullest one's rows), it measures:
   does the same merges spread over its micro-batches, plus its state store;
 - a reference: the same per-broker merge (counts summed per cluster, broker, key, stage
   and bucket id) and the p50 / p99 / p999 bucket of every merged histogram by
-  core.latency_histogram's rule, in numpy over the Arrow columns (`minute_quantiles`;
-  deltalake reads the table): this process's CPU seconds;
+  core.latency_histogram's rule, with the numpy merge the detectors' window reads use
+  (`minute_quantiles` over evaluation/inputs/histograms.py's, on the Arrow columns
+  deltalake reads): this process's CPU seconds;
 - the same kernel inside Spark: the minute's rows read by Spark and moved by broker to
   the Python workers as Arrow batches (`mapInArrow`): the machine's CPU seconds (JVM and
   workers, from /proc/stat: run it on an idle machine) and the wall time.
@@ -46,7 +47,6 @@ from bench.result_file import machine_header, save
 
 MINUTE_MS = 60_000
 QUANTILES = (0.5, 0.99, 0.999)
-NONE = np.iinfo(np.int64).min   # no bucket: bucket ids go below 0
 
 
 def whole_minutes(ts_ms: np.ndarray, limit: int) -> list[int]:
@@ -88,11 +88,13 @@ def spark_rollup(spark, table: str, minute: int, out: Path) -> dict:
 
 def minute_quantiles(one):
     """The kernel: per (cluster, broker, key) of the Arrow table `one` (window rows), the
-    p50 / p99 / p999 bucket id of each stage's merged histogram (counts summed per bucket
-    id), by core.latency_histogram's rule; an Arrow table, null where a group has no
-    count."""
+    p50 / p99 / p999 bucket id of each stage's merged histogram, by the window reads' own
+    numpy merge (evaluation/inputs/histograms.py); an Arrow table, null where a group has
+    no count."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from evaluation.inputs.histograms import _merge
 
     codes = [pc.dictionary_encode(one[c].combine_chunks()).indices.to_numpy(
         zero_copy_only=False).astype(np.int64) for c in ("cluster", "broker", "key")]
@@ -103,33 +105,10 @@ def minute_quantiles(one):
     out = {c: one[c].take(pa.array(first_row)) for c in ("cluster", "broker", "key")}
     stages = [c[:-len("_buckets")] for c in one.column_names if c.endswith("_buckets")]
     for stage in stages:
-        buckets = one[f"{stage}_buckets"].combine_chunks()
-        lengths = pc.fill_null(pc.list_value_length(buckets), 0).to_numpy(zero_copy_only=False)
-        ids = pc.list_flatten(buckets).to_numpy(zero_copy_only=False).astype(np.int64)
-        counts = pc.list_flatten(one[f"{stage}_counts"].combine_chunks()).to_numpy(
-            zero_copy_only=False).astype(np.int64)
-        owner = np.repeat(group, lengths)
-        keep = counts > 0
-        ids, counts, owner = ids[keep], counts[keep], owner[keep]
-        found = {q: np.full(len(first_row), NONE, dtype=np.int64) for q in QUANTILES}
-        if len(ids):
-            low = ids.min()
-            span = int(ids.max() - low) + 1
-            merged, inverse = np.unique(owner * span + (ids - low), return_inverse=True)
-            sums = np.bincount(inverse, weights=counts)
-            owners, bucket_ids = merged // span, merged % span + low
-            starts = np.r_[0, np.flatnonzero(np.diff(owners)) + 1]
-            sizes = np.diff(np.r_[starts, len(owners)])
-            running = np.cumsum(sums)
-            within = running - np.repeat(np.r_[0.0, running[starts[1:] - 1]], sizes)
-            n = np.repeat(np.add.reduceat(sums, starts), sizes)
-            index = np.arange(len(owners))
-            for q in QUANTILES:
-                rank = np.maximum(1.0, np.ceil(float(q) * n))
-                first = np.minimum.reduceat(np.where(within >= rank, index, len(index)), starts)
-                found[q][owners[starts]] = bucket_ids[first]
-        for q in QUANTILES:
-            out[f"{stage}_p{q}"] = pa.array(found[q], mask=found[q] == NONE, type=pa.int32())
+        n, ids, _ = _merge(stage, one[f"{stage}_buckets"], one[f"{stage}_counts"], group,
+                           len(first_row), QUANTILES, None)
+        for q, col in zip(QUANTILES, ids):
+            out[f"{stage}_p{q}"] = pa.array(col, mask=n == 0, type=pa.int32())
     return pa.table(out)
 
 
