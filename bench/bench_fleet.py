@@ -23,10 +23,12 @@ its leaders' acks=-1 Produce wait in Remote), and one client slow to read its re
 at broker 23 (600 ms more send time). The figures per size:
 
 - the silver, gold and detector queries' micro-batch durations (mean, p99, max) against
-  the 10-s window: kmon keeps up when they stay below it;
+  the 10-s window, over the run and after its first minute (the JVM's warm-up): kmon
+  keeps up when they stay below it; `--windows 48` runs past the first minutes the gold
+  query rolls up (at request_windows' lateness after their end);
 - the ceiling: a plain Spark batch job over the same files (every window stream to Delta,
-  and the same per-broker, per-key minute percentiles), and kmon's busy time on them
-  against it (kmon does more: validation, dedupe, three gold tables, its micro-batches);
+  and the three gold minute tables made from them as gold makes them), and kmon's busy
+  time on them against it (kmon does more: validation, dedupe, three gold tables, its micro-batches);
 - the driver's heap (peak of a 1-s poll of the JVM's used heap), the state store
   (rows and bytes the stateful operators report in their last progress), the Delta bytes
   written per simulated day (the lake's size after the run, scaled), and the requests/s
@@ -56,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 from bench.bench_silver_batch import PhaseLines
@@ -100,16 +103,25 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _durations(progress: list[dict]) -> dict:
-    ds = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress
-          if p.get("numInputRows", 0) > 0]
-    if not ds:
-        return {"batches": 0}
-    ds.sort()
+def _figures(ds: list[float]) -> dict:
+    ds = sorted(ds)
     return {"batches": len(ds), "mean_s": round(statistics.fmean(ds), 2),
             "p99_s": round(ds[min(len(ds) - 1, int(0.99 * len(ds)))], 2),
-            "max_s": round(ds[-1], 2),
-            "rows": sum(p.get("numInputRows", 0) for p in progress)}
+            "max_s": round(ds[-1], 2)}
+
+
+def _durations(progress: list[dict]) -> dict:
+    """The micro-batches that took rows: their durations over the run and, apart, after
+    its first minute (the JVM compiles kmon's code in the first batches)."""
+    busy = [p for p in progress if p.get("numInputRows", 0) > 0]
+    if not busy:
+        return {"batches": 0}
+    start = [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+             for p in busy]
+    ds = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in busy]
+    later = [d for d, t in zip(ds, start) if t >= start[0] + 60]
+    return {**_figures(ds), "rows": sum(p.get("numInputRows", 0) for p in progress),
+            **({"after_first_minute": _figures(later)} if later else {})}
 
 
 def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
@@ -224,12 +236,9 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
 def ceiling_job(spark, landing: Path, out: Path) -> dict:
     """The ceiling: a plain Spark batch job over the same files: every window stream read
     with its schema and appended to Delta as it is (no validation, dedupe or state), and
-    each broker's key minutes merged into percentiles (jobs/histogram_sql, as gold does).
-    Best of two runs (the first warms the JVM)."""
-    from pyspark.sql import functions as F
-
-    from jobs.gold_windows import STAGES
-    from jobs.histogram_sql import stage_percentiles
+    the three gold minute tables made from its request windows (jobs/gold_windows, as
+    gold does). Best of two runs (the first warms the JVM)."""
+    from jobs.gold_windows import minute_tables
     from schemas import (client_send_windows, follower_fetch_windows, request_exemplars,
                          request_windows)
 
@@ -243,10 +252,8 @@ def ceiling_job(spark, landing: Path, out: Path) -> dict:
             (spark.read.schema(t.SCHEMA).json(str(landing / name)).write.format("delta")
              .mode("overwrite").save(str(out / f"run{i}" / name)))
         rows = spark.read.format("delta").load(str(out / f"run{i}" / "request_windows"))
-        minutes = rows.withColumn("minute", F.col("ts_ms") - F.col("ts_ms") % 60_000)
-        pct = stage_percentiles(minutes, ["cluster", "broker", "api", "key", "minute"], STAGES,
-                                keep_histograms=False)
-        pct.write.format("delta").mode("overwrite").save(str(out / f"run{i}" / "minutes"))
+        for name, df in minute_tables(rows).items():
+            df.write.format("delta").mode("overwrite").save(str(out / f"run{i}" / name))
         took = time.monotonic() - start
         best = took if best is None else min(best, took)
     n = sum(spark.read.format("delta").load(str(out / "run0" / name)).count() for name in tables)

@@ -183,6 +183,12 @@ def build_spark_session(config: SparkConfig, jvm_deps: JvmDeps | None = None):
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(config.spark.log_level)
+    if not config.spark.master.startswith("local"):
+        # addPyFile also puts the zip on this process's sys.path, ahead of the installed
+        # kmon (whose modules read files beside them): the driver keeps its own.
+        path = list(sys.path)
+        session.sparkContext.addPyFile(str(ship_code(Path(config.work_dir))))
+        sys.path[:] = path
     # What the JVM prints on its standard output (Delta's VACUUM says "Deleted N files ...")
     # goes where its logs go: standard error, which `kmon run` keeps in a file. kmon's own
     # console output is Python's, on the Python side.
@@ -191,3 +197,26 @@ def build_spark_session(config: SparkConfig, jvm_deps: JvmDeps | None = None):
     log.info("Spark %s session on %s, lake at %s", session.version, config.spark.master,
              config.storage_root)
     return session
+
+
+# The packages the pipeline's Python workers may import (jobs and the floors below it).
+WORKER_PACKAGES = ("core", "schemas", "infra", "ingest", "detectors", "dashboards", "jobs")
+
+
+def ship_code(work_dir: Path) -> Path:
+    """A zip of kmon's packages that Spark's Python workers import (the gold minute
+    rollup runs kmon's functions there), for `addPyFile` on a cluster, whose executors do
+    not have kmon installed; a local session's workers import it from the driver's
+    environment. Rewritten at every start, so the executors run the driver's code."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    out = work_dir / "kmon-worker-code.zip"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for package in WORKER_PACKAGES:
+            for f in sorted((root / package).rglob("*.py")):
+                z.write(f, f.relative_to(root).as_posix())
+    tmp.replace(out)
+    return out

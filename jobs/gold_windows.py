@@ -2,9 +2,9 @@
 
 silver.request_stages holds only the requests shipped whole (OffsetCommits, and every
 request of request_log.full_brokers); the stage percentiles come from
-silver.request_windows, by merging histograms in Spark SQL (jobs/histogram_sql.py: exact
-merges, percentiles within the bucket scheme's 2 %). State and work follow brokers x
-request keys x windows, not requests.
+silver.request_windows, by merging histograms exactly (core.histogram_merge; percentiles
+within the bucket scheme's 2 %). Work follows brokers x request keys x windows, not
+requests.
 
 - ``gold.request_stages_1m``: per cluster, broker, API and minute, the requests and every
   stage's p50 / p99 / p999. Every request key of the API (Fetch:consumer and
@@ -22,27 +22,45 @@ request keys x windows, not requests.
   of them, and the merged histograms themselves, so a longer rollup (an hour, a day)
   merges these rows exactly instead of the per-broker ones.
 
-The minute tables come from one streaming aggregation per (minute, cluster, broker, key)
-whose rows keep their merged histograms. In append mode a window is emitted once, when
-the query's watermark (one for every group) passes its end, so every broker's rows of a
-minute arrive in the same micro-batch: the batch is complete for that minute, and the
-API rows and the fleet rollup merged from it are exact. The three appends of a batch go
-through BatchAppends, so a batch replayed after a restart is written once. The watermark
-is request_windows' lateness bound: a late delta the agent sends within it is in the
-minute; a minute's rows are final about that long after it ends. The detectors read the
-10-s windows from silver.request_windows themselves (evaluation/inputs/request_windows.py).
+When a minute is final: at request_windows' lateness bound after its end, by the
+event-time high water of silver.request_windows (a late delta the agent sends within the
+bound is in the minute; one later is not). The query's micro-batches only move the high
+water; a finished minute's rows are then read back from silver (pruned by date and
+ts_ms) and rolled up in one pass, so the query keeps no state but the high water and
+the minutes done, and the tables themselves say which minutes are done after a restart
+(each append is marked with the minute it ends at, through BatchAppends).
+
+The rollup runs in Spark's Python workers on Arrow batches (`mapInArrow`): window rows
+moved by broker, merged per broker and key (core.histogram_merge, numpy), then the key
+minutes moved by broker for the API rows and by key for the fleet rows. Not Spark SQL's
+higher-order functions (jobs/histogram_sql.py, which stays for the SQL that reads these
+tables): they run interpreted row by row, and at 2,000 brokers one minute's rollup took
+most of the 120 CPU-seconds two cores have in a minute, the vectorized merge a tenth of
+it (bench/bench_minute_rollup.py). The price is a Python worker on every executor, with
+kmon's code and libraries (a local session starts kmon's own interpreter).
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (ArrayType, DoubleType, IntegerType, LongType, ShortType,
+                               StringType, StructField, StructType)
 
 from core import signals
+from core.histogram_merge import merge, values_of
 from infra.lake import Lake, skipping_properties
-from jobs.batch_appends import BatchAppends
+from jobs.batch_appends import BatchAppends, last_marked_batch
 from jobs.gold import silver_stream
-from jobs.histogram_sql import QUANTILES, quantile_label, stage_percentiles
+from jobs.histogram_sql import QUANTILES, quantile_label
+
+log = logging.getLogger(__name__)
 
 # The seven stage timings of the stage tables; the histograms also hold total_minus_remote,
 # which only gold.request_stages_1m's total_excl_remote_p99_ms shows.
@@ -50,116 +68,275 @@ STAGES = ("total", *signals.STAGES)
 OWN_TIME = "total_minus_remote"
 OWN_TIME_P99 = "total_excl_remote_p99_ms"
 COUNTS = ("requests", "errors", "request_bytes", "response_bytes")
-_WINDOW = "w"
+MINUTE_MS = 60_000
+# Minutes rolled up by one read at most: a query catching up after an outage reads its
+# backlog in steps of bounded memory.
+STEP_MINUTES = 10
+_MINUTE = "minute_ms"
 
 
-def _client_windows(windows: DataFrame, window: str, watermark: str) -> DataFrame:
-    """Window rows of client traffic with `w`, the gold window of their start (ts)."""
-    df = windows.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
-    if df.isStreaming:
-        df = df.withWatermark("ts", watermark)
-    return df.withColumn(_WINDOW, F.window("ts", window))
+def _labels(stage: str) -> list[str]:
+    return [f"{stage}_{quantile_label(q)}_ms" for q in QUANTILES]
 
 
 def _percentile_columns(stages=STAGES) -> list[str]:
-    return [f"{s}_{quantile_label(q)}_ms" for s in stages for q in QUANTILES]
-
-
-def _framed(df: DataFrame, group_cols: list[str]) -> DataFrame:
-    """window_start / window_end from the window struct, then the group's other columns."""
-    rest = [c for c in df.columns if c != _WINDOW]
-    return df.select(F.col(f"{_WINDOW}.start").alias("window_start"),
-                     F.col(f"{_WINDOW}.end").alias("window_end"), *rest)
-
-
-def key_minutes(windows: DataFrame, watermark: str = "330 seconds") -> DataFrame:
-    """Per minute, cluster, broker, API and key: counts, percentiles, max and the merged
-    histograms (the rollups start from them). Batch or stream."""
-    df = _client_windows(windows, "1 minute", watermark)
-    group = [_WINDOW, "cluster", "broker", "api", "key"]
-    out = stage_percentiles(df, group, (*STAGES, OWN_TIME), QUANTILES, totals=COUNTS)
-    return _framed(out, group).withColumn("date", F.to_date("window_start"))
+    return [c for s in stages for c in _labels(s)]
 
 
 def _max_columns(stages=STAGES) -> list[str]:
     return [f"{s}_max_ms" for s in stages]
 
 
-def request_keys(minutes: DataFrame) -> DataFrame:
-    """gold.request_keys_1m rows from `key_minutes` rows: the histograms dropped."""
-    return minutes.select("window_start", "window_end", "cluster", "broker", "api", "key",
-                          *COUNTS, *_percentile_columns(), *_max_columns(), "date")
+def _hist_columns(stages) -> list[str]:
+    return [c for s in stages for c in (f"{s}_buckets", f"{s}_counts")]
 
 
-def api_minutes(minutes: DataFrame) -> DataFrame:
-    """gold.request_stages_1m rows from `key_minutes` rows: the keys of each API merged."""
-    group = ["window_start", "window_end", "cluster", "broker", "api"]
-    out = stage_percentiles(minutes, group, (*STAGES, OWN_TIME), QUANTILES,
-                            totals=("requests",), sum_and_max=False, keep_histograms=False)
-    return out.select(*group, "requests", *_percentile_columns(),
-                      F.col(f"{OWN_TIME}_p99_ms").alias(OWN_TIME_P99)).withColumn(
-        "date", F.to_date("window_start"))
+def _group_numbers(table: pa.Table, cols: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(each row's group number, the first row of each group) for the groups of equal
+    values of `cols` (a null is a value of its own)."""
+    combined = np.zeros(table.num_rows, np.int64)
+    for c in cols:
+        codes = pc.dictionary_encode(table[c].combine_chunks()).indices
+        codes = codes.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        combined = combined * (int(codes.max()) + 1) + codes
+        combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
+    return combined, np.unique(combined, return_index=True)[1]
 
 
-def fleet_minutes(minutes: DataFrame) -> DataFrame:
-    """gold.fleet_stages_1m rows from `key_minutes` rows: per cluster, key and minute, every
-    broker merged; the merged histograms kept."""
-    group = ["window_start", "window_end", "cluster", "api", "key"]
-    out = stage_percentiles(minutes, group, STAGES, QUANTILES, totals=COUNTS,
-                            extra={"brokers": F.count_distinct("broker")})
-    hist = [c for s in STAGES for c in (f"{s}_buckets", f"{s}_counts")]
-    return out.select(*group, "brokers", *COUNTS, *_percentile_columns(), *_max_columns(),
-                      *hist).withColumn("date", F.to_date("window_start"))
+def rollup(table: pa.Table, group_cols: Sequence[str], stages: Sequence[str], *,
+           totals: Sequence[str] = (), maxes: Sequence[str] = (),
+           keep: Sequence[str] = (), own_p99: bool = False,
+           brokers: bool = False) -> pa.Table:
+    """Per group of equal `group_cols`: those columns; the sums of `totals` and the max of
+    ``<s>_max_ms`` for each s of `maxes` (null where every row's is null, as SQL's); with
+    `brokers`, ``brokers``: the group's distinct brokers; per stage the
+    p50 / p99 / p999 of its merged histogram (``<stage>_p99_ms``; null where it holds no
+    count) and, for the stages of `keep`, the merged histogram itself (ascending ids,
+    SMALLINT, and BIGINT counts); with `own_p99`, OWN_TIME_P99 from OWN_TIME's histogram."""
+    group, first = _group_numbers(table, group_cols)
+    groups = len(first)
+    rows = pa.array(first)
+    out = {c: table[c].take(rows) for c in group_cols}
+    aggs = [(c, "sum") for c in totals] + [(f"{s}_max_ms", "max") for s in maxes]
+    if brokers:
+        aggs.append(("broker", "count_distinct"))
+    if aggs:
+        cols = {c: table[c] for c, _ in aggs}
+        done = (pa.table({**cols, "_g": pa.array(group)}).group_by("_g").aggregate(aggs)
+                .sort_by("_g"))
+        for c, fn in aggs:
+            name = "brokers" if fn == "count_distinct" else c
+            out[name] = done[f"{c}_{fn}"]
+    for s in dict.fromkeys((*stages, *keep, *((OWN_TIME,) if own_p99 else ()))):
+        m = merge(s, table[f"{s}_buckets"], table[f"{s}_counts"], group, groups, QUANTILES,
+                  keep=s in keep)
+        valued = [pa.array(values_of(ids), mask=m.n == 0) for ids in m.quantile_ids]
+        if s in stages:
+            out.update(zip(_labels(s), valued))
+        if own_p99 and s == OWN_TIME:
+            out[OWN_TIME_P99] = valued[QUANTILES.index(0.99)]
+        if s in keep:
+            offsets = pa.array(m.offsets, pa.int32())
+            out[f"{s}_buckets"] = pa.ListArray.from_arrays(offsets, pa.array(m.ids, pa.int16()))
+            out[f"{s}_counts"] = pa.ListArray.from_arrays(offsets, pa.array(m.counts, pa.int64()))
+    return pa.table(out)
 
 
-# The minute tables, each made from the batch's `key_minutes` rows by its function.
-MINUTE_TABLES = {"request_stages_1m": api_minutes, "request_keys_1m": request_keys,
-                 "fleet_stages_1m": fleet_minutes}
+def _schema(fields: list[tuple[str, object]]) -> StructType:
+    """A StructType; never null: merged histograms (an empty one has no entries) and the
+    count of brokers."""
+    return StructType([StructField(n, t, nullable=not (n == "brokers" or n.endswith(
+        ("_buckets", "_counts")))) for n, t in fields])
 
 
-def write_minute_batch(lake: Lake, appends: BatchAppends, minutes: DataFrame,
-                       batch_id: int) -> None:
-    """One micro-batch of finished minutes (`key_minutes` rows) into the three tables."""
-    minutes = minutes.persist()
-    try:
-        if minutes.isEmpty():
-            return
-        for table, make in MINUTE_TABLES.items():
-            # merge_schema: a gold.request_stages_1m written by an older kmon lacks
-            # OWN_TIME_P99.
-            appends.append(make(minutes), lake.table("gold", table), f"gold_windows_{table}",
-                           batch_id, partition_by=("date",), merge_schema=True)
-    finally:
-        minutes.unpersist()
+_HEAD = [(_MINUTE, LongType()), ("cluster", StringType())]
+_PCTS = [(c, DoubleType()) for c in _percentile_columns()]
+
+
+def _hist_fields(stages) -> list[tuple[str, object]]:
+    return [(c, ArrayType(ShortType() if c.endswith("_buckets") else LongType()))
+            for c in _hist_columns(stages)]
+
+
+# Per minute, cluster, broker, API and key: everything the three tables are made from.
+_KEY_MINUTES = _schema([*_HEAD, ("broker", IntegerType()), ("api", StringType()),
+                        ("key", StringType()), *[(c, LongType()) for c in COUNTS],
+                        *[(c, DoubleType()) for c in _max_columns((*STAGES, OWN_TIME))],
+                        *_PCTS, *_hist_fields((*STAGES, OWN_TIME))])
+_API_MINUTES = _schema([*_HEAD, ("broker", IntegerType()), ("api", StringType()),
+                        ("requests", LongType()), *_PCTS, (OWN_TIME_P99, DoubleType())])
+_FLEET_MINUTES = _schema([*_HEAD, ("api", StringType()), ("key", StringType()),
+                          *[(c, LongType()) for c in COUNTS],
+                          *[(c, DoubleType()) for c in _max_columns()],
+                          ("brokers", LongType()), *_PCTS, *_hist_fields(STAGES)])
+
+
+def _in_workers(make: Callable[[pa.Table], pa.Table], schema: StructType
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A mapInArrow function: the partition's batches as one table, `make` of it, with the
+    columns in `schema`'s order."""
+    names = [f.name for f in schema.fields]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = list(batches)
+        if batches and (table := pa.Table.from_batches(batches)).num_rows:
+            yield from make(table).select(names).to_batches()
+    return run
+
+
+def _key_minutes(table: pa.Table) -> pa.Table:
+    return rollup(table, [_MINUTE, "cluster", "broker", "api", "key"], STAGES,
+                  totals=COUNTS, maxes=(*STAGES, OWN_TIME), keep=(*STAGES, OWN_TIME))
+
+
+def _api_minutes(table: pa.Table) -> pa.Table:
+    return rollup(table, [_MINUTE, "cluster", "broker", "api"], STAGES, totals=("requests",),
+                  own_p99=True)
+
+
+def _fleet_minutes(table: pa.Table) -> pa.Table:
+    return rollup(table, [_MINUTE, "cluster", "api", "key"], STAGES, totals=COUNTS,
+                  maxes=STAGES, keep=STAGES, brokers=True)
+
+
+def _framed(df: DataFrame, cols: Sequence[str]) -> DataFrame:
+    """The table's columns: the minute as window_start / window_end, `cols`, date."""
+    start = F.timestamp_millis(F.col(_MINUTE))
+    return df.select(start.alias("window_start"),
+                     F.timestamp_millis(F.col(_MINUTE) + MINUTE_MS).alias("window_end"),
+                     *cols, F.to_date(start).alias("date"))
+
+
+def minute_tables(windows: DataFrame) -> dict[str, DataFrame]:
+    """The three minute tables' rows from silver.request_windows rows (batch): every minute
+    the rows hold, complete as far as the rows are."""
+    rows = (windows.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
+            .select((F.col("ts_ms") - F.col("ts_ms") % MINUTE_MS).alias(_MINUTE), "cluster",
+                    "broker", "api", "key", *COUNTS, *_max_columns((*STAGES, OWN_TIME)),
+                    *_hist_columns((*STAGES, OWN_TIME))))
+    keys = (rows.repartition("cluster", "broker")
+            .mapInArrow(_in_workers(_key_minutes, _KEY_MINUTES), _KEY_MINUTES))
+    return _tables(keys)
+
+
+def _tables(keys: DataFrame) -> dict[str, DataFrame]:
+    api = (keys.repartition("cluster", "broker")
+           .mapInArrow(_in_workers(_api_minutes, _API_MINUTES), _API_MINUTES))
+    fleet = (keys.repartition("cluster", "api", "key")
+             .mapInArrow(_in_workers(_fleet_minutes, _FLEET_MINUTES), _FLEET_MINUTES))
+    return {
+        "request_stages_1m": _framed(api, ["cluster", "broker", "api", "requests",
+                                           *_percentile_columns(), OWN_TIME_P99]),
+        "request_keys_1m": _framed(keys, ["cluster", "broker", "api", "key", *COUNTS,
+                                          *_percentile_columns(), *_max_columns()]),
+        "fleet_stages_1m": _framed(fleet, ["cluster", "api", "key", "brokers", *COUNTS,
+                                           *_percentile_columns(), *_max_columns(),
+                                           *_hist_columns(STAGES)]),
+    }
+
+
+TABLES = ("request_stages_1m", "request_keys_1m", "fleet_stages_1m")
 
 
 def ensure_minute_tables(spark: SparkSession, lake: Lake) -> None:
-    """Create the minute tables, empty, where they are not there: their query writes a
-    table at its first finished minute, minutes after the start, and a query of the
-    report or the cookbook before that must find the table, not fail on a missing one."""
+    """Create the minute tables, empty, where they are not there: a query of the report or
+    the cookbook before the first finished minute must find the table, not fail on a
+    missing one."""
     from delta.tables import DeltaTable
 
-    empty = key_minutes(spark.read.format("delta").load(
-        lake.table("silver", "request_windows")).limit(0))
-    for table, make in MINUTE_TABLES.items():
+    empty = _tables(spark.createDataFrame([], _KEY_MINUTES))
+    for table, df in empty.items():
         path = lake.table("gold", table)
         if not DeltaTable.isDeltaTable(spark, path):
-            table_df = make(empty).limit(0)
-            (table_df.write.format("delta").options(**skipping_properties(table_df.columns))
+            (df.write.format("delta").options(**skipping_properties(df.columns))
              .partitionBy("date").save(path))
 
 
-def start_minute_tables(spark: SparkSession, lake: Lake, watermark: str,
+def _app(table: str) -> str:
+    return f"gold_minutes_{table}"
+
+
+class MinuteRollup:
+    """The minute tables' query state: the high water and, per table, the first minute not
+    in it. A step's appends are marked with the minute the step ends at, so a restart
+    knows the minutes done from the tables, and a step replayed is written once."""
+
+    def __init__(self, spark: SparkSession, lake: Lake, lateness_ms: int) -> None:
+        self.spark, self.lake, self.lateness_ms = spark, lake, int(lateness_ms)
+        self.appends = BatchAppends(spark)
+        self.high_water: int | None = None
+        self.next: dict[str, int | None] | None = None
+
+    def _silver(self) -> DataFrame:
+        return self.spark.read.format("delta").load(self.lake.table("silver",
+                                                                    "request_windows"))
+
+    def _minutes_done(self) -> dict[str, int | None]:
+        """Per table the first minute not in it: after its newest mark, or (a table written
+        before marks) after its newest minute; None for a table with no minute."""
+        out = {}
+        for table in TABLES:
+            path = self.lake.table("gold", table)
+            mark = last_marked_batch(self.spark, path, _app(table))
+            if mark is not None:
+                out[table] = mark * MINUTE_MS
+                continue
+            newest = (self.spark.read.format("delta").load(path)
+                      .agg(F.max("window_start").alias("m")).first()["m"])
+            out[table] = None if newest is None else int(newest.timestamp() * 1000) + MINUTE_MS
+        return out
+
+    def on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """A micro-batch of silver.request_windows (its ts_ms): move the high water, then
+        roll up every minute it finished."""
+        top = batch.agg(F.max("ts_ms").alias("m")).first()["m"]
+        if top is None:
+            return
+        self.high_water = max(top, self.high_water or top)
+        if self.next is None:
+            self.next = self._minutes_done()
+        finished = (self.high_water - self.lateness_ms) // MINUTE_MS * MINUTE_MS
+        while True:
+            if any(v is None for v in self.next.values()):
+                first = (self._silver().agg(F.min("ts_ms").alias("m")).first()["m"])
+                start = first - first % MINUTE_MS
+                self.next = {t: start if v is None else v for t, v in self.next.items()}
+            low = min(self.next.values())
+            if low >= finished:
+                return
+            high = min(finished, low + STEP_MINUTES * MINUTE_MS)
+            self._step(low, high)
+
+    def _step(self, low: int, high: int) -> None:
+        """Roll up the minutes in [low, high) into every table still without them."""
+        rows = self._silver().where(
+            F.col("date").between(F.to_date(F.timestamp_millis(F.lit(low))),
+                                  F.to_date(F.timestamp_millis(F.lit(high - 1))))
+            & (F.col("ts_ms") >= low) & (F.col("ts_ms") < high))
+        tables = minute_tables(rows)
+        for table, df in tables.items():
+            start = self.next[table]
+            if start >= high:
+                continue
+            if start > low:
+                df = df.where(F.col("window_start") >= F.timestamp_millis(F.lit(start)))
+            # merge_schema: a gold.request_stages_1m written by an older kmon lacks
+            # OWN_TIME_P99.
+            self.appends.append(df, self.lake.table("gold", table), _app(table),
+                                high // MINUTE_MS, partition_by=("date",), merge_schema=True)
+            self.next[table] = high
+        log.info("gold minute tables: minutes %d to %d rolled up", low, high)
+
+
+def start_minute_tables(spark: SparkSession, lake: Lake, lateness_s: float,
                         trigger: dict | None = None):
     """The minute tables' streaming query over silver.request_windows."""
     ensure_minute_tables(spark, lake)
-    windows = silver_stream(spark, lake, "request_windows")
-    appends = BatchAppends(spark)
-    writer = (key_minutes(windows, watermark).writeStream.queryName("gold_request_windows_1m")
-              .option("checkpointLocation", lake.checkpoint("gold_request_windows_1m"))
-              .outputMode("append")
-              .foreachBatch(lambda df, batch_id: write_minute_batch(lake, appends, df,
-                                                                    batch_id)))
+    roll = MinuteRollup(spark, lake, int(lateness_s * 1000))
+    writer = (silver_stream(spark, lake, "request_windows").select("ts_ms").writeStream
+              .queryName("gold_request_windows_1m")
+              .option("checkpointLocation", lake.checkpoint("gold_request_minutes"))
+              .foreachBatch(roll.on_batch))
     return writer.trigger(**(trigger or {"processingTime": "60 seconds"})).start()
 
 

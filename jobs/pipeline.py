@@ -238,7 +238,7 @@ class Pipeline:
             # requests kept whole).
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_windows")
             started.append(launch(BACKGROUND_POOL, lambda: gold_windows.start_minute_tables(
-                spark, lake, f"{lateness} seconds", slow)))
+                spark, lake, lateness, slow)))
         if "offset_commits" in names and self.reader_tables:
             started.append(launch(BACKGROUND_POOL, lambda: gold.start_offset_commits_1m(
                 spark, lake, gold.COMMITS_WATERMARK, slow)))

@@ -10,8 +10,7 @@ turns them into values with core.latency_histogram.value_of itself
 
 Why two engines: DuckDB reads the Delta scan (filters and projections pushed down) and
 numbers the groups; the merge of the ``<stage>_buckets`` / ``<stage>_counts`` arrays is
-then one sort of the flattened (group, id) pairs, a running sum and a binary search per
-group, in numpy. The same merge in SQL (unnest, group, a window function per stage) took
+then core.histogram_merge's, in numpy. The same merge in SQL (unnest, group, a window function per stage) took
 about four times as long, and a 2,000-broker fleet's windows are most of an evaluation's
 reads (bench/bench_fleet.py).
 """
@@ -20,10 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from core.histogram_merge import merge
 from core.latency_histogram import MIN_BUCKET, ZERO_BUCKET, bucket_of, value_of
 from infra.lake_sql import LakeSql
 
@@ -72,8 +68,9 @@ def merged_rows(sql: LakeSql, source: str, params: Sequence[Any], tables: Mappin
     for s in stages:
         over = (groups.column(f"_over_{s}").to_numpy(zero_copy_only=False)
                 if s in at_or_over else None)
-        n, ids, at_over = _merge(s, rows.column(f"{s}_buckets"), rows.column(f"{s}_counts"),
-                                 group_of, groups.num_rows, qs, over)
+        n, ids, at_over, *_ = merge(s, rows.column(f"{s}_buckets"),
+                                    rows.column(f"{s}_counts"), group_of, groups.num_rows,
+                                    qs, over)
         out[f"{s}_count"] = n.tolist()
         for i, col in enumerate(ids):
             out[f"{s}_b{i}"] = [None if m == 0 else int(b) for b, m in zip(col, n)]
@@ -81,54 +78,6 @@ def merged_rows(sql: LakeSql, source: str, params: Sequence[Any], tables: Mappin
             out[f"{s}_at_or_over"] = at_over.tolist()
     names = list(out)
     return [dict(zip(names, values)) for values in zip(*(out[k] for k in names))]
-
-
-def _merge(stage: str, buckets: pa.ChunkedArray, counts: pa.ChunkedArray,
-           group_of: np.ndarray, groups: int, qs: Sequence[float], over: np.ndarray | None
-           ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
-    """One stage's columns (`stage`_buckets, `stage`_counts): per group its n, the
-    bucket id of each q-quantile (entries of groups with n = 0 are meaningless;
-    `merged_rows` leaves them out) and, with `over` (a bucket id per group), the counts
-    at or over it."""
-    b_list, c_list = buckets.combine_chunks(), counts.combine_chunks()
-    lengths = [pc.list_value_length(x).fill_null(0).to_numpy(zero_copy_only=False)
-               for x in (b_list, c_list)]
-    if (bad := np.flatnonzero(lengths[0] != lengths[1])).size:
-        raise ValueError(f"{stage}_buckets and {stage}_counts: bucket ids and counts of "
-                         f"unequal length in row {int(bad[0])} of the read")
-    parent = pc.list_parent_indices(b_list).to_numpy()
-    b_flat, c_flat = pc.list_flatten(b_list), pc.list_flatten(c_list)
-    present = pc.and_(pc.is_valid(b_flat), pc.is_valid(c_flat)).to_numpy(zero_copy_only=False)
-    b = b_flat.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    c = c_flat.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    g = group_of[parent].astype(np.int64)
-    keep = present & (c > 0)
-    b, c, g = b[keep], c[keep], g[keep]
-    n = np.bincount(g, weights=c, minlength=groups).astype(np.int64)
-    at_over = None
-    if over is not None:
-        at_over = np.bincount(g, weights=np.where(b >= over[g], c, 0),
-                              minlength=groups).astype(np.int64)
-    if not len(b):
-        return n, [np.full(groups, -1) for _ in qs], at_over
-    # (group, id) pairs in order, equal pairs summed: each group's merged histogram
-    low, span = int(b.min()), int(b.max()) - int(b.min()) + 1
-    key = g * span + (b - low)
-    # rows come in group order, each row's ids ascending: sorted runs, which a stable
-    # sort (timsort) merges in about linear time
-    order = np.argsort(key, kind="stable")
-    key, c = key[order], c[order]
-    first_of = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-    keys, merged = key[first_of], np.add.reduceat(c, first_of)
-    ids = keys % span + low
-    running = np.concatenate(([0], np.cumsum(merged)))
-    start = np.searchsorted(keys // span, np.arange(groups), "left")
-    quantile_ids = []
-    for q in qs:
-        rank = np.maximum(1, np.ceil(float(q) * n.astype(np.float64))).astype(np.int64)
-        first = np.searchsorted(running, running[start] + rank, "left") - 1
-        quantile_ids.append(np.where(n > 0, ids[np.minimum(first, len(ids) - 1)], -1))
-    return n, quantile_ids, at_over
 
 
 def valued(row: Mapping[str, Any], stage: str, i: int) -> float | None:

@@ -6,7 +6,8 @@ bin/spark-class) on loopback; `kmon matrix replay` of a recorded cluster then ru
 worker's executor, in another JVM. The replay scores its findings against the
 recording's ground truth, the same check the corpus tier (tests/spark/test_matrix_corpus.py)
 makes of the local-mode replay, so a pass means the findings local mode gives; and the
-worker's executor log shows the tasks ran there.
+worker's executor log shows the tasks ran there. The executors' Python has kmon's
+libraries but not kmon (`_python_without_kmon`): the code they run comes with the job.
 """
 
 from __future__ import annotations
@@ -84,10 +85,29 @@ def standalone(tmp_path_factory, kmon_config):
                 p.kill()
 
 
+def _python_without_kmon(folder: Path) -> Path:
+    """The executors' Python: kmon's interpreter and libraries (numpy, pyarrow, pyspark),
+    without kmon installed (its site-packages on the path, its .pth files not read), as on
+    a cluster image: kmon's own code must come with the job."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    wrapper = folder / "python-without-kmon"
+    wrapper.write_text(f'#!/bin/sh\nexport PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site}"\n'
+                       f'exec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def test_a_replay_on_a_standalone_cluster_finds_what_local_mode_finds(standalone,
                                                                       tmp_path):
     url, work = standalone
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "KMON__SPARK__MASTER": url}
+    python = _python_without_kmon(work)
+    check = subprocess.run([str(python), "-c", "import numpy, pyarrow, pyspark; import jobs"],
+                           cwd=work, capture_output=True, text=True)
+    assert "No module named 'jobs'" in check.stderr, check.stderr
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "KMON__SPARK__MASTER": url,
+           "PYSPARK_PYTHON": str(python)}
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "cli", "matrix", "replay", "--scenarios", RECORDING,

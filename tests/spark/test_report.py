@@ -27,7 +27,7 @@ from detectors.unclean_election import detect_unclean_elections
 from infra.lake import Lake, register_tables
 from ingest.request_windows import aggregate
 from jobs.gold import offset_commits_per_minute, offset_lag
-from jobs.gold_windows import api_minutes, key_minutes
+from jobs.gold_windows import minute_tables
 from reports import queries
 from reports.incident import ReportError, build_report
 from reports.render import render_html
@@ -124,7 +124,7 @@ def _window_rows() -> list[dict]:
 
 def _gold_stage_minutes(windows):
     """gold.request_stages_1m as the gold job makes it (its own functions), batch."""
-    return api_minutes(key_minutes(windows))
+    return minute_tables(windows)["request_stages_1m"]
 
 
 def _ts(seconds: float) -> str:

@@ -223,7 +223,7 @@ def gold_minutes(spark, lake, tmp_path_factory):
     gold_root = tmp_path_factory.mktemp("gold-windows")
     os.symlink(f"{root}/silver", gold_root / "silver")
     glake = Lake(str(gold_root))
-    start_minute_tables(spark, glake, "1 seconds", {"availableNow": True}).awaitTermination()
+    start_minute_tables(spark, glake, 1, {"availableNow": True}).awaitTermination()
     out = {t: spark.read.format("delta").load(glake.table("gold", t)).collect()
            for t in ("request_keys_1m", "request_stages_1m", "fleet_stages_1m")}
     return {**out, "lake": glake}

@@ -1,10 +1,13 @@
-"""evaluation/inputs/histograms.py: the merge and quantiles equal core.latency_histogram's."""
+"""evaluation/inputs/histograms.py and core/histogram_merge.py: the merge and quantiles equal
+core.latency_histogram's."""
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from core.histogram_merge import merge, values_of
 from core.latency_histogram import ZERO_BUCKET, bucket_of, quantile_of_arrays, value_of
 from evaluation.inputs.histograms import first_bucket_at_or_over, merged_rows, valued
 from infra.lake import Lake
@@ -98,3 +101,37 @@ def test_first_bucket_at_or_over(ms):
     if ms > 0.001:
         assert value_of(b - 1) < ms
         assert abs(b - bucket_of(ms)) <= 1
+
+
+def test_kept_histograms_are_the_merged_ones_in_any_row_order():
+    """core.histogram_merge.merge with keep: each group's merged histogram (ascending ids,
+    summed counts, zero and null entries left out), whatever order the rows come in; a
+    group with no count gets an empty histogram."""
+    rnd = random.Random(11)
+    rows = [(rnd.randint(0, 9), *_histogram(rnd)) for _ in range(400)]
+    rows.append((10, [5, 6], [0, 0]))
+    group = np.array([g for g, _, _ in rows])
+    m = merge("total", pa.array([b for _, b, _ in rows], pa.list_(pa.int16())),
+              pa.array([c for _, _, c in rows], pa.list_(pa.int32())), group, 11, QS,
+              keep=True)
+    for g in range(11):
+        want: dict[int, int] = {}
+        for gg, b, c in rows:
+            for i, n in zip(b, c):
+                if gg == g and n > 0:
+                    want[i] = want.get(i, 0) + n
+        lo, hi = m.offsets[g], m.offsets[g + 1]
+        assert (m.ids[lo:hi].tolist(), m.counts[lo:hi].tolist()) == (
+            sorted(want), [want[i] for i in sorted(want)])
+        assert m.n[g] == sum(want.values())
+        for q, ids in zip(QS, m.quantile_ids):
+            if want:
+                assert value_of(int(ids[g])) == quantile_of_arrays(
+                    sorted(want), [want[i] for i in sorted(want)], q)
+    assert m.n[10] == 0 and m.offsets[10] == m.offsets[11]
+
+
+def test_values_of_is_value_of():
+    ids = np.array([ZERO_BUCKET, -172, -1, 0, 9, 258, 378, 600, 9])
+    assert values_of(ids).tolist() == [value_of(int(i)) for i in ids]
+    assert values_of(np.array([], np.int64)).tolist() == []
