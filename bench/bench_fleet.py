@@ -238,7 +238,7 @@ def ceiling_job(spark, landing: Path, out: Path) -> dict:
     with its schema and appended to Delta as it is (no validation, dedupe or state), and
     the three gold minute tables made from its request windows (jobs/gold_windows, as
     gold does). Best of two runs (the first warms the JVM)."""
-    from jobs.gold_windows import minute_tables
+    from jobs.gold_windows import write_minute_tables
     from schemas import (client_send_windows, follower_fetch_windows, request_exemplars,
                          request_windows)
 
@@ -252,8 +252,8 @@ def ceiling_job(spark, landing: Path, out: Path) -> dict:
             (spark.read.schema(t.SCHEMA).json(str(landing / name)).write.format("delta")
              .mode("overwrite").save(str(out / f"run{i}" / name)))
         rows = spark.read.format("delta").load(str(out / f"run{i}" / "request_windows"))
-        for name, df in minute_tables(rows).items():
-            df.write.format("delta").mode("overwrite").save(str(out / f"run{i}" / name))
+        write_minute_tables(rows, lambda name, df: df.write.format("delta").mode(
+            "overwrite").save(str(out / f"run{i}" / name)))
         took = time.monotonic() - start
         best = took if best is None else min(best, took)
     n = sum(spark.read.format("delta").load(str(out / "run0" / name)).count() for name in tables)

@@ -1,13 +1,14 @@
 """What one minute of the gold minute rollup costs at fleet scale: kmon's (vectorized, in
 Spark's Python workers) against the Spark SQL form it replaced.
 
-Run: .kmon/venv/bin/python -m bench.bench_minute_rollup --lake DIR [--minutes 2]
+Run: .kmon/venv/bin/python -m bench.bench_minute_rollup --lake DIR [--minutes 2] [--repeats 2]
 
 DIR is a lake whose silver.request_windows holds a simulated fleet's windows, e.g. the
-one `python -m bench.bench_silver_batch --fleet 2000 --batches 13 --keep` leaves (two
-whole minutes of 2,000 brokers). For each whole minute in it (a minute with at least 90 %
+one `python -m bench.bench_silver_batch --fleet 2000 --batches 13 --keep` leaves (a
+whole minute or two of 2,000 brokers). For each whole minute in it (a minute with at least 90 %
 of the fullest one's rows), both forms make the three minute tables from the minute's
-rows and write them to Delta, batch mode, on the configured Spark session (`local[2]`):
+rows and write them to Delta, batch mode, on the configured Spark session (`local[2]`),
+`--repeats` times each, in turn (the first runs include the JIT's warm-up):
 
 - `kmon`: jobs/gold_windows.minute_tables (window rows moved by broker to the Python
   workers as Arrow batches, merged with core.histogram_merge's numpy merge, then the
@@ -42,9 +43,10 @@ from bench.result_file import machine_header, save
 MINUTE_MS = 60_000
 
 
-def sql_minute_tables(windows):
+def sql_minute_tables(windows, persist: bool = False):
     """The three minute tables by the Spark SQL merge (jobs/histogram_sql), with
-    jobs/gold_windows.minute_tables' columns: the reference form."""
+    jobs/gold_windows.minute_tables' columns: the reference form. `persist`: the key
+    minutes persisted (the caller clears the cache)."""
     from pyspark.sql import functions as F
 
     from jobs.gold_windows import COUNTS, OWN_TIME, OWN_TIME_P99, STAGES, minute_tables
@@ -55,6 +57,8 @@ def sql_minute_tables(windows):
           .withColumn("minute_ms", F.col("ts_ms") - F.col("ts_ms") % MINUTE_MS))
     keys = stage_percentiles(df, ["minute_ms", "cluster", "broker", "api", "key"], hist,
                              QUANTILES, totals=COUNTS)
+    if persist:
+        keys = keys.persist()
     api = stage_percentiles(keys, ["minute_ms", "cluster", "broker", "api"], hist, QUANTILES,
                             totals=("requests",), sum_and_max=False, keep_histograms=False)
     fleet = stage_percentiles(keys, ["minute_ms", "cluster", "api", "key"], STAGES, QUANTILES,
@@ -68,6 +72,16 @@ def sql_minute_tables(windows):
         F.timestamp_millis(F.col("minute_ms") + MINUTE_MS).alias("window_end"),
         *[c for c in columns[name] if c not in ("window_start", "window_end", "date")],
         F.to_date(start).alias("date")) for name in columns}
+
+
+def sql_write(windows, write) -> None:
+    """The SQL form's tables written as gold wrote them: the key minutes persisted once."""
+    tables = sql_minute_tables(windows, persist=True)
+    try:
+        for name, df in tables.items():
+            write(name, df)
+    finally:
+        windows.sparkSession.catalog.clearCache()
 
 
 def whole_minutes(ts_ms: np.ndarray, limit: int) -> list[int]:
@@ -85,12 +99,12 @@ def machine_busy_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def write_tables(spark, tables: dict, out: Path) -> dict:
-    """Write the tables; the machine's and the JVM's CPU seconds and the wall time."""
+def write_tables(spark, write_all, out: Path) -> dict:
+    """`write_all(write)` with a `write(table, rows)` that writes a table under `out`; the
+    machine's and the JVM's CPU seconds and the wall time."""
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     busy, jvm, wall = machine_busy_s(), jvm_cpu_s(pid), time.monotonic()
-    for name, df in tables.items():
-        df.write.format("delta").mode("overwrite").save(str(out / name))
+    write_all(lambda name, df: df.write.format("delta").mode("overwrite").save(str(out / name)))
     return {"machine_cpu_s": round(machine_busy_s() - busy, 1),
             "jvm_cpu_s": round(jvm_cpu_s(pid) - jvm, 1),
             "wall_s": round(time.monotonic() - wall, 1)}
@@ -111,13 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lake", required=True, help="a lake with silver.request_windows")
     ap.add_argument("--minutes", type=int, default=2, help="whole minutes to measure")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="runs of each form per minute (the first warms the JVM's code)")
     args = ap.parse_args(argv)
 
     import deltalake
     from pyspark.sql import functions as F
 
     from infra.spark_session import build_spark_session
-    from jobs.gold_windows import minute_tables
+    from jobs.gold_windows import write_minute_tables
     from kmon.config import Config
 
     table = str(Path(args.lake) / "silver" / "request_windows")
@@ -133,15 +149,22 @@ def main(argv: list[str] | None = None) -> int:
             rows = (spark.read.format("delta").load(table)
                     .where((F.col("ts_ms") >= minute) & (F.col("ts_ms") < minute + MINUTE_MS)))
             n = rows.count()
-            sql = write_tables(spark, sql_minute_tables(rows), work / str(minute) / "sql")
-            kmon = write_tables(spark, minute_tables(rows), work / str(minute) / "kmon")
+            kmon, sql = [], []
+            for _ in range(args.repeats):
+                kmon.append(write_tables(spark, lambda w: write_minute_tables(rows, w),
+                                         work / str(minute) / "kmon"))
+                sql.append(write_tables(spark, lambda w: sql_write(rows, w),
+                                        work / str(minute) / "sql"))
             same = same_rows(spark, work / str(minute) / "kmon", work / str(minute) / "sql")
             row = {"minute_ms": minute, "window_rows": n, "kmon": kmon, "sql": sql,
                    "kmon_rows_equal_to_sql": same}
-            print(f"minute {minute}: {n} window rows; kmon's rollup {kmon['machine_cpu_s']} s "
-                  f"of the machine's CPU ({kmon['jvm_cpu_s']} s JVM, {kmon['wall_s']} s "
-                  f"wall), the SQL form {sql['machine_cpu_s']} s ({sql['jvm_cpu_s']} s JVM, "
-                  f"{sql['wall_s']} s wall); rows equal: {same}")
+            def said(runs: list[dict]) -> str:
+                return ", ".join(f"{r['machine_cpu_s']} s ({r['jvm_cpu_s']} s JVM, "
+                                 f"{r['wall_s']} s wall)" for r in runs)
+
+            print(f"minute {minute}: {n} window rows; the machine's CPU for kmon's rollup, "
+                  f"run by run: {said(kmon)}; for the SQL form: {said(sql)}; rows equal: "
+                  f"{same}")
             results.append(row)
     finally:
         spark.stop()

@@ -207,16 +207,35 @@ def _framed(df: DataFrame, cols: Sequence[str]) -> DataFrame:
                      *cols, F.to_date(start).alias("date"))
 
 
-def minute_tables(windows: DataFrame) -> dict[str, DataFrame]:
-    """The three minute tables' rows from silver.request_windows rows (batch): every minute
-    the rows hold, complete as far as the rows are."""
+def _key_rows(windows: DataFrame) -> DataFrame:
+    """Per minute, cluster, broker, API and key (`_KEY_MINUTES`) from window rows."""
     rows = (windows.where(~F.coalesce(F.col("is_controller_traffic"), F.lit(False)))
             .select((F.col("ts_ms") - F.col("ts_ms") % MINUTE_MS).alias(_MINUTE), "cluster",
                     "broker", "api", "key", *COUNTS, *_max_columns((*STAGES, OWN_TIME)),
                     *_hist_columns((*STAGES, OWN_TIME))))
-    keys = (rows.repartition("cluster", "broker")
+    return (rows.repartition("cluster", "broker")
             .mapInArrow(_in_workers(_key_minutes, _KEY_MINUTES), _KEY_MINUTES))
-    return _tables(keys)
+
+
+def minute_tables(windows: DataFrame) -> dict[str, DataFrame]:
+    """The three minute tables' rows from silver.request_windows rows (batch): every minute
+    the rows hold, complete as far as the rows are. Each table computes the key minutes
+    anew: to write all three, `write_minute_tables`."""
+    return _tables(_key_rows(windows))
+
+
+def write_minute_tables(windows: DataFrame, write: Callable[[str, DataFrame], None]) -> bool:
+    """`write(table, rows)` for each minute table of `minute_tables(windows)`, the key
+    minutes computed once for the three; False (nothing written) when there are none."""
+    keys = _key_rows(windows).persist()
+    try:
+        if keys.isEmpty():
+            return False
+        for table, df in _tables(keys).items():
+            write(table, df)
+        return True
+    finally:
+        keys.unpersist()
 
 
 def _tables(keys: DataFrame) -> dict[str, DataFrame]:
@@ -313,18 +332,20 @@ class MinuteRollup:
             F.col("date").between(F.to_date(F.timestamp_millis(F.lit(low))),
                                   F.to_date(F.timestamp_millis(F.lit(high - 1))))
             & (F.col("ts_ms") >= low) & (F.col("ts_ms") < high))
-        tables = minute_tables(rows)
-        for table, df in tables.items():
+
+        def append(table: str, df: DataFrame) -> None:
             start = self.next[table]
             if start >= high:
-                continue
+                return
             if start > low:
                 df = df.where(F.col("window_start") >= F.timestamp_millis(F.lit(start)))
             # merge_schema: a gold.request_stages_1m written by an older kmon lacks
             # OWN_TIME_P99.
             self.appends.append(df, self.lake.table("gold", table), _app(table),
                                 high // MINUTE_MS, partition_by=("date",), merge_schema=True)
-            self.next[table] = high
+
+        write_minute_tables(rows, append)
+        self.next = {t: max(v, high) for t, v in self.next.items()}
         log.info("gold minute tables: minutes %d to %d rolled up", low, high)
 
 
