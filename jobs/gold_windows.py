@@ -284,16 +284,17 @@ class MinuteRollup:
         self.spark, self.lake, self.lateness_ms = spark, lake, int(lateness_ms)
         self.appends = BatchAppends(spark)
         self.high_water: int | None = None
-        self.next: dict[str, int | None] | None = None
+        self.next: dict[str, int] | None = None
 
     def _silver(self) -> DataFrame:
         return self.spark.read.format("delta").load(self.lake.table("silver",
                                                                     "request_windows"))
 
-    def _minutes_done(self) -> dict[str, int | None]:
+    def _minutes_done(self) -> dict[str, int]:
         """Per table the first minute not in it: after its newest mark, or (a table written
-        before marks) after its newest minute; None for a table with no minute."""
-        out = {}
+        before marks) after its newest minute; for a table with no minute, the first
+        minute of silver.request_windows."""
+        out: dict[str, int | None] = {}
         for table in TABLES:
             path = self.lake.table("gold", table)
             mark = last_marked_batch(self.spark, path, _app(table))
@@ -303,6 +304,9 @@ class MinuteRollup:
             newest = (self.spark.read.format("delta").load(path)
                       .agg(F.max("window_start").alias("m")).first()["m"])
             out[table] = None if newest is None else int(newest.timestamp() * 1000) + MINUTE_MS
+        if None in out.values():
+            first = self._silver().agg(F.min("ts_ms").alias("m")).first()["m"]
+            out = {t: first - first % MINUTE_MS if v is None else v for t, v in out.items()}
         return out
 
     def on_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -315,16 +319,8 @@ class MinuteRollup:
         if self.next is None:
             self.next = self._minutes_done()
         finished = (self.high_water - self.lateness_ms) // MINUTE_MS * MINUTE_MS
-        while True:
-            if any(v is None for v in self.next.values()):
-                first = (self._silver().agg(F.min("ts_ms").alias("m")).first()["m"])
-                start = first - first % MINUTE_MS
-                self.next = {t: start if v is None else v for t, v in self.next.items()}
-            low = min(self.next.values())
-            if low >= finished:
-                return
-            high = min(finished, low + STEP_MINUTES * MINUTE_MS)
-            self._step(low, high)
+        while (low := min(self.next.values())) < finished:
+            self._step(low, min(finished, low + STEP_MINUTES * MINUTE_MS))
 
     def _step(self, low: int, high: int) -> None:
         """Roll up the minutes in [low, high) into every table still without them."""

@@ -10,9 +10,9 @@ turns them into values with core.latency_histogram.value_of itself
 
 Why two engines: DuckDB reads the Delta scan (filters and projections pushed down) and
 numbers the groups; the merge of the ``<stage>_buckets`` / ``<stage>_counts`` arrays is
-then core.histogram_merge's, in numpy. The same merge in SQL (unnest, group, a window function per stage) took
-about four times as long, and a 2,000-broker fleet's windows are most of an evaluation's
-reads (bench/bench_fleet.py).
+then core.histogram_merge's, in numpy. The same merge in SQL (unnest, group, a window
+function per stage) took about four times as long, and a 2,000-broker fleet's windows are
+most of an evaluation's reads (bench/bench_fleet.py).
 """
 
 from __future__ import annotations
