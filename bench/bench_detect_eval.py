@@ -119,6 +119,7 @@ def main() -> int:
     caches = {now_ms: inputs.BaselineCache() for now_ms in at}
     reread = {} if args.reread is None else {"reread_s": args.reread}
     windows = {now_ms: inputs.WindowReadCache(**reread) for now_ms in at}
+    judged: dict[int, dict] = {now_ms: {} for now_ms in at}
     sqls = {now_ms: LakeSql(lake) for now_ms in at}   # the query's reader without the JVM
     try:
         for rep in range(args.repeats):
@@ -128,7 +129,7 @@ def main() -> int:
                 t = time.monotonic()
                 query_state = {} if args.like_replay else {
                     "previous": carried.get(base_ms), "baseline_cache": caches[base_ms],
-                    "window_cache": windows[base_ms]}
+                    "window_cache": windows[base_ms], "carried": judged[base_ms]}
                 findings = detect.evaluate(spark, lake, config, now_ms, table="anomalies_bench",
                                            sql=sqls[base_ms], **query_state)
                 carried[base_ms] = findings

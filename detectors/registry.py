@@ -16,6 +16,7 @@ from core.findings import Detection
 from detectors.compaction_lag import detect_compaction_lag
 from detectors.offset_rewind import detect_offset_anomalies
 from detectors.slow_broker import detect_slow_brokers
+from detectors.slow_broker.judged import JudgedWindows
 from detectors.slow_client import detect_slow_clients
 from detectors.unclean_election import detect_unclean_elections
 
@@ -23,20 +24,26 @@ from detectors.unclean_election import detect_unclean_elections
 @dataclass(frozen=True)
 class Detector:
     """One detector. `reads`: its rules' argument -> the input field that fills it (the
-    first is passed by position); `timed`: the rules take the evaluation time (now_ms)."""
+    first is passed by position); `timed`: the rules take the evaluation time (now_ms);
+    `carry`: makes what the rules carry from one evaluation to the next (`carried`)."""
     name: str
     section: str
     reads: Mapping[str, str]
     rules: Callable[..., list[Detection]]
     timed: bool = False
+    carry: Callable[[], Any] | None = None
 
-    def run(self, inputs: Any, config: Any, now_ms: int) -> list[Detection]:
+    def run(self, inputs: Any, config: Any, now_ms: int,
+            carried: dict[str, Any] | None = None) -> list[Detection]:
         """Its detections over one range's `inputs` (an object with the named fields),
-        judged by its section of `config`."""
+        judged by its section of `config`; `carried`: per detector, what the caller's
+        earlier evaluations left (None: nothing is carried)."""
         (first, field), *rest = self.reads.items()
         kwargs = {arg: getattr(inputs, f) for arg, f in rest}
         if self.timed:
             kwargs["now_ms"] = now_ms
+        if self.carry is not None and carried is not None:
+            kwargs["carried"] = carried.setdefault(self.name, self.carry())
         return self.rules(getattr(inputs, field), config=getattr(config, self.section),
                           **kwargs)
 
@@ -48,7 +55,7 @@ DETECTORS: tuple[Detector, ...] = (
         **_STAGE_READS, "follower_fetches": "follower_fetches", "isr_shrinks": "isr_shrinks",
         "baselines": "baselines", "outages": "broker_outages",
         "replica_starts": "replica_starts", "held_requests": "held_requests"},
-        detect_slow_brokers),
+        detect_slow_brokers, carry=JudgedWindows),
     Detector("slow_client", "slow_broker", {
         **_STAGE_READS, "client_rtts": "client_rtts", "producer_times": "producer_times",
         "outages": "broker_outages", "replica_starts": "replica_starts"},
@@ -72,6 +79,7 @@ DETECTORS: tuple[Detector, ...] = (
 
 
 def run_detectors(inputs: Any, config: Any, now_ms: int,
-                  detectors: tuple[Detector, ...] = DETECTORS) -> list[Detection]:
-    """Every detector over one range's inputs, in order."""
-    return [d for det in detectors for d in det.run(inputs, config, now_ms)]
+                  detectors: tuple[Detector, ...] = DETECTORS,
+                  carried: dict[str, Any] | None = None) -> list[Detection]:
+    """Every detector over one range's inputs, in order (`carried`: `Detector.run`'s)."""
+    return [d for det in detectors for d in det.run(inputs, config, now_ms, carried)]

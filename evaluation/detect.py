@@ -235,7 +235,8 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
            window_cache: WindowReadCache | None = None,
            commit_seed: CommitSeedCache | None = None,
            sql: LakeSql | None = None,
-           on_inputs: Callable[[int, DetectorInputs], None] | None = None) -> Assessment:
+           on_inputs: Callable[[int, DetectorInputs], None] | None = None,
+           carried: dict | None = None) -> Assessment:
     """Steps 1-4 of an evaluation at now_ms over [now - lookback, now): read, detect, the
     lifecycle and correlation. Writes nothing.
 
@@ -246,7 +247,9 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
     `commit_seed`: its commits' starting positions (partition_signals.CommitSeedCache);
     `sql`: its reader of the lake without the JVM (infra/lake_sql.py; None: one for this
     evaluation); `on_inputs(now_ms, inputs)`: called with what was read (a replay keeps
-    them, to run the detectors again without Spark: matrix/corpus.py `rescore`)."""
+    them, to run the detectors again without Spark: matrix/corpus.py `rescore`);
+    `carried`: what the detectors carry between its evaluations (registry.Detector), kept
+    and updated."""
     check_config(config)
     started = time.monotonic()
     path = lake.table("gold", table)
@@ -259,7 +262,8 @@ def assess(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: int
                                  window_cache=window_cache, commit_seed=commit_seed, sql=sql)
             if on_inputs is not None:
                 on_inputs(now_ms, inputs)
-            detections = attach_slow_requests(sql, run_detectors(inputs, config, now_ms))
+            detections = attach_slow_requests(sql, run_detectors(inputs, config, now_ms,
+                                                                    carried=carried))
     finally:
         if own_sql:
             sql.close()
@@ -277,14 +281,14 @@ def evaluate(spark: SparkSession, lake: Lake, config: DetectionConfig, now_ms: i
              baseline_cache: BaselineCache | None = None,
              window_cache: WindowReadCache | None = None,
              before_write: Callable[[list[Finding]], None] | None = None,
-             sql: LakeSql | None = None) -> list[Finding]:
+             sql: LakeSql | None = None, carried: dict | None = None) -> list[Finding]:
     """One evaluation at now_ms (`assess`, then step 5); returns its findings (open and
     recently resolved, correlated) after writing the changed ones to gold.<table>.
 
     `before_write(findings)` is called with the findings before the MERGE."""
     a = assess(spark, lake, config, now_ms, lookback_s, table=table,
                topic_configs=topic_configs, previous=previous, baseline_cache=baseline_cache,
-               window_cache=window_cache, sql=sql)
+               window_cache=window_cache, sql=sql, carried=carried)
     handed = time.monotonic()
     if before_write is not None:
         before_write(a.findings)
@@ -430,6 +434,7 @@ class DetectorTicks:
         self.baselines = BaselineCache()
         self.windows = WindowReadCache(written=written_since)
         self.commit_seed = CommitSeedCache()
+        self.carried: dict = {}
         self.sql = LakeSql(lake)
         self.last_findings: list[Finding] | None = None
 
@@ -453,7 +458,7 @@ class DetectorTicks:
         a = assess(self.spark, self.lake, self.config, now_ms, self.lookback_s,
                    table=self.table, topic_configs=configs, previous=previous,
                    baseline_cache=self.baselines, window_cache=self.windows,
-                   commit_seed=self.commit_seed, sql=self.sql)
+                   commit_seed=self.commit_seed, sql=self.sql, carried=self.carried)
         a.data_wait_s = data_wait_s
         return a
 

@@ -373,7 +373,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bo
     # the last ones), in the detector's own scheduler pool; what it hands over counts
     # (the live query writes gold.anomalies after handing over, and nothing here reads
     # the table back).
-    baselines, windows = BaselineCache(), WindowReadCache()
+    baselines, windows, carried = BaselineCache(), WindowReadCache(), {}
     # Nothing writes the lake from here on; it holds only the detectors' broker metrics.
     frozen = FrozenLake(prepared.lake_root, metrics=DETECTOR_METRICS)
     sql = LakeSql(frozen, refresh_s=math.inf)   # the tables' snapshots loaded once
@@ -384,7 +384,7 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bo
         for t in evaluation_times(rec, step_s):
             previous = assess(spark, frozen, config, t, topic_configs=topic_configs,
                               previous=previous, baseline_cache=baselines,
-                              window_cache=windows, sql=sql,
+                              window_cache=windows, sql=sql, carried=carried,
                               on_inputs=(lambda now, i: kept.append((now, i)))
                               if keep_inputs else None).findings
             yield t, previous
@@ -425,9 +425,11 @@ def rescore(config, rec: Recording, root: Path) -> tuple[ScenarioScore, list[tup
 
     def evaluations():
         previous: list = []
+        carried: dict = {}   # as the replay carried it (the inputs keep their identities)
         for t, inputs in kept["evaluations"]:
             previous = next_findings(carried_findings(previous, t, config),
-                                     run_detectors(inputs, config, t), config, t)
+                                     run_detectors(inputs, config, t, carried=carried),
+                                     config, t)
             yield t, previous
 
     return score_evaluations(rec, evaluations())

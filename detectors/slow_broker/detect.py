@@ -18,6 +18,7 @@ from detectors.slow_broker.config import SlowBrokerSection
 from detectors.slow_broker.excuses import counts_as_before, explain, not_named_by_margin
 from detectors.slow_broker.inputs import (ClientSendWindow, FollowerFetchWindow, HeldRequest,
                                           IsrShrink, LatencyBaseline, RequestStageWindow)
+from detectors.slow_broker.judged import ClusterJudgements, Judged, JudgedWindows
 from detectors.slow_broker.persistence import detections_from
 from detectors.slow_broker.rules import History, enough_traffic, judge_rows, risen
 from detectors.slow_broker.stalls import Holds, set_aside_shared_stalls
@@ -114,8 +115,11 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
                    outages: Sequence[BrokerOutage] = (),
                    replica_starts: Sequence[ReplicaStart] = (),
                    held_requests: Iterable[HeldRequest] = (),
-                   config: SlowBrokerSection | None = None) -> list[WindowAssessment]:
-    """Every window of the input, oldest first, per cluster (see `assess_window`)."""
+                   config: SlowBrokerSection | None = None,
+                   judged: JudgedWindows | None = None) -> list[WindowAssessment]:
+    """Every window of the input, oldest first (see `assess_window`). `judged`: the
+    windows judged by the caller's earlier evaluations, kept where their inputs are the
+    same, and updated (judged.py); None judges every window."""
     config = config or SlowBrokerSection()
     window_ms = config.window_ms
     rows_by_cw = by_cluster_window(rows)
@@ -134,34 +138,71 @@ def assess_windows(rows: Iterable[RequestStageWindow], *,
     holds = {c: Holds(h for h in held if h.cluster == c) for c in {h.cluster for h in held}}
 
     disruptions = disruptions_from(outages, replica_starts)
+    carry = judged if judged is not None else JudgedWindows()
     out = []
-    histories: dict[str, History] = defaultdict(History)
-    last_seen: dict[str, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
-    # per cluster, the brokers blamed in the last window that counts as before a disruption
-    blamed_before: dict[str, set[int]] = defaultdict(set)
-    for cluster, start in sorted(rows_by_cw):
+    try:
+        for cluster in sorted(grid):
+            starts = sorted(s for c, s in rows_by_cw if c == cluster)
+            state = carry.cluster(cluster, config, starts[0])
+            out += _assess_cluster(
+                cluster, starts, state, config, rows_by_cw, fetches_by_cw, shrinks_by_cw,
+                sends_by_cw, external_by_cluster[cluster], holds.get(cluster), disruptions)
+    except BaseException:
+        carry.clear()   # a state half rolled back must not be judged from
+        raise
+    return out
+
+
+def _assess_cluster(cluster: str, starts: list[int], state: ClusterJudgements,
+                    config: SlowBrokerSection, rows_by_cw, fetches_by_cw, shrinks_by_cw,
+                    sends_by_cw, external: Mapping[tuple[int, str], float],
+                    holds: Holds | None, disruptions: Sequence[Disruption]
+                    ) -> list[WindowAssessment]:
+    """One cluster's windows in order: those judged before on the same inputs kept,
+    from the first that differs on judged again (judged.py)."""
+    window_ms = config.window_ms
+    carried = state.starts()
+    out = []
+    kept, judged = True, 0
+    blamed_before: set[int] = set()   # blamed in the last window that counts as before
+    for i, start in enumerate(starts):
         window_rows = rows_by_cw[(cluster, start)]
         fetches = fetches_by_cw.get((cluster, start), [])
-        logged = {r.broker for r in window_rows} | {f.leader for f in fetches}
-        by_leader = holdback_view(fetches, start, last_seen[cluster], logged, window_ms)
-        for f in fetches:
-            last_seen[cluster][f.leader][f.follower] = start
+        sends = sends_by_cw.get((cluster, start), [])
+        shrinks = shrinks_by_cw.get((cluster, start), [])
         active = active_in(disruptions, cluster, start, start + window_ms,
                            config.disruption_grace_s)
-        waits = replication_waits(by_leader, shrinks_by_cw.get((cluster, start), ()),
-                                  not_named_by_margin(active))
-        a = assess_window(WindowInputs(
-            cluster, start, window_rows, waits, external_by_cluster[cluster],
-            sends_by_cw.get((cluster, start), []), active, last_seen[cluster],
-            blamed_before[cluster], holds.get(cluster)), histories[cluster], config)
+        inputs = (window_rows, fetches, sends,
+                  holds.could_overlap(start, start + window_ms) if holds is not None else ())
+        values = (tuple(shrinks), tuple(active), frozenset(blamed_before))
+        done = state.windows.get(start) if kept and i < len(carried) else None
+        if done is not None and carried[i] == start and done.same(inputs, values):
+            a = done.assessment
+        else:
+            if kept:
+                state.forget_from(start)
+                kept = False
+            logged = {r.broker for r in window_rows} | {f.leader for f in fetches}
+            by_leader = holdback_view(fetches, start, state.last_seen, logged, window_ms)
+            seen_before = state.see(fetches, start)
+            waits = replication_waits(by_leader, shrinks, not_named_by_margin(active))
+            a = assess_window(WindowInputs(
+                cluster, start, window_rows, waits, external, sends, active, state.last_seen,
+                blamed_before, holds), state.history, config)
+            state.windows[start] = Judged(inputs, values, a, seen_before)
+            judged += 1
         if counts_as_before(active):
-            blamed_before[cluster] = set(a.blamed)
+            blamed_before = set(a.blamed)
         out.append(a)
+    state.judged_last = judged
     return out
 
 
 def detect_slow_brokers(rows: Iterable[RequestStageWindow], *,
-                        config: SlowBrokerSection | None = None, **inputs) -> list[Detection]:
-    """slow_broker and cluster_wide_slowness detections (`inputs`: `assess_windows`')."""
+                        config: SlowBrokerSection | None = None,
+                        carried: JudgedWindows | None = None, **inputs) -> list[Detection]:
+    """slow_broker and cluster_wide_slowness detections (`inputs`: `assess_windows`';
+    `carried`: its `judged`)."""
     config = config or SlowBrokerSection()
-    return detections_from(assess_windows(rows, config=config, **inputs), config)
+    return detections_from(assess_windows(rows, config=config, judged=carried, **inputs),
+                           config)

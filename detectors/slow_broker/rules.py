@@ -140,10 +140,12 @@ def judge_row(row: RequestStageWindow, latency: float, threshold: float, own_tra
 @dataclass
 class History:
     """Per broker/API, the earlier windows' (requests, latency) and those that were no
-    usual latency (suspect, a shared stall's, pooled); it lives one evaluation."""
+    usual latency (suspect, a shared stall's, pooled), over the range judged (judged.py
+    carries it from one evaluation to the next)."""
     windows: dict[tuple[int, str], dict[int, Sample]] = field(
         default_factory=lambda: defaultdict(dict))
     unusual: dict[tuple[int, str], set[int]] = field(default_factory=lambda: defaultdict(set))
+    noted: dict[int, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
 
     def earlier(self, row: RequestStageWindow, window_ms: int) -> list[Sample | None]:
         """The row's broker/API in the windows just before it, newest first."""
@@ -151,7 +153,23 @@ class History:
         return [seen.get(row.window_start_ms - k * window_ms) for k in range(1, POOL_WINDOWS)]
 
     def note(self, row: RequestStageWindow, latency: float) -> None:
-        self.windows[(row.broker, row.api)][row.window_start_ms] = (row.requests, latency)
+        key = (row.broker, row.api)
+        self.windows[key][row.window_start_ms] = (row.requests, latency)
+        self.noted[row.window_start_ms].append(key)
+
+    def _forget(self, starts: list[int]) -> None:
+        for start in starts:
+            for key in self.noted.pop(start):
+                self.windows[key].pop(start, None)
+                self.unusual.get(key, set()).discard(start)
+
+    def forget_from(self, start_ms: int) -> None:
+        """Forget the windows from start_ms on (judged again)."""
+        self._forget([s for s in self.noted if s >= start_ms])
+
+    def drop_before(self, start_ms: int) -> None:
+        """Forget the windows before start_ms (out of the range)."""
+        self._forget([s for s in self.noted if s < start_ms])
 
     def usual(self, row: RequestStageWindow, floor: int) -> tuple[list[float], list[Sample]]:
         """The usual latencies before the row's window: with `floor` requests, and fewer."""

@@ -31,6 +31,15 @@ class Holds:
         self._held = {b: sorted(hs, key=_end) for b, hs in by_broker.items()}
         self._longest = {b: max(h.total_ms for h in hs) for b, hs in self._held.items()}
 
+    def could_overlap(self, start_ms: int, end_ms: int) -> list[HeldRequest]:
+        """Every request a stall ending in [start_ms, end_ms) could be compared with: those
+        under way at some time from the longest hold before start_ms to end_ms."""
+        reach = max(self._longest.values(), default=0.0)
+        return [h for held in self._held.values()
+                for h in held[bisect.bisect_left(held, start_ms - reach, key=_end):
+                              bisect.bisect_left(held, end_ms + reach, key=_end)]
+                if h.start_ms < end_ms]
+
     def ended(self, broker: int, start_ms: int, end_ms: int) -> list[HeldRequest]:
         """The broker's requests that ended in [start_ms, end_ms)."""
         held = self._held.get(broker, [])
