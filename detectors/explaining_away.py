@@ -80,7 +80,10 @@ def late_at(w: Waits, party: int, server: int, bar: Bar) -> bool:
 
 def worst_everywhere(w: Waits, party: int, bar: Bar) -> bool:
     """At every server it talks to (two at least), past the threshold and margin_min_ms
-    and `margin` x later than any other party there; not for a party in `not_by_margin`."""
+    and `margin` x later than any other party there; not for a party in `not_by_margin`,
+    nor for one that is a server too whose own parties wait on it past the threshold
+    unless it explains that itself (`server_explains`): where every party waits at every
+    server, the worst of them is no cause."""
     servers = w.by_party.get(party, {})
     if len(servers) < 2 or party in w.not_by_margin:
         return False
@@ -89,7 +92,8 @@ def worst_everywhere(w: Waits, party: int, bar: Bar) -> bool:
         others = [h for g, h in w.by_server.get(server, {}).items() if g != party]
         if not others or here < least or here < bar.margin * max(max(others), MIN_REFERENCE_MS):
             return False
-    return True
+    own = w.by_server.get(party, {})
+    return all(h < bar.threshold_ms for h in own.values()) or server_explains(w, party, bar)
 
 
 def wait_elsewhere(w: Waits, party: int, server: int) -> float | None:

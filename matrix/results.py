@@ -38,11 +38,12 @@ def commit() -> str:
 
 # The code whose change can change a verdict: the shared signal definitions, the detectors
 # and their rules, the detector read side, and the edge code that writes what it reads
-# (the request windows; the broker-log events). A live matrix run is at one rules version
-# when all its parts share this hash.
+# (the request windows; the broker-log, client-log and consumer-offsets parsers). A live
+# matrix run is at one rules version when all its parts share this hash.
 DETECTION_CODE = ("core", "detectors", "evaluation", "infra/lake_sql.py",
                   "ingest/request_windows.py", "ingest/request_window_records.py",
-                  "ingest/request_exemplars.py", "ingest/broker_log.py")
+                  "ingest/request_exemplars.py", "ingest/broker_log.py",
+                  "ingest/client_log.py", "ingest/consumer_offsets.py")
 
 
 def _code(source: bytes) -> bytes:

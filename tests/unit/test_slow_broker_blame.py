@@ -53,6 +53,15 @@ ROWS = [
     Row("a_loaded_hosts_chance_lag_under_the_margins_floor_names_nobody",
         {1: {2: 178.0, 3: 373.0}, 2: {1: 263.0, 3: 399.0}, 3: {1: 30.0, 2: 30.0}},
         1, None, False, "remote_produce_unknown_follower"),
+    # Shaped by producer-churn-3b live (a host loaded for every broker): every follower's
+    # fetch gaps 200-900 ms at every leader, the worst of two by the margin at each, and
+    # its own followers as late at it.
+    Row("the_worst_of_followers_late_everywhere_is_not_named_by_the_margin",
+        {1: {2: 450.0, 3: 900.0}, 2: {1: 420.0, 3: 880.0}, 3: {1: 400.0, 2: 460.0}},
+        1, None, False, "remote_produce_unknown_follower"),
+    Row("the_worst_follower_by_the_margin_that_is_slow_as_a_leader_too_is_named",
+        {1: {2: 170.0, 3: 706.0}, 2: {1: 180.0, 3: 694.0}, 3: {1: 640.0, 2: 650.0}},
+        1, 3, False, "remote_produce_slow_follower", corroborated=True),
     Row("a_shrink_names_a_follower_no_other_leader_sees",
         {1: {2: 20.0, 3: 20.0}}, 1, 3, False, "remote_produce_slow_follower",
         shrinks=((1, (1, 2)),)),
