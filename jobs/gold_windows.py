@@ -255,6 +255,7 @@ def _tables(keys: DataFrame) -> dict[str, DataFrame]:
 
 
 TABLES = ("request_stages_1m", "request_keys_1m", "fleet_stages_1m")
+DETECTOR_TABLES = ("request_stages_1m",)   # the slow-broker baselines read it
 
 
 def ensure_minute_tables(spark: SparkSession, lake: Lake) -> None:
@@ -280,8 +281,10 @@ class MinuteRollup:
     in it. A step's appends are marked with the minute the step ends at, so a restart
     knows the minutes done from the tables, and a step replayed is written once."""
 
-    def __init__(self, spark: SparkSession, lake: Lake, lateness_ms: int) -> None:
+    def __init__(self, spark: SparkSession, lake: Lake, lateness_ms: int,
+                 tables: Sequence[str] = TABLES) -> None:
         self.spark, self.lake, self.lateness_ms = spark, lake, int(lateness_ms)
+        self.tables = tuple(tables)
         self.appends = BatchAppends(spark)
         self.high_water: int | None = None
         self.next: dict[str, int] | None = None
@@ -295,7 +298,7 @@ class MinuteRollup:
         before marks) after its newest minute; for a table with no minute, the first
         minute of silver.request_windows."""
         out: dict[str, int | None] = {}
-        for table in TABLES:
+        for table in self.tables:
             path = self.lake.table("gold", table)
             mark = last_marked_batch(self.spark, path, _app(table))
             if mark is not None:
@@ -330,6 +333,8 @@ class MinuteRollup:
             & (F.col("ts_ms") >= low) & (F.col("ts_ms") < high))
 
         def append(table: str, df: DataFrame) -> None:
+            if table not in self.next:   # a table not kept up here: not computed
+                return
             start = self.next[table]
             if start >= high:
                 return
@@ -346,10 +351,11 @@ class MinuteRollup:
 
 
 def start_minute_tables(spark: SparkSession, lake: Lake, lateness_s: float,
-                        trigger: dict | None = None):
-    """The minute tables' streaming query over silver.request_windows."""
+                        trigger: dict | None = None, tables: Sequence[str] = TABLES):
+    """The minute tables' streaming query over silver.request_windows (`tables`: those it
+    keeps up; every one by default)."""
     ensure_minute_tables(spark, lake)
-    roll = MinuteRollup(spark, lake, int(lateness_s * 1000))
+    roll = MinuteRollup(spark, lake, int(lateness_s * 1000), tables)
     writer = (silver_stream(spark, lake, "request_windows").select("ts_ms").writeStream
               .queryName("gold_request_windows_1m")
               .option("checkpointLocation", lake.checkpoint("gold_request_minutes"))

@@ -122,8 +122,9 @@ class Pipeline:
     on_batch: Callable[[dict], None] | None = None  # silver batch stats, e.g. to the exporter
     extra_queries: list[Callable[[dict | None], object]] = field(default_factory=list)
     queries: list = field(default_factory=list)
-    # False leaves out the gold tables no detector reads (gold.offset_commits_1m and
-    # gold.offset_lag_1m: the dashboards', the report's and the cookbook's), and does not
+    # False leaves out the gold tables no detector reads (gold.offset_commits_1m,
+    # gold.offset_lag_1m, and of the minute tables all but gold.request_stages_1m: the
+    # dashboards', the report's and the cookbook's), and does not
     # name the tables in the session's catalog (the detectors read them by path). A corpus
     # replay scores findings only; there those two queries took 9-17 s of batches each
     # beside the stage minutes, and naming a new lake's tables 3-5 s (2 cores).
@@ -237,8 +238,10 @@ class Pipeline:
             # The stage minutes from the edge's histograms (request_stages holds only the
             # requests kept whole).
             lateness = next(s.lateness_s for s in self.streams if s.name == "request_windows")
+            minutes = (gold_windows.TABLES if self.reader_tables
+                       else gold_windows.DETECTOR_TABLES)
             started.append(launch(BACKGROUND_POOL, lambda: gold_windows.start_minute_tables(
-                spark, lake, lateness, slow)))
+                spark, lake, lateness, slow, tables=minutes)))
         if "offset_commits" in names and self.reader_tables:
             started.append(launch(BACKGROUND_POOL, lambda: gold.start_offset_commits_1m(
                 spark, lake, gold.COMMITS_WATERMARK, slow)))

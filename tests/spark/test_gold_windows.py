@@ -263,3 +263,18 @@ def test_the_query_rolls_up_a_minute_once_after_its_lateness(spark, tmp_path):
     roll._step(T0, T0 + 240_000)
     assert spark.sql(f"DESCRIBE HISTORY delta.`{lake.table('gold', 'fleet_stages_1m')}`"
                      ).count() == versions
+
+
+def test_a_query_for_the_detectors_keeps_up_their_table_only(spark, tmp_path):
+    """A corpus replay's pipeline keeps up gold.request_stages_1m alone (the baselines'
+    table); the other two are made, empty."""
+    from infra.lake import Lake
+    from jobs.gold_windows import DETECTOR_TABLES
+
+    lake = Lake(str(tmp_path))
+    _silver(spark, lake, window_rows(seed=1, minutes=3))
+    start_minute_tables(spark, lake, 15, {"availableNow": True},
+                        tables=DETECTOR_TABLES).awaitTermination()
+    assert _minutes(spark, lake, "request_stages_1m") == [T0, T0 + 60_000]
+    assert _minutes(spark, lake, "request_keys_1m") == _minutes(
+        spark, lake, "fleet_stages_1m") == []
