@@ -11,8 +11,8 @@ Issue 24 asks whether kmon keeps up with a 2,000-broker fleet in the request-log
 mode. For each fleet size this runs what `kmon run --no-agents` runs (kmon.monitor.Monitor:
 the silver query, the gold queries, the detector query; Spark
 `local[2]` as configured) on a fresh lake, and plays the agents' part with
-bench/fleet_sim.py: the records of every broker's 10-s window are written beforehand
-(shapes from a real recording, 10,000 requests/s per broker) and each window is moved
+bench/fleet_sim.py: once the monitor is up, the records of every broker's 10-s window
+are written (shapes from a real recording, 10,000 requests/s per broker) and each window is moved
 into the landing folder at its end plus the agents' lateness (request_log.lateness_s),
 on the wall clock, as the agents would send it. The detectors evaluate on the wall clock
 too, so the windows are stamped with the times they are delivered at.
@@ -130,12 +130,39 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
     from kmon.monitor import Monitor
 
     templates = templates_from_recording()
-    # When each window can be delivered: generate first, then play on the wall clock.
     probe = FleetSim(templates, brokers)
+    lake_root = work / "lake"
+    config = Config().with_overrides(
+        spark={"storage_root": str(lake_root)},
+        watch={"cluster": probe.cluster},
+        request_log={k: v for k, v in (profile or {}).items() if v is not None},
+        pipeline={"bronze_tables": False})
+    seen: list[tuple[float, list]] = []
+    evaluated: list[float] = []             # wall ms at each hand-over
+
+    def on_findings(findings, now_ms):
+        evaluated.append(time.time() * 1000)
+        seen.append((now_ms, list(findings)))
+
+    # The monitor first (Spark's start varies by tens of seconds under load), then the
+    # windows generated, then played on the wall clock from a t0 that leaves time for
+    # the generation only.
+    monitor = Monitor(config, on_findings=[on_findings])
+    batch_lines = PhaseLines()
+    silver_log = logging.getLogger("jobs.silver")
+    silver_log.addHandler(batch_lines)
+    silver_log.setLevel(logging.INFO)
+    landing = Path(monitor.lake.landing_root)
+    heap = {"peak": 0}
+    stop = threading.Event()
+    monitor.start(0, out=sys.stderr)
+    jvm = monitor.spark.sparkContext._jvm
+    mem = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+
     g0 = time.monotonic()
     probe.window(0)
     per_window_s = time.monotonic() - g0
-    lead_ms = int((per_window_s * windows * 1.3 + 90) * 1000)   # generation + Spark start
+    lead_ms = int((per_window_s * windows * 1.3 + 15) * 1000)   # generation and staging
     t0 = (int(time.time() * 1000) + lead_ms) // WINDOW_MS * WINDOW_MS
     onset = t0 + FAULT_WINDOW * WINDOW_MS
     end = t0 + windows * WINDOW_MS
@@ -150,31 +177,6 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
     staging = work / "staging"
     dirs, records = _stage_windows(sim, staging, t0, windows)
     staged_bytes = _dir_bytes(staging)
-
-    lake_root = work / "lake"
-    config = Config().with_overrides(
-        spark={"storage_root": str(lake_root)},
-        watch={"cluster": sim.cluster},
-        request_log={k: v for k, v in profile.items() if v is not None},
-        pipeline={"bronze_tables": False})
-    seen: list[tuple[float, list]] = []
-    evaluated: list[float] = []             # wall ms at each hand-over
-
-    def on_findings(findings, now_ms):
-        evaluated.append(time.time() * 1000)
-        seen.append((now_ms, list(findings)))
-
-    monitor = Monitor(config, on_findings=[on_findings])
-    batch_lines = PhaseLines()
-    silver_log = logging.getLogger("jobs.silver")
-    silver_log.addHandler(batch_lines)
-    silver_log.setLevel(logging.INFO)
-    landing = Path(monitor.lake.landing_root)
-    heap = {"peak": 0}
-    stop = threading.Event()
-    monitor.start(0, out=sys.stderr)
-    jvm = monitor.spark.sparkContext._jvm
-    mem = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
 
     def poll_heap():
         while not stop.is_set():
