@@ -1,7 +1,7 @@
 """How long one detector evaluation takes, and where, on a real demo lake.
 
 Run: .kmon/venv/bin/python bench/bench_detect_eval.py [--lake .kmon/demo/lake] [--at MS ...]
-     [--repeats 3] [--advance S] [--reread S] [--like-replay] [--no-save]
+     [--repeats 3] [--advance S] [--reread S] [--like-replay] [--profile N] [--no-save]
 
 Input: the lake of a finished four-fault demo (`./kmonw test -m demo` or `./kmonw demo
 --keep` leave it at .kmon/demo/lake). The bench copies it to a temporary folder (the
@@ -9,7 +9,10 @@ evaluation writes findings), then runs `evaluation.detect.evaluate` at each `--a
 ms; default: 60 s and 360 s before the newest request window) `--repeats` times (each
 `--advance` seconds later than the last), the way the detector query does (same config,
 same parallel reads; from the second repeat on, the last result and the baselines are
-carried over, unless `--like-replay`). It prints each read's wall time and row count, then
+carried over, unless `--like-replay`; so are the slow-broker windows judged). It prints
+each read's wall time and row count (with `--profile N`, the N functions of the
+evaluations after the first that took most of their time, cProfile, the reads then run
+one after the other), then
 each evaluation's wall time, and writes them to bench/results/detect-eval-<utc stamp>.json
 (with the machine and the command). The first evaluation includes Spark's warm-up; the later ones
 are what a running detector query pays per trigger on an idle machine. Under the demo's
@@ -22,8 +25,10 @@ Nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
 import os
+import pstats
 import shutil
 import sys
 import tempfile
@@ -60,6 +65,9 @@ def main() -> int:
                     help="read the findings and the baselines at every evaluation (as "
                          "`evaluation.detect.replay` does) instead of carrying them (as the "
                          "detector query does)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="print the N functions with the most cumulative time over the "
+                         "evaluations after the first (cProfile)")
     ap.add_argument("--no-save", action="store_true", help="print only")
     args = ap.parse_args()
     lake_src = Path(args.lake)
@@ -100,6 +108,8 @@ def main() -> int:
         setattr(inputs, name, timed(name, getattr(inputs, name)))
     for name in ("read_findings", "write_findings"):
         setattr(detect, name, timed(name, getattr(detect, name)))
+    if args.profile:   # cProfile sees one thread: the reads in order, in this one
+        detect.read_inputs = functools.partial(detect.read_inputs, parallelism=1)
 
     at = args.at
     if not at:
@@ -115,6 +125,7 @@ def main() -> int:
     # last result at that time and keeps the slow-broker baselines (`--like-replay`: read
     # both every time, as a replay does).
     runs: list[dict] = []
+    profiler = cProfile.Profile()
     carried: dict[int, list] = {}
     caches = {now_ms: inputs.BaselineCache() for now_ms in at}
     reread = {} if args.reread is None else {"reread_s": args.reread}
@@ -130,8 +141,11 @@ def main() -> int:
                 query_state = {} if args.like_replay else {
                     "previous": carried.get(base_ms), "baseline_cache": caches[base_ms],
                     "window_cache": windows[base_ms], "carried": judged[base_ms]}
+                if args.profile and rep > 0:
+                    profiler.enable()
                 findings = detect.evaluate(spark, lake, config, now_ms, table="anomalies_bench",
                                            sql=sqls[base_ms], **query_state)
+                profiler.disable()
                 carried[base_ms] = findings
                 wall = time.monotonic() - t
                 print(f"run {rep + 1}, at {now_ms}: {wall:.1f} s, {len(findings)} findings")
@@ -144,6 +158,9 @@ def main() -> int:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+    if args.profile and args.repeats > 1:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
     if not args.no_save:
         from bench.result_file import machine_header, save
         save("detect-eval", {**machine_header("detect-eval", "bench.bench_detect_eval", None),
