@@ -239,8 +239,9 @@ def write_minute_tables(windows: DataFrame, write: Callable[[str, DataFrame], No
 
 
 def _tables(keys: DataFrame) -> dict[str, DataFrame]:
-    api = (keys.repartition("cluster", "broker")
-           .mapInArrow(_in_workers(_api_minutes, _API_MINUTES), _API_MINUTES))
+    # The key minutes are made per partition of (cluster, broker) and mapInArrow moves no
+    # row to another partition: each broker's API rows need no shuffle of their own.
+    api = keys.mapInArrow(_in_workers(_api_minutes, _API_MINUTES), _API_MINUTES)
     fleet = (keys.repartition("cluster", "api", "key")
              .mapInArrow(_in_workers(_fleet_minutes, _FLEET_MINUTES), _FLEET_MINUTES))
     return {
