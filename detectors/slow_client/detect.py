@@ -75,14 +75,28 @@ def persistent(recent: Sequence[ClientAssessment],
 
 
 def detect_slow_clients(rows: Iterable[RequestStageWindow], *,
+                        client_sends: Iterable[ClientSendWindow] = (),
+                        client_rtts: Iterable[ClientRttWindow] = (),
+                        producer_times: Iterable[ProducerServerWindow] = (),
                         config: SlowBrokerSection | None = None, **inputs) -> list[Detection]:
     """slow_client detections: a client flagged in persistence_windows of the last
-    persistence_lookback_windows windows (`inputs`: those of `assess_clients`)."""
+    persistence_lookback_windows windows (`inputs`: the other ones of `assess_clients`).
+    Each window is judged on its own, so only those windows are."""
     config = config or SlowBrokerSection()
-    assessments = assess_clients(rows, config=config, **inputs)
+    rows = list(rows)
+    recent_starts = recent_windows(rows, config)
+    wanted = {(c, s) for c, starts in recent_starts.items() for s in starts}
+
+    def recent(items: Iterable) -> list:
+        return [x for x in items if (x.cluster, x.window_start_ms) in wanted]
+
+    assessments = assess_clients(recent(rows), client_sends=recent(client_sends),
+                                 client_rtts=recent(client_rtts),
+                                 producer_times=recent(producer_times), config=config,
+                                 **inputs)
     by_cw = {(a.cluster, a.window_start_ms): a for a in assessments}
     detections = []
-    for cluster, starts in sorted(recent_windows(assessments, config).items()):
+    for cluster, starts in sorted(recent_starts.items()):
         recent = [by_cw[(cluster, s)] for s in starts if (cluster, s) in by_cw]
         reads = persistent(recent, lambda a: a.clients, config.persistence_windows)
         links = persistent(recent, lambda a: a.links, config.persistence_windows)

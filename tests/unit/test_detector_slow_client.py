@@ -151,3 +151,24 @@ def test_thresholds_and_counts_decide(monkeypatch):
     strict = replace(CONFIG, api_threshold_ms={"FetchConsumer": 5000})
     # The adapter counts against the API's threshold; a p99 under it is no slow reader.
     assert found(healthy(), [replace(x, slow_requests=None) for x in sends], strict) == {}
+
+
+def test_only_the_windows_persistence_looks_at_are_judged(monkeypatch):
+    # Each window is judged on its own: a reader slow before the lookback is no finding,
+    # and the windows before it change nothing about one slow in it.
+    import detectors.slow_client.detect as detect_module
+
+    rows = healthy()
+    early = slow_reader_sends(windows=range(0, 5))
+    assert found(rows, early) == {}
+    assert found(rows, early + slow_reader_sends()).keys() == found(
+        rows, slow_reader_sends()).keys() == {"client:slow-reader"}
+    judged = []
+
+    def counting(sends, *args, **kwargs):
+        judged.append(1)
+        return readers.judge_clients(sends, *args, **kwargs)
+
+    monkeypatch.setattr(detect_module, "judge_clients", counting)
+    detect_slow_clients(rows, client_sends=early, config=CONFIG)
+    assert len(judged) == CONFIG.persistence_lookback_windows
