@@ -179,8 +179,8 @@ def _assess_cluster(cluster: str, starts: list[int], state: ClusterJudgements,
         if done is not None and carried[i] == start and done.same(inputs, values):
             a = done.assessment
         else:
-            if kept:
-                state.forget_from(start)
+            if kept:   # from here (or from a carried window the input no longer has)
+                state.forget_from(min(start, carried[i]) if i < len(carried) else start)
                 kept = False
             logged = {r.broker for r in window_rows} | {f.leader for f in fetches}
             by_leader = holdback_view(fetches, start, state.last_seen, logged, window_ms)

@@ -171,3 +171,17 @@ def test_a_window_judged_again_undoes_what_it_said_of_the_followers_seen():
     assert state.last_seen == {0: {1: T0, 2: T0}}
     state.drop_before(T0 + W)
     assert state.last_seen == {0: {}} and not state.windows
+
+
+def test_a_window_the_input_no_longer_has_is_forgotten_with_what_it_taught():
+    windows = fleet()
+    judged = JudgedWindows()
+    rows, fetches = evaluation(windows, 40)
+    assess_windows(rows, follower_fetches=fetches, config=CONFIG, judged=judged)
+    gone = T0 + 35 * W
+    rows = [r for r in rows if r.window_start_ms != gone]
+    fetches = [f for f in fetches if f.window_start_ms != gone]
+    again = assess_windows(rows, follower_fetches=fetches, config=CONFIG, judged=judged)
+    assert judged.judged_last() == 5
+    assert again == assess_windows(rows, follower_fetches=fetches, config=CONFIG)
+    assert gone not in judged._clusters["c"].windows
