@@ -130,12 +130,13 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
     from kmon.monitor import Monitor
 
     templates = templates_from_recording()
+    profile = dict(profile or {})
     probe = FleetSim(templates, brokers)
     lake_root = work / "lake"
     config = Config().with_overrides(
         spark={"storage_root": str(lake_root)},
         watch={"cluster": probe.cluster},
-        request_log={k: v for k, v in (profile or {}).items() if v is not None},
+        request_log={k: v for k, v in profile.items() if v is not None},
         pipeline={"bronze_tables": False})
     seen: list[tuple[float, list]] = []
     evaluated: list[float] = []             # wall ms at each hand-over
@@ -175,7 +176,6 @@ def run_size(brokers: int, windows: int, with_faults: bool, work: Path,
                       for c in cs if c["client_id"])
         faults[2] = Fault("slow_client", 23, onset, end, delay_ms=600.0,
                           client_id=f"{client}-{23 % 50}")
-    profile = dict(profile or {})
     sim = FleetSim(templates, brokers, faults=faults, **profile)
     staging = work / "staging"
     dirs, records = _stage_windows(sim, staging, t0, windows)

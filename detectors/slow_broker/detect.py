@@ -161,7 +161,7 @@ def _assess_cluster(cluster: str, starts: list[int], state: ClusterJudgements,
     """One cluster's windows in order: those judged before on the same inputs kept,
     from the first that differs on judged again (judged.py)."""
     window_ms = config.window_ms
-    carried = state.starts()
+    carried = list(state.windows)
     out = []
     kept, judged = True, 0
     blamed_before: set[int] = set()   # blamed in the last window that counts as before
@@ -175,9 +175,9 @@ def _assess_cluster(cluster: str, starts: list[int], state: ClusterJudgements,
         inputs = (window_rows, fetches, sends,
                   holds.could_overlap(start, start + window_ms) if holds is not None else ())
         values = (tuple(shrinks), tuple(active), frozenset(blamed_before))
-        done = state.windows.get(start) if kept and i < len(carried) else None
-        if done is not None and carried[i] == start and done.same(inputs, values):
-            a = done.assessment
+        if (kept and i < len(carried) and carried[i] == start
+                and state.windows[start].same(inputs, values)):
+            a = state.windows[start].assessment
         else:
             if kept:   # from here (or from a carried window the input no longer has)
                 state.forget_from(min(start, carried[i]) if i < len(carried) else start)

@@ -49,9 +49,6 @@ class ClusterJudgements:
     oldest_ms: int | None = None
     judged_last: int = 0   # windows judged (not kept) by the last evaluation
 
-    def starts(self) -> list[int]:
-        return list(self.windows)
-
     def drop_before(self, start_ms: int) -> None:
         """Forget the windows before the range (their effects stay in the history for the
         windows kept; the history itself keeps only what is in the range)."""

@@ -87,12 +87,12 @@ def detect_slow_clients(rows: Iterable[RequestStageWindow], *,
     recent_starts = recent_windows(rows, config)
     wanted = {(c, s) for c, starts in recent_starts.items() for s in starts}
 
-    def recent(items: Iterable) -> list:
+    def in_wanted(items: Iterable) -> list:
         return [x for x in items if (x.cluster, x.window_start_ms) in wanted]
 
-    assessments = assess_clients(recent(rows), client_sends=recent(client_sends),
-                                 client_rtts=recent(client_rtts),
-                                 producer_times=recent(producer_times), config=config,
+    assessments = assess_clients(in_wanted(rows), client_sends=in_wanted(client_sends),
+                                 client_rtts=in_wanted(client_rtts),
+                                 producer_times=in_wanted(producer_times), config=config,
                                  **inputs)
     by_cw = {(a.cluster, a.window_start_ms): a for a in assessments}
     detections = []

@@ -36,13 +36,13 @@ from infra.lake import Lake, register_tables
 from ingest.file_tailer import PositionStore
 from ingest.log_time import stamp_to_ms
 from jobs.pipeline import Pipeline
-from jobs.streams import STREAMS
+from jobs.streams import stream
 from jobs.table_docs import cookbook_queries
 from tests.conftest import wait_until
 from tests.support.kmon_process import (ctrl_c, kill9, kmon_env, log_tail,
                                         request_logs_from_end, start_kmon)
 
-LATENESS_S = next(s.lateness_s for s in STREAMS if s.name == "request_windows")
+LATENESS_S = stream("request_windows").lateness_s
 STAGE_KEYS = {"total": "totalTimeMs", "request_queue": "requestQueueTimeMs",
               "local": "localTimeMs", "remote": "remoteTimeMs", "send": "sendTimeMs"}
 API_NAMES = {0: "Produce", 1: "Fetch"}
