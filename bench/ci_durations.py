@@ -10,7 +10,10 @@ are read (.kmon/test-results.xml and .kmon/test-results-corpus.xml). Their tests
 add up to more than the run took; the wall time is the longer process's.
 
 Prints the tiers (unit, spark, integration) and the slowest files, and writes the same as
-data to bench/results/ci-durations-<utc stamp>.json. A file's time is the sum of its tests'
+data to bench/results/ci-durations-<utc stamp>.json. Where the run left <xml>.cpu.json
+(tests/conftest.py), each file also has the machine's CPU seconds during its tests, at
+normal priority (`cpu_s`: the test and what it started) and niced (`niced_cpu_s`: in the
+main process, the replays beside it), and the files are also listed by CPU. A file's time is the sum of its tests'
 times as pytest reports them (setup, call and teardown, so a module-scoped cluster counts
 in its first test); the run's wall time is pytest's own total. CI must stay under 45
 minutes on 2 cores: this is how to see which part to make cheaper.
@@ -43,6 +46,12 @@ def durations(xml_path: Path) -> dict:
         name = (case.get("classname") or "").replace(".", "/") + ".py"
         by_file[name] += float(case.get("time") or 0)
         tests[name] += 1
+    cpu: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    cpu_path = xml_path.with_suffix(".cpu.json")
+    if cpu_path.is_file():
+        for nodeid, spent in json.loads(cpu_path.read_text()).items():
+            for k, v in spent.items():
+                cpu[nodeid.split("::")[0]][k] += v
     tiers: dict[str, float] = defaultdict(float)
     for name, s in by_file.items():
         parts = name.split("/")
@@ -50,7 +59,8 @@ def durations(xml_path: Path) -> dict:
     return {"wall_s": float(suite.get("time") or 0), "tests": int(suite.get("tests") or 0),
             "failures": int(suite.get("failures") or 0) + int(suite.get("errors") or 0),
             "tiers": dict(sorted(tiers.items(), key=lambda x: -x[1])),
-            "files": [{"file": f, "tests": tests[f], "seconds": round(s, 1)}
+            "files": [{"file": f, "tests": tests[f], "seconds": round(s, 1),
+                       **{k: round(v, 1) for k, v in cpu.get(f, {}).items()}}
                       for f, s in sorted(by_file.items(), key=lambda x: -x[1])]}
 
 
@@ -95,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     print("slowest files:")
     for f in d["files"][:args.top]:
         print(f"  {f['seconds']:7.1f} s  {f['tests']:4d} tests  {f['file']}")
+    by_cpu = sorted((f for f in d["files"] if "cpu_s" in f), key=lambda f: -f["cpu_s"])
+    if by_cpu:
+        print("most CPU (the machine's, normal priority / niced, during the file's tests):")
+        for f in by_cpu[:args.top]:
+            print(f"  {f['cpu_s']:7.1f} s  {f['niced_cpu_s']:7.1f} s niced  {f['file']}")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = ROOT / "bench" / "results" / f"ci-durations-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

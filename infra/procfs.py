@@ -23,3 +23,13 @@ def stat_fields(pid: int | str) -> list[str] | None:
 def pids() -> list[int]:
     """Every process id in /proc now."""
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """CPU seconds the whole machine spent since boot, from /proc/stat's first line: at
+    normal priority (user, system, irq, softirq) and at a raised nice value, apart."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = ticks
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + system + irq + softirq) / hz, nice / hz

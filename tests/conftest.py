@@ -7,11 +7,13 @@ with Delta), tests/integration (a real KRaft cluster started from the Apache jar
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
+from infra.procfs import machine_cpu_s
 from kmon.config import load_config
 
 TIER_BY_FOLDER = {"unit": "unit", "spark": "spark", "integration": "integration"}
@@ -28,6 +30,32 @@ def pytest_collection_modifyitems(config, items):
         if folder in TIER_BY_FOLDER:
             item.add_marker(getattr(pytest.mark, TIER_BY_FOLDER[folder]))
     items.sort(key=lambda item: Path(str(item.fspath)).name not in RUN_FIRST)
+
+
+# The machine's CPU seconds during each test (setup to teardown), at normal priority and
+# niced apart: beside the JUnit XML as <its name>.cpu.json, read by bench/ci_durations.py.
+# A test's wall time says little on 2 shared cores; its CPU says what it costs the run.
+_CPU_AT_SETUP = pytest.StashKey[tuple]()
+_CPU_BY_TEST: dict[str, dict] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_SETUP] = machine_cpu_s()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    start = item.stash.get(_CPU_AT_SETUP, None)
+    if start is not None:
+        own, niced = (b - a for a, b in zip(start, machine_cpu_s()))
+        _CPU_BY_TEST[item.nodeid] = {"cpu_s": round(own, 2), "niced_cpu_s": round(niced, 2)}
+
+
+def pytest_sessionfinish(session):
+    xml = getattr(session.config.option, "xmlpath", None)
+    if xml and _CPU_BY_TEST:
+        Path(xml).with_suffix(".cpu.json").write_text(json.dumps(_CPU_BY_TEST, indent=0))
 
 
 @pytest.fixture(scope="session")
