@@ -312,21 +312,30 @@ class Pipeline:
         self.queries = []
 
     def stop(self, batch_wait_s: float = 60.0) -> None:
-        """Stop downstream first, each between micro-batches where possible.
+        """Stop every query between two of its micro-batches where possible, all at once.
 
-        A query in the middle of a batch gets up to `batch_wait_s` to finish it; one still
-        busy after that is interrupted, which is safe too (the batch is replayed on restart
-        and every write is idempotent), just slower to recover.
+        Each query is stopped the first moment it runs no batch; one still in a batch
+        after `batch_wait_s` is interrupted, which is safe too (the batch is replayed on
+        restart and every write is idempotent), just slower to recover. All at once, not
+        one after another: a query waiting for its turn goes on starting batches, so a
+        stop took as long as every query's batches in turn.
         """
-        for q in reversed(self.queries):
-            try:
-                deadline = time.monotonic() + batch_wait_s
-                while (q.isActive and q.status.get("isTriggerActive")
-                       and time.monotonic() < deadline):
-                    time.sleep(0.2)
-                q.stop()
-            except Exception as e:  # noqa: BLE001 - keep stopping the rest (JVM may be gone)
-                log.warning("stopping a query: %s", str(e).splitlines()[0] if str(e) else e)
+        deadline = time.monotonic() + batch_wait_s
+        running = list(reversed(self.queries))
+        while running:
+            late, busy = time.monotonic() >= deadline, []
+            for q in running:
+                try:
+                    if not late and q.isActive and q.status.get("isTriggerActive"):
+                        busy.append(q)
+                    else:
+                        q.stop()
+                except Exception as e:  # noqa: BLE001 - stop the rest (JVM may be gone)
+                    log.warning("stopping a query: %s",
+                                str(e).splitlines()[0] if str(e) else e)
+            running = busy
+            if running:
+                time.sleep(0.2)
         self.queries = []
 
     # ---- progress ----------------------------------------------------------------------

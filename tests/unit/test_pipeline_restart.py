@@ -131,3 +131,63 @@ def test_the_log_names_the_root_cause_not_pyspark_s_wrapper(caplog):
     assert line.endswith(": org.apache.kafka.common.errors.TimeoutException: Timeout of "
                          "60000ms expired before the position for partition "
                          "kmon.broker_metrics-1 could be determined")
+
+
+
+class Clock:
+    """Stands in for the `time` module in jobs.pipeline: sleeping moves it on."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+class Batches(Query):
+    """A running query that starts a batch every `every` s, each busy for `busy` s."""
+
+    def __init__(self, name: str, clock: Clock, every: float, busy: float):
+        super().__init__(name)
+        self.clock, self.every, self.busy = clock, every, busy
+        self.stopped_at, self.interrupted = None, False
+
+    def _in_batch(self) -> bool:
+        return self.clock.now % self.every < self.busy
+
+    @property
+    def status(self):
+        return {"isTriggerActive": self._in_batch()}
+
+    def stop(self):
+        self.stopped_at, self.interrupted = self.clock.now, self._in_batch()
+        self.isActive = False
+
+
+def test_stop_takes_each_query_between_its_batches_all_at_once(monkeypatch):
+    import jobs.pipeline
+    clock = Clock()
+    monkeypatch.setattr(jobs.pipeline, "time", clock)
+    silver = Batches("silver", clock, every=4, busy=3.5)      # free at 3.5-4, 7.5-8, ...
+    gold = Batches("gold", clock, every=10, busy=3)
+    detect = Batches("detect", clock, every=10, busy=6)
+    p = Pipeline(spark=None, lake=None, settings=None)
+    p.queries = [silver, gold, detect]
+    p.stop(batch_wait_s=60)
+    assert not any(q.interrupted for q in (silver, gold, detect)) and p.queries == []
+    # Each at its own first gap: silver is not kept running while detect finishes.
+    assert [round(q.stopped_at, 1) for q in (silver, gold, detect)] == [3.6, 3.0, 6.0]
+
+
+def test_stop_interrupts_a_batch_still_running_after_the_wait(monkeypatch):
+    import jobs.pipeline
+    clock = Clock()
+    monkeypatch.setattr(jobs.pipeline, "time", clock)
+    q = Batches("silver", clock, every=100, busy=99)
+    p = Pipeline(spark=None, lake=None, settings=None)
+    p.queries = [q]
+    p.stop(batch_wait_s=5)
+    assert q.interrupted and not q.isActive and round(q.stopped_at) == 5
