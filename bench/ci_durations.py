@@ -10,12 +10,13 @@ are read (.kmon/test-results.xml and .kmon/test-results-corpus.xml). Their tests
 add up to more than the run took; the wall time is the longer process's.
 
 Prints the tiers (unit, spark, integration) and the slowest files, and writes the same as
-data to bench/results/ci-durations-<utc stamp>.json. Where the run left <xml>.cpu.json
-(tests/conftest.py), each file also has the machine's CPU seconds during its tests, at
-normal priority (`cpu_s`: the test and what it started) and niced (`niced_cpu_s`: in the
-main process, the replays beside it), and the files are also listed by CPU. A file's time is the sum of its tests'
-times as pytest reports them (setup, call and teardown, so a module-scoped cluster counts
-in its first test); the run's wall time is pytest's own total. CI must stay under 45
+data to bench/results/ci-durations-<utc stamp>.json. A file's time is the sum of its
+tests' times as pytest reports them (setup, call and teardown, so a module-scoped cluster
+counts in its first test); the run's wall time is pytest's own total. Where the run left
+<xml>.cpu.json (tests/conftest.py), each file also has the machine's CPU seconds during
+its tests, at normal priority (`cpu_s`: the test and what it started) and niced
+(`niced_cpu_s`: in the main process, the replays beside it), and the files are also
+listed by CPU. CI must stay under 45
 minutes on 2 cores: this is how to see which part to make cheaper.
 
 Nothing here asserts a speed.

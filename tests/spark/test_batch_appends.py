@@ -4,10 +4,10 @@ and two queries sharing one table."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 from pathlib import Path
+
+import pytest
 
 from jobs.batch_appends import BatchAppends, app_history, last_marked_batch, mark, parse_mark
 

@@ -10,6 +10,7 @@ import logging
 
 import pytest
 
+import jobs.pipeline
 from jobs.pipeline import Pipeline, RestartBackoff
 
 
@@ -133,7 +134,6 @@ def test_the_log_names_the_root_cause_not_pyspark_s_wrapper(caplog):
                          "kmon.broker_metrics-1 could be determined")
 
 
-
 class Clock:
     """Stands in for the `time` module in jobs.pipeline: sleeping moves it on."""
 
@@ -168,7 +168,6 @@ class Batches(Query):
 
 
 def test_stop_takes_each_query_between_its_batches_all_at_once(monkeypatch):
-    import jobs.pipeline
     clock = Clock()
     monkeypatch.setattr(jobs.pipeline, "time", clock)
     silver = Batches("silver", clock, every=4, busy=3.5)      # free at 3.5-4, 7.5-8, ...
@@ -183,7 +182,6 @@ def test_stop_takes_each_query_between_its_batches_all_at_once(monkeypatch):
 
 
 def test_stop_interrupts_a_batch_still_running_after_the_wait(monkeypatch):
-    import jobs.pipeline
     clock = Clock()
     monkeypatch.setattr(jobs.pipeline, "time", clock)
     q = Batches("silver", clock, every=100, busy=99)
