@@ -324,7 +324,25 @@ class MinuteRollup:
             self.next = self._minutes_done()
         finished = (self.high_water - self.lateness_ms) // MINUTE_MS * MINUTE_MS
         while (low := min(self.next.values())) < finished:
+            if finished - low > STEP_MINUTES * MINUTE_MS:
+                low = self._skip_silence(low, finished)
+                if low >= finished:
+                    break
             self._step(low, min(finished, low + STEP_MINUTES * MINUTE_MS))
+
+    def _skip_silence(self, low: int, finished: int) -> int:
+        """Where a backlog's first minute with rows is (`finished` when none is): every
+        table moves past the minutes before it at once. After hours without telemetry the
+        backlog is otherwise read in STEP_MINUTES steps of nothing, a Spark job each."""
+        first = (self._silver().where(
+            (F.col("date") >= F.to_date(F.timestamp_millis(F.lit(low))))
+            & (F.col("ts_ms") >= low) & (F.col("ts_ms") < finished))
+            .agg(F.min("ts_ms").alias("m")).first()["m"])
+        start = finished if first is None else first // MINUTE_MS * MINUTE_MS
+        if start > low:
+            self.next = {t: max(v, start) for t, v in self.next.items()}
+            log.info("gold minute tables: no telemetry in minutes %d to %d", low, start)
+        return start
 
     def _step(self, low: int, high: int) -> None:
         """Roll up the minutes in [low, high) into every table still without them."""

@@ -265,6 +265,25 @@ def test_the_query_rolls_up_a_minute_once_after_its_lateness(spark, tmp_path):
                      ).count() == versions
 
 
+def test_the_query_passes_hours_without_telemetry_in_one_read(spark, tmp_path, caplog):
+    """Five hours without rows between two minutes: the query rolls up both, and passes
+    the silence in one read instead of STEP_MINUTES steps of nothing (a Spark job each)."""
+    import logging
+
+    from infra.lake import Lake
+
+    lake = Lake(str(tmp_path))
+    later = T0 + 5 * 3_600_000
+    _silver(spark, lake, window_rows(seed=1, minutes=1)
+            + window_rows(seed=2, minutes=2, start=later))
+    with caplog.at_level(logging.INFO, logger="jobs.gold_windows"):
+        start_minute_tables(spark, lake, 15, {"availableNow": True}).awaitTermination()
+    for table in ("request_keys_1m", "request_stages_1m", "fleet_stages_1m"):
+        assert _minutes(spark, lake, table) == [T0, later], table
+    steps = [r.getMessage() for r in caplog.records if "rolled up" in r.getMessage()]
+    assert len(steps) == 2, steps
+
+
 def test_a_query_for_the_detectors_keeps_up_their_table_only(spark, tmp_path):
     """A corpus replay's pipeline keeps up gold.request_stages_1m alone (the baselines'
     table); the other two are made, empty."""
