@@ -194,22 +194,24 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     agents = start_kmon(agents_cmd, env, logs / "agents.log")
     job = start_kmon(job_cmd, env, logs / "job.log")
     try:
+        # Produced at once, while the job starts: the gold check compares these minutes,
+        # final the soonest this way (below).
+        _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
+        produced_ms = time.time() * 1000
         wait_for(lambda: silver_rows() > 0, "first silver rows from the running job")
         _poison(kafka_cluster.nodes[0].request_log)
-        _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
         kill9(agents)
         kill9(job)
         _produce(kafka_cluster.bootstrap_servers, workload["topic"], 500)
         agents = start_kmon(agents_cmd, env, logs / "agents.log")
         job = start_kmon(job_cmd, env, logs / "job.log")
-        produced_ms = time.time() * 1000
         before = silver_rows()
         wait_for(lambda: silver_rows() > before, "silver rows after the restart")
         assert ctrl_c(job) == 0, (logs / "job.log").read_text()[-3000:]
         # A gold minute is rolled up once event time passes its end plus request_windows'
         # lateness bound. The agents go on (their follower-fetch windows move event time)
-        # until the produced minutes are final; the pipeline then runs once over it all
-        # below. (The job running those minutes too made this test the run's longest
+        # until the first produce's minutes are final; the pipeline then runs once over it
+        # all below. (The job running those minutes too made this test the run's longest
         # stretch of two busy Spark drivers, with nothing more checked.)
         final_ms = (produced_ms // 60_000 + 1) * 60_000 + LATENESS_S * 1000
         while time.time() * 1000 < final_ms + 20_000:
@@ -262,8 +264,9 @@ def test_agents_and_jobs_killed_and_restarted_lose_and_repeat_nothing_and_gold_m
     assert not missing, f"{len(missing)} request log lines never reached silver, e.g. {sorted(missing)[:3]}"
     assert not extra, f"{len(extra)} silver rows that are no line of the request logs"
 
-    # The poison pill: quarantined with its reason; lines after it (the 500 produced next,
-    # and the restart's) are in silver, as the `missing` check above already proved.
+    # The poison pill: quarantined with its reason; lines after it (the 500 produced while
+    # the agents were down, and the restart's) are in silver, as the `missing` check above
+    # already proved.
     assert len(poisoned) == 1, poisoned
     pill = (spark.read.format("delta").load(lake.table("silver", "quarantine"))
             .where(F.col("record_id") == poisoned[0]).collect())
