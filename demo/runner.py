@@ -124,6 +124,7 @@ class LiveDemo:
         self.tracker = FindingTracker(out)
         self.cluster = self.workload = self.monitor = self.ctx = None
         self.stats_hook = None
+        self.on_inputs = None   # the monitor's `on_inputs` (kmon/monitor.py Monitor)
         self.outcomes: list[FaultOutcome] = []
         self.healthy: list = []
         self.warm_start_ms = 0
@@ -219,7 +220,7 @@ class LiveDemo:
         self.monitor = Monitor(config, registry=registry,
                                watched_bootstrap=cluster.bootstrap_servers,
                                cluster_sizes={config.watch.cluster: len(cluster.broker_nodes)},
-                               on_findings=[self.tracker])
+                               on_findings=[self.tracker], on_inputs=self.on_inputs)
         state_dir = config.work_dir / "demo" / "agent-state"
         self.monitor.agents = build_agents(config, registry, self.monitor.lake, state_dir,
                                            cluster) + [

@@ -366,7 +366,9 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
                          query_name: str = QUERY_NAME,
                          in_background: Callable[[list[Finding], int], None] | None = None,
                          wait_for_data: Callable[[], float] | None = None,
-                         written_since: Written | None = None) -> DetectorQuery:
+                         written_since: Written | None = None,
+                         on_inputs: Callable[[int, DetectorInputs], None] | None = None
+                         ) -> DetectorQuery:
     """A StreamingQuery that evaluates at clock() on every trigger.
 
     `trigger` is a DataStreamWriter.trigger keyword dict (default every 10 s;
@@ -386,6 +388,7 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
     evaluation starts right after the silver query's commit and reads the freshest data.
     `written_since` (`SilverCommits.written_since`) tells the window reads which windows
     silver wrote since their last read (evaluation/inputs/window_cache.py).
+    `on_inputs(now_ms, inputs)` is called with what each evaluation read (`assess`).
     """
     check_config(config)
     try:
@@ -399,7 +402,8 @@ def start_detector_query(spark: SparkSession, lake: Lake, config: DetectionConfi
     on_tick = DetectorTicks(spark, lake, config, path, writer, clock=clock,
                             lookback_s=lookback_s, table=table, topic_configs=topic_configs,
                             on_findings=on_findings, in_background=in_background,
-                            wait_for_data=wait_for_data, written_since=written_since)
+                            wait_for_data=wait_for_data, written_since=written_since,
+                            on_inputs=on_inputs)
     ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
     query = (ticks.writeStream.queryName(query_name)
              .option("checkpointLocation", lake.checkpoint(query_name))
@@ -425,12 +429,14 @@ class DetectorTicks:
                  on_findings: Callable[[list[Finding], int], None] | None,
                  in_background: Callable[[list[Finding], int], None] | None,
                  wait_for_data: Callable[[], float] | None,
-                 written_since: Written | None = None) -> None:
+                 written_since: Written | None = None,
+                 on_inputs: Callable[[int, DetectorInputs], None] | None = None) -> None:
         self.spark, self.lake, self.config, self.path = spark, lake, config, path
         self.writer, self.clock = writer, clock
         self.lookback_s, self.table = lookback_s, table
         self.topic_configs, self.on_findings = topic_configs, on_findings
         self.in_background, self.wait_for_data = in_background, wait_for_data
+        self.on_inputs = on_inputs
         self.baselines = BaselineCache()
         self.windows = WindowReadCache(written=written_since)
         self.commit_seed = CommitSeedCache()
@@ -458,7 +464,8 @@ class DetectorTicks:
         a = assess(self.spark, self.lake, self.config, now_ms, self.lookback_s,
                    table=self.table, topic_configs=configs, previous=previous,
                    baseline_cache=self.baselines, window_cache=self.windows,
-                   commit_seed=self.commit_seed, sql=self.sql, carried=self.carried)
+                   commit_seed=self.commit_seed, sql=self.sql, carried=self.carried,
+                   on_inputs=self.on_inputs)
         a.data_wait_s = data_wait_s
         return a
 

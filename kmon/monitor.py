@@ -126,7 +126,8 @@ class Monitor:
     def __init__(self, config: Config, *, agents: list | None = None,
                  registry: CollectorRegistry | None = None, watched_bootstrap: str | None = None,
                  cluster_sizes: dict[str, int] | None = None,
-                 on_findings: list | None = None, exporter_state: Path | None = None):
+                 on_findings: list | None = None, exporter_state: Path | None = None,
+                 on_inputs: Callable | None = None):
         from infra.lake import Lake
         from kmon.exporter import KmonExporter
 
@@ -141,6 +142,8 @@ class Monitor:
         self.cluster_sizes = cluster_sizes or {}
         # Called in each evaluation, before anything is written (the alert path).
         self.listeners = [self.exporter.set_findings, *(on_findings or [])]
+        # Called with what each evaluation read (evaluation.detect.assess `on_inputs`).
+        self.on_inputs = on_inputs
         # Called after them, in the detector query's write-behind thread (the decision step).
         self.background_listeners: list = []
         self.spark = self.pipeline = self.supervisor = self.server = None
@@ -182,7 +185,8 @@ class Monitor:
         self._release_clients = _add_detectors(
             self.pipeline, self.spark, self.lake, config, self._on_findings,
             self.watched_bootstrap, in_background=self._on_findings_in_background,
-            silver_commits=commits if config.pipeline.detect_after_silver_commit else None)
+            silver_commits=commits if config.pipeline.detect_after_silver_commit else None,
+            on_inputs=self.on_inputs)
         self.pipeline.start()
         from jobs.maintenance import MaintenanceLoop
         self.maintenance = MaintenanceLoop(self.spark, self.lake, config.maintenance)
@@ -337,7 +341,8 @@ def _decision_step(config: Config, spark, lake, bootstrap: str | None):
 
 def _add_detectors(pipeline, spark, lake, config, on_findings,
                    bootstrap: str | None, *, in_background=None,
-                   silver_commits: SilverCommits | None = None) -> Callable[[], None]:
+                   silver_commits: SilverCommits | None = None,
+                   on_inputs: Callable | None = None) -> Callable[[], None]:
     """The detector query (every trigger, gold.anomalies) handing findings to `on_findings`,
     then to `in_background` in its write-behind thread.
 
@@ -378,7 +383,8 @@ def _add_detectors(pipeline, spark, lake, config, on_findings,
                                     topic_configs=topic_configs, in_background=in_background,
                                     wait_for_data=wait_for_data if waits else None,
                                     written_since=(silver_commits.written_since
-                                                   if silver_commits is not None else None))
+                                                   if silver_commits is not None else None),
+                                    on_inputs=on_inputs)
 
     pipeline.extra_queries.append(start)
     return client.clear

@@ -357,8 +357,6 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bo
     its score and what was seen ((first handed over at, finding in its latest state)).
     With `keep_inputs`, what each evaluation read is kept beside the lake (INPUTS_FILE),
     for `rescore`. Safe beside the preparation of another recording in the same session."""
-    import pickle
-
     from detectors.compaction_lag import CompactedTopicConfig
     from evaluation.detect import DETECT_POOL, assess
     from evaluation.inputs import DETECTOR_METRICS, BaselineCache, WindowReadCache
@@ -396,10 +394,20 @@ def score_replay(spark, prepared: PreparedReplay, step_s: float, keep_inputs: bo
         sql.close()
         forget_lake(spark, prepared.lake_root)
     if keep_inputs:
-        with gzip.open(Path(prepared.lake_root).parent / INPUTS_FILE, "wb") as f:
-            pickle.dump({"fingerprint": inputs_fingerprint(), "step_s": step_s,
-                         "evaluations": kept}, f, protocol=pickle.HIGHEST_PROTOCOL)
+        keep_evaluations(Path(prepared.lake_root).parent, kept, step_s)
     return result
+
+
+def keep_evaluations(folder: Path, evaluations: list, step_s: float | None) -> Path:
+    """What evaluations read ((time, DetectorInputs) in order) into folder/INPUTS_FILE,
+    for `rescore`; step_s None: a live run's, evaluated when its detector query ran."""
+    import pickle
+
+    path = folder / INPUTS_FILE
+    with gzip.open(path, "wb") as f:
+        pickle.dump({"fingerprint": inputs_fingerprint(), "step_s": step_s,
+                     "evaluations": evaluations}, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
 
 
 def rescore(config, rec: Recording, root: Path) -> tuple[ScenarioScore, list[tuple[int, dict]]]:
@@ -407,13 +415,17 @@ def rescore(config, rec: Recording, root: Path) -> tuple[ScenarioScore, list[tup
     kept under root/<scenario>/: every rule, the findings' lifecycle and correlation as a
     replay runs them (not the slow requests attached as evidence, which no score reads).
     Seconds a recording, so a rule change is checked on the whole corpus before a replay.
+    A recording of a failed live scenario holds what its live evaluations read, with the
+    data as it had arrived then: rescored over those, a live race comes back.
     ValueError when there are no kept inputs or the read side has changed shape since."""
     import pickle
 
     from detectors.registry import run_detectors
     from evaluation.detect import carried_findings, next_findings
 
-    path = root / rec.scenario / INPUTS_FILE
+    path = rec.path / INPUTS_FILE
+    if not path.exists():
+        path = root / rec.scenario / INPUTS_FILE
     if not path.exists():
         raise ValueError(f"no kept detector inputs at {path}: run `kmon matrix replay` first")
     with gzip.open(path, "rb") as f:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from demo.outcomes import FaultOutcome
 from demo.runner import LiveDemo
 from demo.settings import DemoSettings
 from jobs.pipeline import PipelineFailed
-from matrix.corpus import CORPUS_DIR, record
+from matrix.corpus import CORPUS_DIR, keep_evaluations, record
 from matrix.fault import finding_dict
 from matrix.scenarios import Scenario, Topology
 from matrix.score import ScenarioScore, score, states_json
@@ -94,6 +95,29 @@ def split_late(seen: list, previous_healed_ms: int | None) -> tuple[list, list]:
     return [x for x in seen if x not in carried], carried
 
 
+class LiveEvaluations:
+    """What the monitor's evaluations read, (time, DetectorInputs) in order: a failed
+    scenario's recording keeps those of its span, so `kmon matrix rescore` runs the
+    detectors over the data as it had arrived live, not as a replay sees it (complete by
+    event time), and a race between telemetry that arrived late comes back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: list = []
+
+    def __call__(self, now_ms: int, inputs) -> None:
+        with self._lock:
+            self._kept.append((now_ms, inputs))
+
+    def span(self, start_ms: int, end_ms: int) -> list:
+        with self._lock:
+            return [(t, i) for t, i in self._kept if start_ms <= t <= end_ms]
+
+    def forget_before(self, ms: int) -> None:
+        with self._lock:
+            self._kept = [(t, i) for t, i in self._kept if t >= ms]
+
+
 class MatrixSession(LiveDemo):
     """One topology's scenarios on one cluster."""
 
@@ -108,6 +132,7 @@ class MatrixSession(LiveDemo):
                          out=out)
         self.topology, self.corpus, self.meta = topology, corpus, meta
         self.failed_dir = failed_dir
+        self.evaluations = self.on_inputs = LiveEvaluations()
         self.results: list[ScenarioResult] = []
         self.healed_ms = 0
         self.unhealed: str | None = None     # why the last heal failed, if it did
@@ -183,6 +208,7 @@ class MatrixSession(LiveDemo):
         wait_until_clear(fault, self.tracker, st, self.stop, self.p)
         started = int(time.time() * 1000)
         history_from = max(started - HISTORY_S * 1000, self.healed_ms + HISTORY_GAP_S * 1000)
+        self.evaluations.forget_before(history_from)
         run = FaultRun(s.name, started)
         outcome = FaultOutcome(s.name, s.summary, started, notes=run.notes)
         watch = DetectionWatch(fault, outcome, self.tracker, self.monitor, st, self.stop, self.p)
@@ -268,6 +294,8 @@ class MatrixSession(LiveDemo):
                       overrides=self.topology.overrides(), meta=self.meta,
                       nodes=[(n.node_id, n.log_dir) for n in self.cluster.nodes],
                       history_s=self.config.unclean_election.replay_lookback_s)
+        if into == self.failed_dir:
+            keep_evaluations(dest, self.evaluations.span(start_ms, end_ms), None)
         self.p.note(f"recorded into {dest}")
         return dest
 

@@ -535,13 +535,17 @@ def test_detector_query_evaluates_on_its_trigger_and_hands_findings_over(
         # The write-behind: after the hand-over, before the MERGE.
         background.append((findings, now_ms, _table_rows(spark, lake, "anomalies_q").count()))
 
+    read = []
     query = start_detector_query(spark, lake, kmon_config, {"availableNow": True},
                                  on_findings, clock=lambda: NOW_A, lookback_s=300,
                                  table="anomalies_q", query_name="detect_anomalies_test",
-                                 in_background=in_background)
+                                 in_background=in_background,
+                                 on_inputs=lambda now, inputs: read.append((now, inputs)))
     query.awaitTermination()        # also waits for the write-behind
     assert query.exception() is None
     assert len(calls) == 1 and len(background) == 1
+    # What the evaluation read: a live matrix run keeps it for a failed scenario's rescore.
+    assert [now for now, _ in read] == [NOW_A] and read[0][1].stage_windows
     findings, now_ms, rows_when_handed = calls[0]
     assert now_ms == NOW_A
     assert [f.to_row() for f in findings] == [f.to_row() for f in findings_a]

@@ -46,3 +46,29 @@ def test_inputs_of_another_read_side_or_none_are_refused(kmon_config, tmp_path):
     keep(tmp_path, rec, evaluations(rec), fingerprint="0" * 16)
     with pytest.raises(ValueError, match="read side of another shape"):
         rescore(kmon_config, rec, tmp_path)
+
+
+def test_a_failed_live_scenario_is_rescored_over_what_its_evaluations_read(kmon_config,
+                                                                            tmp_path):
+    """A recording of a failed live scenario keeps its live evaluations' inputs (as the
+    data had arrived then); rescore reads those before any replay's."""
+    from matrix.corpus import Recording, keep_evaluations
+    from matrix.live import LiveEvaluations
+
+    (rec,) = recordings(names=["freeze-short-3b"])
+    keep(tmp_path / "replays", rec, evaluations(rec), fingerprint="0" * 16)
+    live = Recording(tmp_path / "failed" / rec.scenario, rec.manifest)
+    live.path.mkdir(parents=True)
+    m = rec.manifest
+    seen = LiveEvaluations()
+    for t, inputs in evaluations(rec):
+        seen(t - 600_000, inputs)     # before the scenario: forgotten
+        seen(t, inputs)
+    seen.forget_before(m["start_ms"])
+    kept = seen.span(m["start_ms"], m["end_ms"])
+    assert [t for t, _ in kept] == [t for t, _ in evaluations(rec)]
+    keep_evaluations(live.path, kept, None)
+    score, found = rescore(kmon_config, live, tmp_path / "replays")
+    assert score.failures() == ["slow broker 2: not found"] and found == []
+    with pytest.raises(ValueError, match="read side of another shape"):
+        rescore(kmon_config, rec, tmp_path / "replays")
