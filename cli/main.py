@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "several topologies) with ground truth; `run` causes them on real local "
                        "clusters and records each into tests/corpus/, `replay` scores the "
                        "recordings with no cluster (what CI does), `rescore` runs only the "
-                       "detectors again over what the last replay read (no Spark, seconds), "
+                       "detectors again over what the last replay read, or what a failed "
+                       "live scenario's evaluations read (no Spark, seconds), "
                        "`doc` writes docs/matrix.md",
              "kmon matrix list   |   kmon matrix run --scenarios freeze-short-3b   |   "
              "kmon matrix replay")
@@ -445,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="`replay`: evaluate the detectors every this many recorded seconds "
                          "(default 20, the live detector trigger)")
     sp.add_argument("--corpus", type=Path, metavar="DIR",
-                    help="`replay`: the recordings to replay (default tests/corpus; e.g. the "
+                    help="`replay`, `rescore`: the recordings (default tests/corpus; e.g. the "
                          "failed ones a `run --no-record` kept)")
     sp.add_argument("--results-dir", type=Path, metavar="DIR",
                     help="`replay`: write the results JSON here (default bench/results)")

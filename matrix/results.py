@@ -259,7 +259,10 @@ def render_doc(live: dict | None, replay: dict | None, scenarios: list,
            f"has no result for yet. With `--no-record` the recordings stay as they are and "
            f"the scenarios that fail are recorded under <work_dir>/matrix-failed/ instead, "
            f"for `kmon matrix replay --corpus <that folder>`: a live failure can be "
-           f"replayed while its rule is fixed.", "",
+           f"replayed while its rule is fixed. Such a recording also keeps what the live "
+           f"evaluations read, as the data had arrived then (a replay sees it complete by "
+           f"event time): `kmon matrix rescore --corpus <that folder>` runs the detectors "
+           f"over that, so a race between late telemetry and an evaluation comes back.", "",
            "## Scenarios", "", "| scenario | class | topology | how |", "|---|---|---|---|"]
     out += [f"| {s.name} | {s.fault_class} | {s.topology.describe()} | {s.summary} |"
             for s in scenarios]
