@@ -294,6 +294,13 @@ class MinuteRollup:
         return self.spark.read.format("delta").load(self.lake.table("silver",
                                                                     "request_windows"))
 
+    def _silver_rows(self, low: int, high: int) -> DataFrame:
+        """silver.request_windows' rows of [low, high), pruned by date."""
+        return self._silver().where(
+            F.col("date").between(F.to_date(F.timestamp_millis(F.lit(low))),
+                                  F.to_date(F.timestamp_millis(F.lit(high - 1))))
+            & (F.col("ts_ms") >= low) & (F.col("ts_ms") < high))
+
     def _minutes_done(self) -> dict[str, int]:
         """Per table the first minute not in it: after its newest mark, or (a table written
         before marks) after its newest minute; for a table with no minute, the first
@@ -334,10 +341,7 @@ class MinuteRollup:
         """Where a backlog's first minute with rows is (`finished` when none is): every
         table moves past the minutes before it at once. After hours without telemetry the
         backlog is otherwise read in STEP_MINUTES steps of nothing, a Spark job each."""
-        first = (self._silver().where(
-            (F.col("date") >= F.to_date(F.timestamp_millis(F.lit(low))))
-            & (F.col("ts_ms") >= low) & (F.col("ts_ms") < finished))
-            .agg(F.min("ts_ms").alias("m")).first()["m"])
+        first = self._silver_rows(low, finished).agg(F.min("ts_ms").alias("m")).first()["m"]
         start = finished if first is None else first // MINUTE_MS * MINUTE_MS
         if start > low:
             self.next = {t: max(v, start) for t, v in self.next.items()}
@@ -346,10 +350,7 @@ class MinuteRollup:
 
     def _step(self, low: int, high: int) -> None:
         """Roll up the minutes in [low, high) into every table still without them."""
-        rows = self._silver().where(
-            F.col("date").between(F.to_date(F.timestamp_millis(F.lit(low))),
-                                  F.to_date(F.timestamp_millis(F.lit(high - 1))))
-            & (F.col("ts_ms") >= low) & (F.col("ts_ms") < high))
+        rows = self._silver_rows(low, high)
 
         def append(table: str, df: DataFrame) -> None:
             if table not in self.next:   # a table not kept up here: not computed
